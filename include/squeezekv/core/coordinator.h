@@ -1,0 +1,38 @@
+// BudgetCoordinator: one per model cache. Each layer reports one measurement during the prompt
+// (the first report wins); when every layer has reported, the allocator computes the schedule
+// once and the coordinator publishes each layer's budget (LayerCache::set_budget trims at once).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "squeezekv/alloc/budget_allocator.h"
+
+namespace squeezekv {
+
+class LayerCache;
+
+class BudgetCoordinator {
+ public:
+  BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetAllocator> allocator);
+
+  void attach(int layer, LayerCache* cache);
+  void report(int layer, double measurement);
+  bool reported(int layer) const { return measured_[size_t(layer)].has_value(); }
+  bool is_final() const { return !budgets_.empty(); }
+  int n_layers() const { return int(measured_.size()); }
+  // The published schedule (empty until final) and the measurements behind it.
+  const std::vector<int>& budgets() const { return budgets_; }
+  std::vector<double> measurements() const;
+  const BudgetAllocator& allocator() const { return *allocator_; }
+  void reset();
+
+ private:
+  std::shared_ptr<const BudgetAllocator> allocator_;
+  std::vector<LayerCache*> layers_;
+  std::vector<std::optional<double>> measured_;
+  std::vector<int> budgets_;
+};
+
+}  // namespace squeezekv

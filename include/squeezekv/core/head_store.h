@@ -1,0 +1,67 @@
+// HeadStore: one KV head's kept rows.
+//
+// Layout: `capacity` slots; slot s holds key row keys[s * head_dim ..] and value row
+// values[s * head_dim ..] (fp16 or f32), one fp32 score and the token's original position. An
+// evicted slot is marked free (position -1) and refilled by the next appended row, so eviction
+// never moves K/V; rows only move when the capacity changes (compaction keeps their order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "squeezekv/ops/kv_rows.h"
+
+namespace squeezekv {
+
+class HeadStore {
+ public:
+  static constexpr int64_t kFree = -1;
+
+  HeadStore(int head_dim, KVType type);
+
+  int head_dim() const { return head_dim_; }
+  KVType type() const { return type_; }
+  int n_slots() const { return n_slots_; }  // slots [0, n_slots) hold every live row
+  int n_live() const { return n_live_; }
+  int capacity() const { return capacity_; }
+  size_t row_bytes() const { return size_t(head_dim_) * kv_type_size(type_); }
+  size_t resident_bytes() const { return 2 * size_t(capacity_) * row_bytes(); }
+
+  const void* keys() const { return keys_.data(); }
+  const void* values() const { return values_.data(); }
+  const void* key_row(int slot) const { return keys_.data() + size_t(slot) * row_bytes(); }
+  const void* value_row(int slot) const { return values_.data() + size_t(slot) * row_bytes(); }
+  const float* scores() const { return scores_.data(); }
+  float* scores() { return scores_.data(); }
+  const int64_t* positions() const { return positions_.data(); }
+  bool live(int slot) const { return positions_[size_t(slot)] != kFree; }
+
+  // Stores n rows (f32, [n, head_dim]) at positions first_pos.., free slots first; their slots are
+  // appended to `slots`. Grows the capacity to at least n_live + n, doubling up to growth_cap.
+  void append(const float* keys, const float* values, int n, int64_t first_pos, int growth_cap,
+              std::vector<int>& slots);
+  void evict(int slot);
+  // Moves the live rows to slots [0, n_live) in slot order and sets capacity = max(rows, n_live).
+  void compact(int rows);
+  void clear();
+
+  // Live slots ordered by position (oldest first).
+  std::vector<int> slots_by_position() const;
+
+ private:
+  void reallocate(int new_capacity);
+
+  int head_dim_;
+  KVType type_;
+  int capacity_ = 0;
+  int n_slots_ = 0;
+  int n_live_ = 0;
+  std::vector<std::byte> keys_;
+  std::vector<std::byte> values_;
+  std::vector<float> scores_;
+  std::vector<int64_t> positions_;
+  std::vector<int> free_;  // freed slots below n_slots_, reused last-freed first
+};
+
+}  // namespace squeezekv

@@ -1,0 +1,106 @@
+// LayerCache: one attention layer's evicting KV cache (batch x KV heads independent heads).
+//
+// Engine protocol for one forward step of a layer (n new tokens, head-major [heads, n, D] f32):
+//   begin_update(k, v, n)     rows stored, key-proxy scores updated; may exceed the budget
+//   head(h)                   attend over slots [0, n_slots) with position <= the query's
+//   add_attention(h, p, n)    only when wants_attention(): the probabilities, for scoring
+//   end_update()              evict down to the budget
+// update() does all three for callers without attention of their own (the seed's API).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/core/layer_rows.h"
+#include "squeezekv/policy/token_policy.h"
+
+namespace squeezekv {
+
+class BudgetCoordinator;
+
+// A read-only, contiguous [batch, heads, seq, head_dim] block of f32 (the seed's tensor shape).
+struct KVBlockView {
+  const float* data = nullptr;
+  int batch = 1;
+  int heads = 1;
+  int seq = 0;
+  int head_dim = 0;
+};
+
+// Rows of one head in position order, f32 (what update_and_fetch returns).
+struct FetchedRows {
+  std::vector<float> keys;    // [n, head_dim]
+  std::vector<float> values;  // [n, head_dim]
+  std::vector<int64_t> positions;
+};
+
+class LayerCache {
+ public:
+  // `budget` is the layer's rows per head until a coordinator publishes the final schedule;
+  // with a coordinator the layer keeps every row until then.
+  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
+             int budget, std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator);
+  LayerCache(const LayerCache&) = delete;
+  LayerCache& operator=(const LayerCache&) = delete;
+
+  // ---- engine API ----
+  void begin_update(const float* keys, const float* values, int n_tokens);
+  const HeadStore& head(int h) const { return rows_.heads[size_t(h)]; }
+  int n_heads() const { return int(rows_.heads.size()); }
+  bool wants_attention() const { return policy_->wants_attention(); }
+  void add_attention(int h, const float* probs, int n_queries);
+  void end_update();
+
+  // ---- seed-style API ----
+  void update(const float* keys, const float* values, int n_tokens);  // [heads, n, D]
+  void update(const KVBlockView& keys, const KVBlockView& values);    // checks the shapes
+  FetchedRows fetch(int h) const;
+
+  // A prompt spread over several updates (chunked prefill): policies that act once at the end of
+  // the prompt (snapkv) wait for end_prompt(). Without begin_prompt the first update is the prompt.
+  void begin_prompt();
+  void end_prompt();
+
+  // Sets this layer's budget and trims to it now (the coordinator's publish step).
+  void set_budget(int budget);
+  void reset();
+
+  // ---- accounting ----
+  int layer_index() const { return layer_index_; }
+  int layer_budget() const { return budget_; }
+  bool budget_final() const { return budget_final_; }
+  double concentration() const { return concentration_; }
+  int64_t tokens_seen() const { return rows_.tokens_seen; }
+  int tokens_kept() const;          // rows held by the fullest head
+  int tokens_kept(int h) const { return head(h).n_live(); }
+  size_t kept_bytes() const;        // K and V bytes resident (allocated slots)
+  size_t full_bytes() const;        // what an unevicted cache would hold
+  double compression_ratio() const; // full / kept, 1 when nothing is kept
+  const KVCacheConfig& config() const { return config_; }
+  const TokenPolicy& policy() const { return *policy_; }
+  const LayerRows& rows() const { return rows_; }
+
+ private:
+  void check_finite(const float* data, size_t n, const char* what) const;
+  void settle();  // evict / finish the prompt once the budget is final
+
+  KVCacheConfig config_;
+  int layer_index_;
+  int initial_budget_;  // the fallback budget until a coordinator publishes
+  int budget_;
+  bool budget_final_;
+  std::unique_ptr<TokenPolicy> policy_;
+  BudgetCoordinator* coordinator_;
+  LayerRows rows_;
+  UpdateRows update_;
+  double concentration_ = 0.0;
+  bool in_update_ = false;
+  bool first_update_done_ = false;
+  bool explicit_prompt_ = false;  // begin_prompt() called and end_prompt() not yet
+  bool prompt_pending_ = false;   // the prompt ended; finish_prompt not yet applied
+};
+
+}  // namespace squeezekv

@@ -1,0 +1,49 @@
+// Kernels over cached K/V rows (fp16 or f32, row-major [n_rows, head_dim]): storing rows, dot
+// products of a query against every row, weighted sums of rows, and a blocked multi-query variant.
+// Both the cache's key-proxy scoring and the engine's attention run on these. Each kernel has a
+// scalar twin (`*_scalar`) that the tests use as the oracle.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace squeezekv {
+
+// Element type of cached K/V rows.
+enum class KVType : uint8_t { f16, f32 };
+
+inline size_t kv_type_size(KVType type) { return type == KVType::f16 ? 2 : 4; }
+
+float f16_to_f32(uint16_t bits);
+uint16_t f32_to_f16(float value);  // round to nearest even
+
+// dst (n elements of `type`) = src (f32).
+void store_rows(const float* src, void* dst, KVType type, size_t n);
+// dst (f32) = src (n elements of `type`).
+void load_rows(const void* src, KVType type, float* dst, size_t n);
+
+// out[j] = dot(q, row j) for j < n_rows; rows are head_dim apart.
+void row_dots(const float* q, const void* rows, KVType type, size_t n_rows, size_t head_dim,
+              float* out);
+void row_dots_scalar(const float* q, const void* rows, KVType type, size_t n_rows, size_t head_dim,
+                     float* out);
+
+// out[0..head_dim) += sum_j w[j] * row j; rows with w[j] == 0 are skipped.
+void rows_weighted_sum(const float* w, const void* rows, KVType type, size_t n_rows,
+                       size_t head_dim, float* out);
+void rows_weighted_sum_scalar(const float* w, const void* rows, KVType type, size_t n_rows,
+                              size_t head_dim, float* out);
+
+// out[i * ld_out + j] = sum_d q[i * ld_q + d] * kt[d * ld_kt + j] for i < m, j < n: many queries
+// against keys stored transposed (f32 [head_dim][ld_kt]). ld_kt must be a multiple of 16 and the
+// padding columns readable (zero them).
+void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
+                      size_t n, size_t head_dim, float* out, size_t ld_out);
+void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
+                             size_t n, size_t head_dim, float* out, size_t ld_out);
+
+// x[0..n) = exp(x - max) / sum over the entries with mask[j] != 0; masked entries become 0.
+// Returns false (and leaves zeros) when no entry is unmasked.
+bool masked_softmax(float* x, const uint8_t* mask, size_t n);
+
+}  // namespace squeezekv

@@ -1,0 +1,47 @@
+// TokenPolicy: which rows a layer keeps, given its budget — one axis of every eviction method
+// (semantics.md section 1). The allocator across layers is the other axis (alloc/).
+//
+// A policy scores rows (from the update's keys or from attention fed back by the engine) and
+// evicts; the eviction loop itself (sinks, recent window, ties to the oldest) is written once in
+// evict_lowest.h. One file per policy.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/core/layer_rows.h"
+
+namespace squeezekv {
+
+class TokenPolicy {
+ public:
+  virtual ~TokenPolicy() = default;
+  virtual std::string_view name() const = 0;
+
+  // False when the policy holds every row it is given after the prompt (full, snapkv decode).
+  virtual bool bounded() const { return true; }
+  // True when the engine should feed attention probabilities back (add_attention).
+  virtual bool wants_attention() const { return false; }
+
+  // After the update's rows are stored: score them from the keys (key-proxy source).
+  virtual void score_keys(LayerRows& /*layer*/, const UpdateRows& /*update*/) {}
+  // probs: [n_queries, n_slots] attention of the update's queries over the head's slots, summed
+  // over the query heads sharing this KV head; zero for masked or free slots.
+  virtual void score_attention(LayerRows& /*layer*/, int /*head*/, const float* /*probs*/,
+                               int /*n_queries*/, int /*n_slots*/) {}
+
+  // At the end of an update: evict until every head holds at most `budget` rows.
+  virtual void evict(LayerRows& layer, int budget) = 0;
+  // Once, when the prompt has ended (default: the same as any update).
+  virtual void finish_prompt(LayerRows& layer, int budget) { evict(layer, budget); }
+  // Forget per-sequence state (the rows themselves are cleared by the cache).
+  virtual void reset() {}
+};
+
+// Policy names: full, cumulative, chunked, tova, streaming, window, snapkv.
+std::unique_ptr<TokenPolicy> make_token_policy(std::string_view name, const KVCacheConfig& config);
+bool is_token_policy(std::string_view name);
+
+}  // namespace squeezekv

@@ -1,0 +1,101 @@
+#include "squeezekv/core/head_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace squeezekv {
+
+HeadStore::HeadStore(int head_dim, KVType type) : head_dim_(head_dim), type_(type) {}
+
+void HeadStore::append(const float* keys, const float* values, int n, int64_t first_pos,
+                       int growth_cap, std::vector<int>& slots) {
+  const int free_reused = std::min<int>(n, int(free_.size()));
+  const int needed = n_slots_ + (n - free_reused);
+  if (needed > capacity_) {
+    // Doubling keeps appends amortised O(1); growth_cap stops it at the budget's size.
+    const int doubled = std::max(needed, std::min(2 * capacity_, growth_cap));
+    reallocate(std::max(needed, doubled));
+  }
+  const size_t row = row_bytes();
+  for (int t = 0; t < n; ++t) {
+    int slot;
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      slot = n_slots_++;
+    }
+    store_rows(keys + size_t(t) * size_t(head_dim_), keys_.data() + size_t(slot) * row, type_,
+               size_t(head_dim_));
+    store_rows(values + size_t(t) * size_t(head_dim_), values_.data() + size_t(slot) * row, type_,
+               size_t(head_dim_));
+    scores_[size_t(slot)] = 0.0f;
+    positions_[size_t(slot)] = first_pos + t;
+    slots.push_back(slot);
+  }
+  n_live_ += n;
+}
+
+void HeadStore::evict(int slot) {
+  positions_[size_t(slot)] = kFree;
+  scores_[size_t(slot)] = 0.0f;
+  --n_live_;
+  if (slot == n_slots_ - 1) {
+    --n_slots_;  // keep [0, n_slots) tight when the last slot goes
+    while (n_slots_ > 0 && positions_[size_t(n_slots_ - 1)] == kFree) {
+      --n_slots_;
+      free_.erase(std::remove(free_.begin(), free_.end(), n_slots_), free_.end());
+    }
+  } else {
+    free_.push_back(slot);
+  }
+}
+
+void HeadStore::reallocate(int new_capacity) {
+  const size_t row = row_bytes();
+  std::vector<std::byte> keys(size_t(new_capacity) * row);
+  std::vector<std::byte> values(size_t(new_capacity) * row);
+  std::vector<float> scores(size_t(new_capacity), 0.0f);
+  std::vector<int64_t> positions(size_t(new_capacity), kFree);
+  int out = 0;
+  for (int s = 0; s < n_slots_; ++s) {
+    if (positions_[size_t(s)] == kFree) continue;
+    std::memcpy(keys.data() + size_t(out) * row, keys_.data() + size_t(s) * row, row);
+    std::memcpy(values.data() + size_t(out) * row, values_.data() + size_t(s) * row, row);
+    scores[size_t(out)] = scores_[size_t(s)];
+    positions[size_t(out)] = positions_[size_t(s)];
+    ++out;
+  }
+  keys_.swap(keys);
+  values_.swap(values);
+  scores_.swap(scores);
+  positions_.swap(positions);
+  capacity_ = new_capacity;
+  n_slots_ = out;
+  free_.clear();
+}
+
+void HeadStore::compact(int rows) { reallocate(std::max(rows, n_live_)); }
+
+void HeadStore::clear() {
+  keys_ = {};
+  values_ = {};
+  scores_ = {};
+  positions_ = {};
+  free_ = {};
+  capacity_ = n_slots_ = n_live_ = 0;
+}
+
+std::vector<int> HeadStore::slots_by_position() const {
+  std::vector<int> slots;
+  slots.reserve(size_t(n_live_));
+  for (int s = 0; s < n_slots_; ++s) {
+    if (positions_[size_t(s)] != kFree) slots.push_back(s);
+  }
+  std::sort(slots.begin(), slots.end(),
+            [&](int a, int b) { return positions_[size_t(a)] < positions_[size_t(b)]; });
+  return slots;
+}
+
+}  // namespace squeezekv

@@ -1,0 +1,200 @@
+#include "squeezekv/core/layer_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "squeezekv/alloc/budget_allocator.h"
+#include "squeezekv/alloc/concentration.h"
+#include "squeezekv/core/coordinator.h"
+#include "squeezekv/core/errors.h"
+
+namespace squeezekv {
+
+LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
+                       int budget, std::unique_ptr<TokenPolicy> policy,
+                       BudgetCoordinator* coordinator)
+    : config_(config), layer_index_(layer_index), initial_budget_(budget), budget_(budget),
+      budget_final_(coordinator == nullptr), policy_(std::move(policy)),
+      coordinator_(coordinator) {
+  require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be at least 1");
+  require(n_batch >= 1, "n_batch", n_batch, "must be at least 1");
+  require(budget >= 1, "budget", budget, "must be at least 1");
+  rows_.n_batch = n_batch;
+  rows_.n_kv_heads = n_kv_heads;
+  rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads), HeadStore(config.head_dim, config.kv_type));
+  update_.slots.resize(rows_.heads.size());
+  if (coordinator_) coordinator_->attach(layer_index, this);
+}
+
+void LayerCache::check_finite(const float* data, size_t n, const char* what) const {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(data[i])) {
+      throw InvalidArgument(std::string(what) + "[" + std::to_string(i) + "] = " +
+                            std::to_string(data[i]) + ": keys and values must be finite (layer " +
+                            std::to_string(layer_index_) + ")");
+    }
+  }
+}
+
+void LayerCache::begin_update(const float* keys, const float* values, int n_tokens) {
+  if (in_update_) throw InvalidArgument("begin_update: the previous update was not ended (call end_update)");
+  require(n_tokens >= 1, "n_tokens", n_tokens, "an update needs at least one token");
+  require(keys != nullptr && values != nullptr, "keys", "null", "keys and values must be given");
+  const int dim = config_.head_dim;
+  const size_t n = rows_.heads.size() * size_t(n_tokens) * size_t(dim);
+  check_finite(keys, n, "keys");
+  check_finite(values, n, "values");
+  if (!first_update_done_) {
+    concentration_ = concentration_score(keys, n_heads(), n_tokens, dim);
+  }
+  // Until the budget is final the layer keeps everything, so it grows freely; after that its
+  // slots stop at budget + 1 (room for one append before the eviction).
+  const int growth_cap = budget_final_ && policy_->bounded() ? budget_ + 1 : kUnbounded;
+  update_.keys = keys;
+  update_.n_new = n_tokens;
+  update_.first_pos = rows_.tokens_seen;
+  const size_t per_head = size_t(n_tokens) * size_t(dim);
+  for (size_t h = 0; h < rows_.heads.size(); ++h) {
+    update_.slots[h].clear();
+    rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens,
+                          rows_.tokens_seen, growth_cap, update_.slots[h]);
+  }
+  rows_.tokens_seen += n_tokens;
+  policy_->score_keys(rows_, update_);
+  in_update_ = true;
+}
+
+void LayerCache::add_attention(int h, const float* probs, int n_queries) {
+  if (!in_update_) throw InvalidArgument("add_attention: call it between begin_update and end_update");
+  require(h >= 0 && h < n_heads(), "head", h, "out of range [0, " + std::to_string(n_heads()) + ")");
+  require(n_queries >= 0 && n_queries <= update_.n_new, "n_queries", n_queries,
+          "must lie in [0, " + std::to_string(update_.n_new) + "] (the update's tokens)");
+  policy_->score_attention(rows_, h, probs, n_queries, head(h).n_slots());
+}
+
+void LayerCache::end_update() {
+  if (!in_update_) throw InvalidArgument("end_update: no update in progress (call begin_update)");
+  in_update_ = false;
+  if (!first_update_done_) {
+    first_update_done_ = true;
+    if (!explicit_prompt_) prompt_pending_ = true;
+    if (coordinator_ && coordinator_->allocator().measures() == Importance::key_dispersion) {
+      coordinator_->report(layer_index_, concentration_);  // may publish every layer's budget
+    }
+  }
+  settle();
+}
+
+void LayerCache::update(const float* keys, const float* values, int n_tokens) {
+  begin_update(keys, values, n_tokens);
+  end_update();
+}
+
+void LayerCache::update(const KVBlockView& keys, const KVBlockView& values) {
+  auto check = [&](const KVBlockView& block, const char* name) {
+    const std::string n(name);
+    require(block.data != nullptr, n, "null", "no data");
+    require(block.head_dim == config_.head_dim, n + ".head_dim", block.head_dim,
+            "the cache was configured with head_dim = " + std::to_string(config_.head_dim));
+    require(block.batch == rows_.n_batch, n + ".batch", block.batch,
+            "the cache holds batch = " + std::to_string(rows_.n_batch));
+    require(block.heads == rows_.n_kv_heads, n + ".heads", block.heads,
+            "the cache holds " + std::to_string(rows_.n_kv_heads) + " KV heads");
+    require(block.seq >= 1, n + ".seq", block.seq, "an update needs at least one token");
+  };
+  check(keys, "keys");
+  check(values, "values");
+  require(values.seq == keys.seq, "values.seq", values.seq,
+          "must equal keys.seq = " + std::to_string(keys.seq));
+  update(keys.data, values.data, keys.seq);
+}
+
+FetchedRows LayerCache::fetch(int h) const {
+  require(h >= 0 && h < n_heads(), "head", h, "out of range [0, " + std::to_string(n_heads()) + ")");
+  const HeadStore& store = head(h);
+  const size_t dim = size_t(store.head_dim());
+  FetchedRows out;
+  const std::vector<int> order = store.slots_by_position();
+  out.keys.resize(order.size() * dim);
+  out.values.resize(order.size() * dim);
+  for (size_t i = 0; i < order.size(); ++i) {
+    load_rows(store.key_row(order[i]), store.type(), out.keys.data() + i * dim, dim);
+    load_rows(store.value_row(order[i]), store.type(), out.values.data() + i * dim, dim);
+    out.positions.push_back(store.positions()[order[i]]);
+  }
+  return out;
+}
+
+void LayerCache::begin_prompt() {
+  if (!first_update_done_) explicit_prompt_ = true;
+}
+
+void LayerCache::end_prompt() {
+  if (!explicit_prompt_) return;  // the first update already was the prompt
+  explicit_prompt_ = false;
+  prompt_pending_ = true;
+  settle();
+}
+
+void LayerCache::set_budget(int budget) {
+  require(budget >= 1, "budget", budget, "must be at least 1");
+  budget_ = budget;
+  budget_final_ = true;
+  if (!in_update_) settle();
+}
+
+void LayerCache::settle() {
+  if (!budget_final_) return;  // keep the whole prompt until the schedule is known
+  const bool prompt_end = prompt_pending_;
+  if (prompt_end) {
+    prompt_pending_ = false;
+    policy_->finish_prompt(rows_, budget_);
+  } else {
+    policy_->evict(rows_, budget_);
+  }
+  for (HeadStore& h : rows_.heads) {
+    if (policy_->bounded()) {
+      const int target = std::max(budget_ + 1, h.n_live());
+      if (h.capacity() > target) h.compact(target);
+    } else if (prompt_end && h.capacity() > h.n_live()) {
+      h.compact(h.n_live());
+    }
+  }
+}
+
+void LayerCache::reset() {
+  for (HeadStore& h : rows_.heads) h.clear();
+  rows_.tokens_seen = 0;
+  policy_->reset();
+  in_update_ = first_update_done_ = explicit_prompt_ = prompt_pending_ = false;
+  concentration_ = 0.0;
+  if (coordinator_) {
+    budget_ = initial_budget_;
+    budget_final_ = false;
+  }
+}
+
+int LayerCache::tokens_kept() const {
+  int most = 0;
+  for (const HeadStore& h : rows_.heads) most = std::max(most, h.n_live());
+  return most;
+}
+
+size_t LayerCache::kept_bytes() const {
+  size_t bytes = 0;
+  for (const HeadStore& h : rows_.heads) bytes += h.resident_bytes();
+  return bytes;
+}
+
+size_t LayerCache::full_bytes() const {
+  return rows_.heads.size() * size_t(rows_.tokens_seen) * 2 * size_t(config_.head_dim) *
+         kv_type_size(config_.kv_type);
+}
+
+double LayerCache::compression_ratio() const {
+  const size_t kept = kept_bytes();
+  return kept == 0 ? 1.0 : double(full_bytes()) / double(kept);
+}
+
+}  // namespace squeezekv

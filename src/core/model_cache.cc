@@ -1,0 +1,79 @@
+#include "squeezekv/core/model_cache.h"
+
+#include "squeezekv/core/errors.h"
+#include "squeezekv/methods/method_registry.h"
+
+namespace squeezekv {
+
+ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads, int n_batch)
+    : config_(config) {
+  config.validate();
+  require(n_layers >= 1, "n_layers", n_layers, "must be at least 1");
+  const std::string policy = resolved_policy(config);
+  std::shared_ptr<const BudgetAllocator> allocator = make_allocator(resolved_allocator(config), config);
+  std::vector<int> budgets;
+  if (allocator->measures()) {
+    coordinator_ = std::make_unique<BudgetCoordinator>(n_layers, allocator);
+    budgets.assign(size_t(n_layers), config.budget);  // the fallback until the schedule is final
+  } else {
+    budgets = allocator->allocate(n_layers, {});
+  }
+  for (int i = 0; i < n_layers; ++i) {
+    layers_.push_back(std::make_unique<LayerCache>(config, i, n_kv_heads, n_batch,
+                                                   budgets[size_t(i)],
+                                                   make_token_policy(policy, config),
+                                                   coordinator_.get()));
+  }
+}
+
+void ModelCache::begin_prompt() {
+  for (auto& layer : layers_) layer->begin_prompt();
+}
+
+void ModelCache::end_prompt() {
+  for (auto& layer : layers_) layer->end_prompt();
+}
+
+void ModelCache::reset() {
+  if (coordinator_) coordinator_->reset();
+  for (auto& layer : layers_) layer->reset();
+}
+
+std::vector<int> ModelCache::budgets() const {
+  std::vector<int> out;
+  for (const auto& layer : layers_) out.push_back(layer->layer_budget());
+  return out;
+}
+
+size_t ModelCache::kept_bytes() const {
+  size_t bytes = 0;
+  for (const auto& layer : layers_) bytes += layer->kept_bytes();
+  return bytes;
+}
+
+size_t ModelCache::full_bytes() const {
+  size_t bytes = 0;
+  for (const auto& layer : layers_) bytes += layer->full_bytes();
+  return bytes;
+}
+
+double ModelCache::compression_ratio() const {
+  const size_t kept = kept_bytes();
+  return kept == 0 ? 1.0 : double(full_bytes()) / double(kept);
+}
+
+std::unique_ptr<LayerCache> KVCacheFactory::create(const KVCacheConfig& config, int n_kv_heads,
+                                                   int n_batch) {
+  config.validate();
+  const std::string policy = resolved_policy(config);
+  const int budget = policy == "full" ? kUnbounded : config.resolved_budget.value_or(config.budget);
+  return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, budget,
+                                      make_token_policy(policy, config), nullptr);
+}
+
+std::unique_ptr<ModelCache> KVCacheBuilder::for_model(int n_layers, const KVCacheConfig& config,
+                                                      int n_kv_heads, int n_batch) {
+  return std::make_unique<ModelCache>(config, n_layers, n_kv_heads, n_batch);
+}
+
+}  // namespace squeezekv

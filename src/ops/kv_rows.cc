@@ -1,0 +1,293 @@
+// SIMD kernels over cached K/V rows, compiled once per instruction set by Highway and picked at
+// run time (HWY_DYNAMIC_DISPATCH). The scalar twins at the end are the test oracles.
+#include "squeezekv/ops/kv_rows.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/kv_rows.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace squeezekv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Loads lanes of row `r` starting at element `i` as f32, whatever the storage type.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const void* rows, KVType type, size_t offset) {
+  if (type == KVType::f32) return hn::LoadU(d, static_cast<const float*>(rows) + offset);
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, static_cast<const hwy::float16_t*>(rows) + offset));
+}
+
+HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
+  if (type == KVType::f32) return static_cast<const float*>(rows)[offset];
+  return f16_to_f32(static_cast<const uint16_t*>(rows)[offset]);
+}
+
+template <class D>
+void StoreRowsT(D d, const float* src, void* dst, KVType type, size_t n) {
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  if (type == KVType::f32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  const hn::Rebind<hwy::float16_t, D> dh;
+  auto* out = static_cast<hwy::float16_t*>(dst);
+  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(d, src + i)), dh, out + i);
+  for (; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+}
+
+void StoreRows(const float* src, void* dst, KVType type, size_t n) {
+  StoreRowsT(hn::ScalableTag<float>(), src, dst, type, n);
+}
+
+void LoadRows(const void* src, KVType type, float* dst, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadRow(d, src, type, i), d, dst + i);
+  for (; i < n; ++i) dst[i] = LoadOne(src, type, i);
+}
+
+// Four rows per pass so each query vector load serves four dot products.
+template <class D>
+void RowDotsT(D d, const float* q, const void* rows, KVType type, size_t n_rows, size_t dim,
+              float* out) {
+  const size_t N = hn::Lanes(d);
+  const size_t vec_end = dim - dim % N;
+  size_t j = 0;
+  for (; j + 4 <= n_rows; j += 4) {
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    for (size_t i = 0; i < vec_end; i += N) {
+      const auto qv = hn::LoadU(d, q + i);
+      a0 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 0) * dim + i), a0);
+      a1 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 1) * dim + i), a1);
+      a2 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 2) * dim + i), a2);
+      a3 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 3) * dim + i), a3);
+    }
+    float s[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)),
+                  hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
+    for (size_t i = vec_end; i < dim; ++i) {
+      for (size_t r = 0; r < 4; ++r) s[r] += q[i] * LoadOne(rows, type, (j + r) * dim + i);
+    }
+    std::copy(s, s + 4, out + j);
+  }
+  for (; j < n_rows; ++j) {
+    auto acc = hn::Zero(d);
+    for (size_t i = 0; i < vec_end; i += N) {
+      acc = hn::MulAdd(hn::LoadU(d, q + i), LoadRow(d, rows, type, j * dim + i), acc);
+    }
+    float s = hn::GetLane(hn::SumOfLanes(d, acc));
+    for (size_t i = vec_end; i < dim; ++i) s += q[i] * LoadOne(rows, type, j * dim + i);
+    out[j] = s;
+  }
+}
+
+void RowDots(const float* q, const void* rows, KVType type, size_t n_rows, size_t dim,
+             float* out) {
+  const hn::ScalableTag<float> d;
+  // Short rows (e.g. head_dim 8 on a 16-lane target) use narrower vectors instead of scalars.
+  if (dim < hn::Lanes(d)) return RowDotsT(hn::CappedTag<float, 8>(), q, rows, type, n_rows, dim, out);
+  RowDotsT(d, q, rows, type, n_rows, dim, out);
+}
+
+template <class D>
+void WeightedSumT(D d, const float* w, const void* rows, KVType type, size_t n_rows, size_t dim,
+                  float* out) {
+  const size_t N = hn::Lanes(d);
+  const size_t vec_end = dim - dim % N;
+  for (size_t i = 0; i < vec_end; i += N) {
+    auto acc = hn::LoadU(d, out + i);
+    for (size_t j = 0; j < n_rows; ++j) {
+      if (w[j] == 0.0f) continue;
+      acc = hn::MulAdd(hn::Set(d, w[j]), LoadRow(d, rows, type, j * dim + i), acc);
+    }
+    hn::StoreU(acc, d, out + i);
+  }
+  for (size_t i = vec_end; i < dim; ++i) {
+    float acc = out[i];
+    for (size_t j = 0; j < n_rows; ++j) {
+      if (w[j] != 0.0f) acc += w[j] * LoadOne(rows, type, j * dim + i);
+    }
+    out[i] = acc;
+  }
+}
+
+void WeightedSum(const float* w, const void* rows, KVType type, size_t n_rows, size_t dim,
+                 float* out) {
+  const hn::ScalableTag<float> d;
+  if (dim < hn::Lanes(d)) return WeightedSumT(hn::CappedTag<float, 8>(), w, rows, type, n_rows, dim, out);
+  WeightedSumT(d, w, rows, type, n_rows, dim, out);
+}
+
+// Register-blocked: 4 queries x 2 vectors of keys per pass, broadcasting one query element at a
+// time against contiguous transposed keys (the micro-kernel shape of a GEMM).
+void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
+                    size_t n, size_t dim, float* out, size_t ld_out) {
+  const hn::CappedTag<float, 8> d;  // 16-column blocks fit ld_kt's multiple-of-16 padding
+  const size_t N = hn::Lanes(d);
+  const size_t step = 2 * N;
+  HWY_ALIGN float tmp[4][16];
+  for (size_t j = 0; j < n; j += step) {
+    const size_t cols = std::min(step, n - j);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      auto c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
+      auto c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
+      for (size_t k = 0; k < dim; ++k) {
+        const float* krow = kt + k * ld_kt + j;
+        const auto k0 = hn::LoadU(d, krow), k1 = hn::LoadU(d, krow + N);
+        const auto q0 = hn::Set(d, q[(i + 0) * ld_q + k]), q1 = hn::Set(d, q[(i + 1) * ld_q + k]);
+        const auto q2 = hn::Set(d, q[(i + 2) * ld_q + k]), q3 = hn::Set(d, q[(i + 3) * ld_q + k]);
+        c00 = hn::MulAdd(q0, k0, c00);
+        c01 = hn::MulAdd(q0, k1, c01);
+        c10 = hn::MulAdd(q1, k0, c10);
+        c11 = hn::MulAdd(q1, k1, c11);
+        c20 = hn::MulAdd(q2, k0, c20);
+        c21 = hn::MulAdd(q2, k1, c21);
+        c30 = hn::MulAdd(q3, k0, c30);
+        c31 = hn::MulAdd(q3, k1, c31);
+      }
+      hn::Store(c00, d, tmp[0]);
+      hn::Store(c01, d, tmp[0] + N);
+      hn::Store(c10, d, tmp[1]);
+      hn::Store(c11, d, tmp[1] + N);
+      hn::Store(c20, d, tmp[2]);
+      hn::Store(c21, d, tmp[2] + N);
+      hn::Store(c30, d, tmp[3]);
+      hn::Store(c31, d, tmp[3] + N);
+      for (size_t r = 0; r < 4; ++r) std::copy(tmp[r], tmp[r] + cols, out + (i + r) * ld_out + j);
+    }
+    for (; i < m; ++i) {
+      auto c0 = hn::Zero(d), c1 = hn::Zero(d);
+      for (size_t k = 0; k < dim; ++k) {
+        const float* krow = kt + k * ld_kt + j;
+        const auto qk = hn::Set(d, q[i * ld_q + k]);
+        c0 = hn::MulAdd(qk, hn::LoadU(d, krow), c0);
+        c1 = hn::MulAdd(qk, hn::LoadU(d, krow + N), c1);
+      }
+      hn::Store(c0, d, tmp[0]);
+      hn::Store(c1, d, tmp[0] + N);
+      std::copy(tmp[0], tmp[0] + cols, out + i * ld_out + j);
+    }
+  }
+}
+
+bool MaskedSoftmax(float* x, const uint8_t* mask, size_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (size_t j = 0; j < n; ++j) {
+    if (mask[j]) mx = std::max(mx, x[j]);
+  }
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    std::fill(x, x + n, 0.0f);
+    return false;
+  }
+  for (size_t j = 0; j < n; ++j) x[j] = mask[j] ? x[j] - mx : -std::numeric_limits<float>::infinity();
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t j = 0;
+  auto acc = hn::Zero(d);
+  // Exp of -inf is 0, so masked lanes drop out; the lower bound keeps Exp in its valid domain.
+  const auto lo = hn::Set(d, -87.0f);
+  for (; j + N <= n; j += N) {
+    const auto v = hn::LoadU(d, x + j);
+    const auto e = hn::IfThenZeroElse(hn::Lt(v, lo), hn::CallExp(d, hn::Max(v, lo)));
+    hn::StoreU(e, d, x + j);
+    acc = hn::Add(acc, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; j < n; ++j) {
+    x[j] = x[j] < -87.0f ? 0.0f : std::exp(x[j]);
+    sum += x[j];
+  }
+  const auto inv = hn::Set(d, 1.0f / sum);
+  j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), inv), d, x + j);
+  for (; j < n; ++j) x[j] *= 1.0f / sum;
+  return true;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace squeezekv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace squeezekv {
+
+HWY_EXPORT(StoreRows);
+HWY_EXPORT(LoadRows);
+HWY_EXPORT(RowDots);
+HWY_EXPORT(WeightedSum);
+HWY_EXPORT(QueryBlockDots);
+HWY_EXPORT(MaskedSoftmax);
+
+float f16_to_f32(uint16_t bits) { return static_cast<float>(std::bit_cast<_Float16>(bits)); }
+uint16_t f32_to_f16(float value) { return std::bit_cast<uint16_t>(static_cast<_Float16>(value)); }
+
+void store_rows(const float* src, void* dst, KVType type, size_t n) {
+  HWY_DYNAMIC_DISPATCH(StoreRows)(src, dst, type, n);
+}
+void load_rows(const void* src, KVType type, float* dst, size_t n) {
+  HWY_DYNAMIC_DISPATCH(LoadRows)(src, type, dst, n);
+}
+void row_dots(const float* q, const void* rows, KVType type, size_t n_rows, size_t head_dim,
+              float* out) {
+  HWY_DYNAMIC_DISPATCH(RowDots)(q, rows, type, n_rows, head_dim, out);
+}
+void rows_weighted_sum(const float* w, const void* rows, KVType type, size_t n_rows,
+                       size_t head_dim, float* out) {
+  HWY_DYNAMIC_DISPATCH(WeightedSum)(w, rows, type, n_rows, head_dim, out);
+}
+void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
+                      size_t n, size_t head_dim, float* out, size_t ld_out) {
+  HWY_DYNAMIC_DISPATCH(QueryBlockDots)(q, m, ld_q, kt, ld_kt, n, head_dim, out, ld_out);
+}
+bool masked_softmax(float* x, const uint8_t* mask, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(x, mask, n);
+}
+
+static float load_one(const void* rows, KVType type, size_t i) {
+  return type == KVType::f32 ? static_cast<const float*>(rows)[i]
+                             : f16_to_f32(static_cast<const uint16_t*>(rows)[i]);
+}
+
+void row_dots_scalar(const float* q, const void* rows, KVType type, size_t n_rows,
+                     size_t head_dim, float* out) {
+  for (size_t j = 0; j < n_rows; ++j) {
+    double acc = 0;
+    for (size_t i = 0; i < head_dim; ++i) acc += double(q[i]) * load_one(rows, type, j * head_dim + i);
+    out[j] = static_cast<float>(acc);
+  }
+}
+
+void rows_weighted_sum_scalar(const float* w, const void* rows, KVType type, size_t n_rows,
+                              size_t head_dim, float* out) {
+  for (size_t i = 0; i < head_dim; ++i) {
+    double acc = out[i];
+    for (size_t j = 0; j < n_rows; ++j) acc += double(w[j]) * load_one(rows, type, j * head_dim + i);
+    out[i] = static_cast<float>(acc);
+  }
+}
+
+void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
+                             size_t n, size_t head_dim, float* out, size_t ld_out) {
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (size_t k = 0; k < head_dim; ++k) acc += double(q[i * ld_q + k]) * kt[k * ld_kt + j];
+      out[i * ld_out + j] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace squeezekv
+#endif  // HWY_ONCE

@@ -1,0 +1,31 @@
+// Cumulative-score policy (H2O, Zhang et al. 2023, arXiv:2306.14048): each row's score is the
+// attention it has received so far; over budget, evict the lowest-score row that is neither a sink
+// nor in the recent window. Parameters: n_sink, recent (share of budget - n_sink), decay, score.
+#pragma once
+
+#include "policy/eviction.h"
+#include "squeezekv/policy/token_policy.h"
+
+namespace squeezekv {
+
+class CumulativePolicy : public TokenPolicy {
+ public:
+  explicit CumulativePolicy(const KVCacheConfig& config)
+      : n_sink_(config.n_sink), recent_(config.recent), decay_(float(config.decay)),
+        source_(config.score) {}
+  std::string_view name() const override { return "cumulative"; }
+  bool wants_attention() const override { return source_ == ScoreSource::attention; }
+  void score_keys(LayerRows& layer, const UpdateRows& update) override;
+  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
+                       int n_slots) override;
+  void evict(LayerRows& layer, int budget) override;
+
+ protected:
+  int n_sink_;
+  double recent_;
+  float decay_;
+  ScoreSource source_;
+  KeyProxyScratch scratch_;
+};
+
+}  // namespace squeezekv

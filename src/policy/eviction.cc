@@ -1,0 +1,131 @@
+#include "policy/eviction.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace squeezekv {
+
+Protection cumulative_protection(int64_t tokens_seen, int budget, int n_sink, double recent) {
+  const auto recent_rows = static_cast<int64_t>(recent * double(std::max(0, budget - n_sink)));
+  return Protection{n_sink, tokens_seen - recent_rows};
+}
+
+std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect,
+                               const float* scores) {
+  const int excess = head.n_live() - budget;
+  if (excess <= 0) return {};
+  const int64_t* pos = head.positions();
+  std::vector<int> candidates;
+  candidates.reserve(size_t(head.n_live()));
+  for (int s = 0; s < head.n_slots(); ++s) {
+    if (pos[s] != HeadStore::kFree && !protect.covers(pos[s])) candidates.push_back(s);
+  }
+  auto lower = [&](int a, int b) {
+    if (scores && scores[a] != scores[b]) return scores[a] < scores[b];
+    return pos[a] < pos[b];
+  };
+  if (size_t(excess) >= candidates.size()) return candidates;
+  if (excess == 1) return {*std::min_element(candidates.begin(), candidates.end(), lower)};
+  std::nth_element(candidates.begin(), candidates.begin() + excess, candidates.end(), lower);
+  candidates.resize(size_t(excess));
+  return candidates;
+}
+
+void evict_slots(HeadStore& head, std::span<const int> slots) {
+  for (int s : slots) head.evict(s);
+}
+
+namespace {
+
+// Softmax over the masked logits and the decayed accumulation into the head's scores.
+void add_softmax(HeadStore& head, float* logits, const uint8_t* mask, int n_slots, float decay) {
+  if (!masked_softmax(logits, mask, size_t(n_slots))) return;
+  float* scores = head.scores();
+  if (decay == 1.0f) {
+    for (int s = 0; s < n_slots; ++s) scores[s] += logits[s];
+  } else {
+    for (int s = 0; s < n_slots; ++s) {
+      if (mask[s]) scores[s] = decay * scores[s] + logits[s];
+    }
+  }
+}
+
+}  // namespace
+
+void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float decay,
+                          KeyProxyScratch& scratch) {
+  const int dim = layer.head_dim();
+  const float inv_sqrt_d = 1.0f / std::sqrt(float(dim));
+  for (size_t h = 0; h < layer.heads.size(); ++h) {
+    HeadStore& head = layer.heads[h];
+    const int n_slots = head.n_slots();
+    const int64_t* pos = head.positions();
+    const float* keys = update.keys + h * size_t(update.n_new) * size_t(dim);
+    scratch.mask.resize(size_t(n_slots));
+    if (update.n_new == 1) {
+      // Decode: one query against every row.
+      scratch.logits.resize(size_t(n_slots));
+      row_dots(keys, head.keys(), head.type(), size_t(n_slots), size_t(dim), scratch.logits.data());
+      bool any = false;
+      for (int s = 0; s < n_slots; ++s) {
+        scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < update.first_pos;
+        any |= scratch.mask[size_t(s)] != 0;
+        scratch.logits[size_t(s)] *= inv_sqrt_d;
+      }
+      if (!any) head.scores()[update.slots[h][0]] = 1.0f;
+      else add_softmax(head, scratch.logits.data(), scratch.mask.data(), n_slots, decay);
+      continue;
+    }
+    // Prefill: keys transposed once (f32 [dim][ld]) so blocks of queries run as a small GEMM.
+    const size_t ld = (size_t(n_slots) + 15) / 16 * 16;
+    scratch.kt.assign(size_t(dim) * ld, 0.0f);
+    std::vector<float> row(static_cast<size_t>(dim));
+    for (int s = 0; s < n_slots; ++s) {
+      if (pos[s] == HeadStore::kFree) continue;
+      load_rows(head.key_row(s), head.type(), row.data(), size_t(dim));
+      for (int d = 0; d < dim; ++d) scratch.kt[size_t(d) * ld + size_t(s)] = row[size_t(d)];
+    }
+    constexpr int kBlock = 32;
+    scratch.logits.resize(size_t(kBlock) * ld);
+    for (int t0 = 0; t0 < update.n_new; t0 += kBlock) {
+      const int m = std::min(kBlock, update.n_new - t0);
+      // Only slots up to the highest one present for the block's last query can be attended.
+      int hi = 0;
+      for (int t = 0; t < t0 + m; ++t) hi = std::max(hi, update.slots[h][size_t(t)] + 1);
+      for (int s = 0; s < n_slots; ++s) {
+        if (pos[s] != HeadStore::kFree && pos[s] < update.first_pos) hi = std::max(hi, s + 1);
+      }
+      query_block_dots(keys + size_t(t0) * size_t(dim), size_t(m), size_t(dim), scratch.kt.data(),
+                       ld, size_t(hi), size_t(dim), scratch.logits.data(), ld);
+      for (int i = 0; i < m; ++i) {
+        const int64_t query_pos = update.first_pos + t0 + i;
+        float* logits = scratch.logits.data() + size_t(i) * ld;
+        bool any = false;
+        for (int s = 0; s < hi; ++s) {
+          scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < query_pos;
+          any |= scratch.mask[size_t(s)] != 0;
+          logits[s] *= inv_sqrt_d;
+        }
+        if (!any) head.scores()[update.slots[h][size_t(t0 + i)]] = 1.0f;
+        else add_softmax(head, logits, scratch.mask.data(), hi, decay);
+      }
+    }
+  }
+}
+
+void accumulate_attention(HeadStore& head, const float* probs, int n_queries, int n_slots,
+                          float decay) {
+  float* scores = head.scores();
+  for (int q = 0; q < n_queries; ++q) {
+    const float* p = probs + size_t(q) * size_t(n_slots);
+    if (decay == 1.0f) {
+      for (int s = 0; s < n_slots; ++s) scores[s] += p[s];
+    } else {
+      for (int s = 0; s < n_slots; ++s) {
+        if (head.live(s)) scores[s] = decay * scores[s] + p[s];
+      }
+    }
+  }
+}
+
+}  // namespace squeezekv

@@ -1,0 +1,126 @@
+// Observation-window policy (SnapKV, Li et al. 2024, arXiv:2404.14469): once, when the prompt ends,
+// rows before the window are scored by the attention the last `window` prompt queries pay them,
+// smoothed with a 1-D average pool of width `kernel` (zero padding, divided by the width), and the
+// top budget - window of them are kept with the window itself and the sinks, per KV head. Decode
+// appends without evicting. Key-proxy: the window's own keys are the queries (causal, self included).
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "policy/eviction.h"
+#include "policy/policies.h"
+
+namespace squeezekv {
+namespace {
+
+class SnapKVPolicy final : public TokenPolicy {
+ public:
+  explicit SnapKVPolicy(const KVCacheConfig& config)
+      : n_sink_(config.n_sink), window_(config.window), kernel_(config.kernel),
+        source_(config.score) {}
+  std::string_view name() const override { return "snapkv"; }
+  bool bounded() const override { return false; }
+  bool wants_attention() const override { return source_ == ScoreSource::attention && !done_; }
+
+  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
+                       int n_slots) override {
+    if (!wants_attention()) return;
+    if (observed_.size() != layer.heads.size()) observed_.resize(layer.heads.size());
+    auto& rows = observed_[size_t(head)];
+    // Keep the probabilities of the latest `window` queries; slots do not move before the first
+    // eviction, so they stay valid until finish_prompt.
+    for (int q = std::max(0, n_queries - window_); q < n_queries; ++q) {
+      const float* p = probs + size_t(q) * size_t(n_slots);
+      rows.emplace_back(p, p + n_slots);
+      if (int(rows.size()) > window_) rows.pop_front();
+    }
+  }
+
+  void evict(LayerRows&, int) override {}
+
+  void finish_prompt(LayerRows& layer, int budget) override {
+    done_ = true;
+    const int window = std::min(window_, budget);
+    for (size_t h = 0; h < layer.heads.size(); ++h) {
+      HeadStore& head = layer.heads[h];
+      if (head.n_live() <= budget) continue;
+      std::vector<float> score = observed_.size() == layer.heads.size() && !observed_[h].empty()
+                                     ? observed_sum(h, head.n_slots())
+                                     : key_proxy_window(head, window);
+      compress(head, budget, window, score);
+    }
+    observed_.clear();
+  }
+
+  void reset() override {
+    done_ = false;
+    observed_.clear();
+  }
+
+ private:
+  std::vector<float> observed_sum(size_t h, int n_slots) const {
+    std::vector<float> score(size_t(n_slots), 0.0f);
+    for (const auto& row : observed_[h]) {
+      for (size_t s = 0; s < row.size() && s < score.size(); ++s) score[s] += row[s];
+    }
+    return score;
+  }
+
+  // Attention of the window's keys (as queries) over the rows at or before them.
+  static std::vector<float> key_proxy_window(const HeadStore& head, int window) {
+    const int dim = head.head_dim();
+    const int n_slots = head.n_slots();
+    const std::vector<int> order = head.slots_by_position();
+    const auto slots = static_cast<size_t>(n_slots);
+    std::vector<float> score(slots, 0.0f), logits(slots), query(static_cast<size_t>(dim));
+    std::vector<uint8_t> mask(slots);
+    const float inv_sqrt_d = 1.0f / std::sqrt(float(dim));
+    for (size_t w = order.size() - size_t(window); w < order.size(); ++w) {
+      const int64_t query_pos = head.positions()[order[w]];
+      load_rows(head.key_row(order[w]), head.type(), query.data(), size_t(dim));
+      row_dots(query.data(), head.keys(), head.type(), size_t(n_slots), size_t(dim), logits.data());
+      for (int s = 0; s < n_slots; ++s) {
+        mask[size_t(s)] = head.live(s) && head.positions()[s] <= query_pos;
+        logits[size_t(s)] *= inv_sqrt_d;
+      }
+      masked_softmax(logits.data(), mask.data(), size_t(n_slots));
+      for (int s = 0; s < n_slots; ++s) score[size_t(s)] += logits[size_t(s)];
+    }
+    return score;
+  }
+
+  void compress(HeadStore& head, int budget, int window, const std::vector<float>& slot_score) {
+    const std::vector<int> order = head.slots_by_position();
+    const size_t n_prefix = order.size() - size_t(window);  // rows before the window
+    // Pool over the prefix in position order; the window and sinks are kept regardless.
+    std::vector<float> pooled(n_prefix, 0.0f);
+    const int half = kernel_ / 2;
+    for (size_t i = 0; i < n_prefix; ++i) {
+      float acc = 0.0f;
+      for (int k = -half; k <= half; ++k) {
+        const auto j = static_cast<int64_t>(i) + k;
+        if (j >= 0 && j < static_cast<int64_t>(n_prefix)) acc += slot_score[size_t(order[size_t(j)])];
+      }
+      pooled[i] = acc / float(kernel_);
+    }
+    std::vector<float> by_slot(size_t(head.n_slots()), 0.0f);
+    for (size_t i = 0; i < n_prefix; ++i) by_slot[size_t(order[i])] = pooled[i];
+    const int64_t window_from = head.positions()[order[n_prefix]];
+    evict_slots(head, select_lowest(head, budget, Protection{n_sink_, window_from}, by_slot.data()));
+  }
+
+  int n_sink_;
+  int window_;
+  int kernel_;
+  ScoreSource source_;
+  bool done_ = false;
+  std::vector<std::deque<std::vector<float>>> observed_;  // per head: the latest query rows
+};
+
+}  // namespace
+
+std::unique_ptr<TokenPolicy> make_snapkv_policy(const KVCacheConfig& config) {
+  return std::make_unique<SnapKVPolicy>(config);
+}
+
+}  // namespace squeezekv
