@@ -133,10 +133,10 @@ void WeightedSum(const float* w, const void* rows, KVType type, size_t n_rows, s
 // time against contiguous transposed keys (the micro-kernel shape of a GEMM).
 void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
                     size_t n, size_t dim, float* out, size_t ld_out) {
-  const hn::CappedTag<float, 8> d;  // 16-column blocks fit ld_kt's multiple-of-16 padding
+  const hn::CappedTag<float, 16> d;  // 2 vectors of at most 16 columns fit ld_kt's padding to 32
   const size_t N = hn::Lanes(d);
   const size_t step = 2 * N;
-  HWY_ALIGN float tmp[4][16];
+  HWY_ALIGN float tmp[4][32];
   for (size_t j = 0; j < n; j += step) {
     const size_t cols = std::min(step, n - j);
     size_t i = 0;

@@ -77,7 +77,7 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
       continue;
     }
     // Prefill: keys transposed once (f32 [dim][ld]) so blocks of queries run as a small GEMM.
-    const size_t ld = (size_t(n_slots) + 15) / 16 * 16;
+    const size_t ld = (size_t(n_slots) + 31) / 32 * 32;
     scratch.kt.assign(size_t(dim) * ld, 0.0f);
     std::vector<float> row(static_cast<size_t>(dim));
     for (int s = 0; s < n_slots; ++s) {
@@ -87,6 +87,9 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
     }
     constexpr int kBlock = 32;
     scratch.logits.resize(size_t(kBlock) * ld);
+    // Queries pre-scaled by 1 / sqrt(D) so the logits come out of the kernel ready for softmax.
+    scratch.queries.resize(size_t(update.n_new) * size_t(dim));
+    for (size_t i = 0; i < scratch.queries.size(); ++i) scratch.queries[i] = keys[i] * inv_sqrt_d;
     for (int t0 = 0; t0 < update.n_new; t0 += kBlock) {
       const int m = std::min(kBlock, update.n_new - t0);
       // Only slots up to the highest one present for the block's last query can be attended.
@@ -95,7 +98,7 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
       for (int s = 0; s < n_slots; ++s) {
         if (pos[s] != HeadStore::kFree && pos[s] < update.first_pos) hi = std::max(hi, s + 1);
       }
-      query_block_dots(keys + size_t(t0) * size_t(dim), size_t(m), size_t(dim), scratch.kt.data(),
+      query_block_dots(scratch.queries.data() + size_t(t0) * size_t(dim), size_t(m), size_t(dim), scratch.kt.data(),
                        ld, size_t(hi), size_t(dim), scratch.logits.data(), ld);
       for (int i = 0; i < m; ++i) {
         const int64_t query_pos = update.first_pos + t0 + i;
@@ -104,7 +107,6 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
         for (int s = 0; s < hi; ++s) {
           scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < query_pos;
           any |= scratch.mask[size_t(s)] != 0;
-          logits[s] *= inv_sqrt_d;
         }
         if (!any) head.scores()[update.slots[h][size_t(t0 + i)]] = 1.0f;
         else add_softmax(head, logits, scratch.mask.data(), hi, decay);

@@ -33,7 +33,7 @@ void evict_slots(HeadStore& head, std::span<const int> slots);
 // of K . k / sqrt(D)) over the rows present before it; scores = decay * scores + a. The first
 // row of an empty head starts at 1. `scratch` is reused across calls to avoid allocation.
 struct KeyProxyScratch {
-  std::vector<float> kt, logits;
+  std::vector<float> kt, logits, queries;
   std::vector<uint8_t> mask;
 };
 void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float decay,

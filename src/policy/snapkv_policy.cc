@@ -40,7 +40,8 @@ class SnapKVPolicy final : public TokenPolicy {
 
   void finish_prompt(LayerRows& layer, int budget) override {
     done_ = true;
-    const int window = std::min(window_, budget);
+    // Sinks and window together must fit the layer's budget (allocators may give small ones).
+    const int window = std::max(1, std::min(window_, budget - n_sink_));
     for (size_t h = 0; h < layer.heads.size(); ++h) {
       HeadStore& head = layer.heads[h];
       if (head.n_live() <= budget) continue;

@@ -35,7 +35,7 @@ void rows_weighted_sum_scalar(const float* w, const void* rows, KVType type, siz
                               size_t head_dim, float* out);
 
 // out[i * ld_out + j] = sum_d q[i * ld_q + d] * kt[d * ld_kt + j] for i < m, j < n: many queries
-// against keys stored transposed (f32 [head_dim][ld_kt]). ld_kt must be a multiple of 16 and the
+// against keys stored transposed (f32 [head_dim][ld_kt]). ld_kt must be a multiple of 32 and the
 // padding columns readable (zero them).
 void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
                       size_t n, size_t head_dim, float* out, size_t ld_out);

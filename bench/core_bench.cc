@@ -1,0 +1,92 @@
+// Benchmarks of the cache core (speed lives here, never in the tests):
+//  - concentration_score, O(n D), next to the pairwise O(n^2 D) oracle;
+//  - one decode-step update (score one key against B rows, evict one) for every method at
+//    B = 512, D = 128, 8 KV heads, next to the cost of just reading the kept fp16 rows.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "squeezekv/alloc/concentration.h"
+#include "squeezekv/core/model_cache.h"
+#include "squeezekv/methods/method_registry.h"
+
+namespace squeezekv {
+namespace {
+
+std::vector<float> gaussian(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(rng);
+  return out;
+}
+
+void BM_Concentration(benchmark::State& state) {
+  const int n = int(state.range(0)), dim = 128;
+  const auto keys = gaussian(size_t(n) * dim, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(concentration_score(keys.data(), n, dim));
+  state.SetComplexityN(n);
+  state.counters["rows/s"] = benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Concentration)->RangeMultiplier(2)->Range(512, 65536)->Complexity(benchmark::oN);
+
+void BM_ConcentrationPairwise(benchmark::State& state) {
+  const int n = int(state.range(0)), dim = 128;
+  const auto keys = gaussian(size_t(n) * dim, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(concentration_score_pairwise(keys.data(), n, dim));
+}
+BENCHMARK(BM_ConcentrationPairwise)->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond);
+
+constexpr int kHeads = 8, kDim = 128, kBudget = 512;
+
+// One layer at its budget, then timed single-token updates.
+void BM_DecodeStep(benchmark::State& state, const char* method) {
+  KVCacheConfig c;
+  c.method = method;
+  c.budget = kBudget;
+  c.head_dim = kDim;
+  auto cache = KVCacheFactory::create(c, kHeads);
+  const auto prompt = gaussian(size_t(kHeads) * 1024 * kDim, 2);
+  const auto prompt_v = gaussian(prompt.size(), 3);
+  cache->update(prompt.data(), prompt_v.data(), 1024);
+  // Keep going past snapkv's one-shot compression so every method runs its decode path.
+  const auto steps = gaussian(size_t(kHeads) * kDim * 256, 4);
+  size_t i = 0;
+  for (auto _ : state) {
+    const float* k = steps.data() + (i % 256) * kHeads * kDim;
+    cache->update(k, k, 1);
+    ++i;
+  }
+  state.counters["rows"] = cache->tokens_kept();
+  state.SetBytesProcessed(int64_t(state.iterations()) * cache->tokens_kept() * kHeads * kDim * 2 * 2);
+}
+
+// The floor: reading every kept fp16 row of K and V once (what attention itself costs to read).
+void BM_ReadKeptRows(benchmark::State& state) {
+  const size_t n = size_t(kHeads) * kBudget * kDim;
+  std::vector<uint16_t> k(n, 0x3C00), v(n, 0x3C00);
+  std::vector<float> q(kDim, 0.5f), out(kBudget);
+  for (auto _ : state) {
+    for (int h = 0; h < kHeads; ++h) {
+      row_dots(q.data(), k.data() + size_t(h) * kBudget * kDim, KVType::f16, kBudget, kDim, out.data());
+      benchmark::DoNotOptimize(out.data());
+      rows_weighted_sum(out.data(), v.data() + size_t(h) * kBudget * kDim, KVType::f16, kBudget, kDim, q.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n) * 2 * 2);
+}
+BENCHMARK(BM_ReadKeptRows);
+
+const bool registered = [] {
+  for (const MethodInfo& m : all_methods()) {
+    benchmark::RegisterBenchmark(("BM_DecodeStep/" + std::string(m.id)).c_str(),
+                                 [id = m.id](benchmark::State& s) { BM_DecodeStep(s, id.data()); });
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace squeezekv

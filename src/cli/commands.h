@@ -1,0 +1,12 @@
+// Each subcommand registers itself on the top-level app; its callback does the work.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace squeezekv::cli {
+
+void register_budgets(CLI::App& app);
+void register_methods(CLI::App& app);
+void register_synth(CLI::App& app);
+
+}  // namespace squeezekv::cli

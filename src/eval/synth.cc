@@ -1,0 +1,156 @@
+#include "squeezekv/eval/synth.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "squeezekv/core/errors.h"
+#include "squeezekv/core/model_cache.h"
+#include "squeezekv/methods/method_registry.h"
+
+namespace squeezekv {
+namespace {
+
+// Standard normal samples (Box-Muller over a fixed 64-bit generator: identical on every platform).
+std::vector<float> gaussian_pool(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&] { return (double(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
+  std::vector<float> out(n);
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 6.283185307179586 * uniform();
+    out[i] = float(r * std::cos(a));
+    out[i + 1] = float(r * std::sin(a));
+  }
+  if (n % 2) out[n - 1] = 0.0f;
+  return out;
+}
+
+struct GridPoint {
+  int layers, seq_len, budget;
+  double strength;
+};
+
+SynthResult run_point(const SynthOptions& options, const GridPoint& point,
+                      const std::vector<float>& pool) {
+  KVCacheConfig config = options.base;
+  config.budget = point.budget;
+  config.strength = point.strength;
+  const int dim = config.head_dim, heads = options.kv_heads, L = point.layers;
+  auto model = KVCacheBuilder::for_model(L, config, heads);
+
+  // Layer l's keys: (1 - frac) * N(0, 1) + 3 * frac, from a per-layer window of the pool.
+  const size_t prompt = size_t(heads) * size_t(point.seq_len) * size_t(dim);
+  const size_t step = size_t(heads) * size_t(dim);
+  const size_t per_layer = prompt + step * size_t(options.decode_tokens);
+  std::vector<float> keys(per_layer), values(per_layer);
+  double seconds = 0.0;
+  std::vector<double> concentrations;
+  std::vector<int> schedule;
+  auto make = [&](int layer) {
+    const float frac = L > 1 ? float(layer) / float(L - 1) : 0.0f;
+    const size_t offset = (size_t(layer) * 7919u * step) % (pool.size() - 2 * per_layer);
+    for (size_t i = 0; i < per_layer; ++i) {
+      keys[i] = (1.0f - frac) * pool[offset + i] + 3.0f * frac;
+      values[i] = pool[offset + per_layer + i];
+    }
+  };
+  // Keys are laid out [heads, seq, dim] for the prompt, then [heads, 1, dim] per decode token.
+  std::vector<std::vector<float>> decode_keys(static_cast<size_t>(L)), decode_values(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    make(l);
+    decode_keys[size_t(l)].assign(keys.begin() + long(prompt), keys.end());
+    decode_values[size_t(l)].assign(values.begin() + long(prompt), values.end());
+    const auto start = std::chrono::steady_clock::now();
+    model->layer(l).update(keys.data(), values.data(), point.seq_len);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  for (int l = 0; l < L; ++l) concentrations.push_back(model->layer(l).concentration());
+  schedule = model->budgets();
+  for (int t = 0; t < options.decode_tokens; ++t) {
+    for (int l = 0; l < L; ++l) {
+      const float* k = decode_keys[size_t(l)].data() + size_t(t) * step;
+      const float* v = decode_values[size_t(l)].data() + size_t(t) * step;
+      const auto start = std::chrono::steady_clock::now();
+      model->layer(l).update(k, v, 1);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  SynthResult r;
+  r.method = config.method;
+  r.n_layers = L;
+  r.seq_len = point.seq_len;
+  r.budget = point.budget;
+  r.strength = point.strength;
+  r.concentrations = std::move(concentrations);
+  r.schedule = std::move(schedule);
+  for (int l = 0; l < L; ++l) r.kept.push_back(model->layer(l).tokens_kept());
+  r.kept_bytes = model->kept_bytes();
+  r.full_bytes = model->full_bytes();
+  r.compression_ratio = model->compression_ratio();
+  r.seconds = seconds;
+  return r;
+}
+
+}  // namespace
+
+std::vector<SynthResult> run_synth(const SynthOptions& options,
+                                   const std::function<void(int, int)>& progress) {
+  require(options.kv_heads >= 1, "kv_heads", options.kv_heads, "must be at least 1");
+  require(options.decode_tokens >= 0, "decode_tokens", options.decode_tokens, "must be at least 0");
+  require(options.threads >= 1, "threads", options.threads, "must be at least 1");
+  for (int l : options.layers) require(l >= 1, "layers", l, "must be at least 1");
+  for (int s : options.seq_lens) require(s >= 1, "seq_len", s, "must be at least 1");
+  const bool squeeze = resolved_allocator(options.base) == "squeeze";
+  const std::vector<double> strengths = squeeze ? options.strengths : std::vector<double>{options.base.strength};
+  std::vector<GridPoint> grid;
+  for (int l : options.layers) {
+    for (int s : options.seq_lens) {
+      for (int b : options.budgets) {
+        for (double st : strengths) {
+          KVCacheConfig check = options.base;
+          check.budget = b;
+          check.strength = st;
+          check.validate();  // fail before running anything
+          grid.push_back({l, s, b, st});
+        }
+      }
+    }
+  }
+  int max_seq = 1;
+  for (int s : options.seq_lens) max_seq = std::max(max_seq, s);
+  const size_t per_layer = size_t(options.kv_heads) * size_t(options.base.head_dim) *
+                           size_t(max_seq + options.decode_tokens);
+  const std::vector<float> pool = gaussian_pool(4 * per_layer + 7919u * size_t(options.kv_heads) *
+                                                size_t(options.base.head_dim) + 1, options.seed);
+
+  std::vector<SynthResult> results(grid.size());
+  std::atomic<size_t> next{0};
+  std::atomic<int> done{0};
+  std::mutex progress_mutex;
+  std::exception_ptr failure;
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < grid.size();) {
+      try {
+        results[i] = run_point(options, grid[i], pool);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      const int finished = ++done;
+      if (progress) progress(finished, int(grid.size()));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < options.threads; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return results;
+}
+
+}  // namespace squeezekv

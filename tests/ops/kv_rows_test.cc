@@ -1,0 +1,121 @@
+// The K/V row kernels against their scalar twins, over many lengths and misalignments.
+#include "squeezekv/ops/kv_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "test_util.h"
+
+namespace squeezekv {
+namespace {
+
+std::vector<std::byte> stored(const std::vector<float>& x, KVType type, size_t offset_elems) {
+  std::vector<std::byte> out((x.size() + offset_elems) * kv_type_size(type));
+  store_rows(x.data(), out.data() + offset_elems * kv_type_size(type), type, x.size());
+  return out;
+}
+
+TEST(KVRows, F16RoundTripIsRoundToNearestEven) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3C00);
+  EXPECT_EQ(f32_to_f16(-2.0f), 0xC000);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);
+  EXPECT_EQ(f16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3C00);  // halfway: to even
+  for (size_t n : {1u, 7u, 16u, 33u, 100u}) {
+    const auto x = test::normal(n, n);
+    std::vector<uint16_t> h(n);
+    store_rows(x.data(), h.data(), KVType::f16, n);
+    std::vector<float> back(n);
+    load_rows(h.data(), KVType::f16, back.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(h[i], f32_to_f16(x[i]));
+      EXPECT_EQ(back[i], f16_to_f32(h[i]));
+    }
+  }
+}
+
+TEST(KVRows, RowDotsAndWeightedSumsMatchTheScalarTwins) {
+  for (KVType type : {KVType::f16, KVType::f32}) {
+    for (size_t dim : {1u, 3u, 4u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 128u, 130u}) {
+      for (size_t rows : {1u, 2u, 3u, 4u, 5u, 9u, 40u}) {
+        for (size_t misalign : {0u, 1u, 3u}) {
+          const auto k = test::normal(rows * dim, dim * 131 + rows);
+          const auto buf = stored(k, type, misalign);
+          const void* base = buf.data() + misalign * kv_type_size(type);
+          std::vector<float> q = test::normal(dim + misalign, rows);
+          const float* qp = q.data() + misalign;
+          std::vector<float> fast(rows), slow(rows);
+          row_dots(qp, base, type, rows, dim, fast.data());
+          row_dots_scalar(qp, base, type, rows, dim, slow.data());
+          for (size_t j = 0; j < rows; ++j) {
+            EXPECT_NEAR(fast[j], slow[j], 1e-5 * (1 + std::abs(slow[j])) * std::sqrt(double(dim)));
+          }
+          std::vector<float> w = test::normal(rows, 7);
+          w[0] = 0.0f;
+          std::vector<float> out_fast(dim, 0.5f), out_slow(dim, 0.5f);
+          rows_weighted_sum(w.data(), base, type, rows, dim, out_fast.data());
+          rows_weighted_sum_scalar(w.data(), base, type, rows, dim, out_slow.data());
+          for (size_t i = 0; i < dim; ++i) {
+            EXPECT_NEAR(out_fast[i], out_slow[i], 1e-5 * (1 + std::abs(out_slow[i])) * std::sqrt(double(rows)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KVRows, QueryBlockDotsMatchesTheScalarTwin) {
+  for (size_t dim : {1u, 8u, 13u, 64u, 128u}) {
+    for (size_t m : {1u, 3u, 4u, 5u, 9u}) {
+      for (size_t n : {1u, 15u, 16u, 17u, 32u, 33u, 70u}) {
+        const size_t ld = (n + 31) / 32 * 32;
+        std::vector<float> kt(dim * ld, 0.0f);
+        const auto src = test::normal(dim * n, n * 7 + dim);
+        for (size_t d = 0; d < dim; ++d) {
+          for (size_t j = 0; j < n; ++j) kt[d * ld + j] = src[d * n + j];
+        }
+        const auto q = test::normal(m * dim, m);
+        std::vector<float> fast(m * ld, -1.0f), slow(m * ld, -1.0f);
+        query_block_dots(q.data(), m, dim, kt.data(), ld, n, dim, fast.data(), ld);
+        query_block_dots_scalar(q.data(), m, dim, kt.data(), ld, n, dim, slow.data(), ld);
+        for (size_t i = 0; i < m; ++i) {
+          for (size_t j = 0; j < n; ++j) {
+            EXPECT_NEAR(fast[i * ld + j], slow[i * ld + j], 1e-4 * std::sqrt(double(dim)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KVRows, MaskedSoftmaxNormalisesTheUnmaskedEntries) {
+  for (size_t n : {1u, 2u, 7u, 16u, 17u, 100u}) {
+    std::vector<float> x = test::normal(n, n, 5.0f);
+    std::vector<uint8_t> mask(n);
+    for (size_t i = 0; i < n; ++i) mask[i] = (i % 3) != 1;
+    const std::vector<float> orig = x;
+    ASSERT_TRUE(masked_softmax(x.data(), mask.data(), n));
+    double sum = 0, ref_sum = 0, mx = -1e30;
+    for (size_t i = 0; i < n; ++i) {
+      if (mask[i]) mx = std::max(mx, double(orig[i]));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (mask[i]) ref_sum += std::exp(orig[i] - mx);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      sum += x[i];
+      if (!mask[i]) EXPECT_EQ(x[i], 0.0f);
+      else EXPECT_NEAR(x[i], std::exp(orig[i] - mx) / ref_sum, 1e-6);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+  std::vector<float> x = {1.0f, 2.0f};
+  const std::vector<uint8_t> none = {0, 0};
+  EXPECT_FALSE(masked_softmax(x.data(), none.data(), 2));
+  EXPECT_EQ(x, (std::vector<float>{0.0f, 0.0f}));
+}
+
+}  // namespace
+}  // namespace squeezekv
