@@ -8,5 +8,8 @@ namespace squeezekv::cli {
 void register_budgets(CLI::App& app);
 void register_methods(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_info(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 }  // namespace squeezekv::cli

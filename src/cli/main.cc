@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   squeezekv::cli::register_budgets(app);
   squeezekv::cli::register_methods(app);
   squeezekv::cli::register_synth(app);
+  squeezekv::cli::register_info(app);
+  squeezekv::cli::register_generate(app);
+  squeezekv::cli::register_perplexity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

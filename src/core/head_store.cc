@@ -13,9 +13,12 @@ void HeadStore::append(const float* keys, const float* values, int n, int64_t fi
   const int free_reused = std::min<int>(n, int(free_.size()));
   const int needed = n_slots_ + (n - free_reused);
   if (needed > capacity_) {
-    // Doubling keeps appends amortised O(1); growth_cap stops it at the budget's size.
-    const int doubled = std::max(needed, std::min(2 * capacity_, growth_cap));
-    reallocate(std::max(needed, doubled));
+    // Geometric growth keeps appends amortised O(1): an evicting head doubles up to its cap
+    // (budget + 1); an unbounded one (cap 0) grows by 1/8, so it holds at most 1/8 + 16 rows
+    // more than it needs.
+    const int grown = growth_cap > 0 ? std::min(2 * capacity_, growth_cap)
+                                     : capacity_ + std::max(capacity_ / 8, 16);
+    reallocate(std::max(needed, grown));
   }
   const size_t row = row_bytes();
   for (int t = 0; t < n; ++t) {

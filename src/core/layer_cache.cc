@@ -48,9 +48,9 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   if (!first_update_done_) {
     concentration_ = concentration_score(keys, n_heads(), n_tokens, dim);
   }
-  // Until the budget is final the layer keeps everything, so it grows freely; after that its
-  // slots stop at budget + 1 (room for one append before the eviction).
-  const int growth_cap = budget_final_ && policy_->bounded() ? budget_ + 1 : kUnbounded;
+  // Until the budget is final the layer keeps everything, so it grows without a cap; after that
+  // its slots stop at budget + 1 (room for one append before the eviction).
+  const int growth_cap = budget_final_ && policy_->bounded() ? budget_ + 1 : 0;
   update_.keys = keys;
   update_.n_new = n_tokens;
   update_.first_pos = rows_.tokens_seen;

@@ -58,7 +58,8 @@ TEST(KVRows, RowDotsAndWeightedSumsMatchTheScalarTwins) {
           rows_weighted_sum(w.data(), base, type, rows, dim, out_fast.data());
           rows_weighted_sum_scalar(w.data(), base, type, rows, dim, out_slow.data());
           for (size_t i = 0; i < dim; ++i) {
-            EXPECT_NEAR(out_fast[i], out_slow[i], 1e-5 * (1 + std::abs(out_slow[i])) * std::sqrt(double(rows)));
+            EXPECT_NEAR(out_fast[i], out_slow[i],
+                        1e-5 * (1 + std::abs(out_slow[i])) * std::sqrt(double(rows)));
           }
         }
       }
@@ -106,8 +107,10 @@ TEST(KVRows, MaskedSoftmaxNormalisesTheUnmaskedEntries) {
     }
     for (size_t i = 0; i < n; ++i) {
       sum += x[i];
-      if (!mask[i]) EXPECT_EQ(x[i], 0.0f);
-      else EXPECT_NEAR(x[i], std::exp(orig[i] - mx) / ref_sum, 1e-6);
+      if (!mask[i])
+        EXPECT_EQ(x[i], 0.0f);
+      else
+        EXPECT_NEAR(x[i], std::exp(orig[i] - mx) / ref_sum, 1e-6);
     }
     EXPECT_NEAR(sum, 1.0, 1e-5);
   }

@@ -29,15 +29,15 @@ struct KVCacheConfig {
   int budget = 512;                // average rows per layer and KV head (squeeze_budget)
   int n_sink = 4;                  // first positions never evicted; floor is n_sink + 1
   double strength = 1.0;           // squeeze: 0 = uniform (== h2o), 1 = full reallocation
-  std::optional<int> resolved_budget;  // explicit per-layer budget for a lone cache
+  std::optional<int> resolved_budget{};  // explicit per-layer budget for a lone cache
   double recent = 0.5;             // share of (budget - n_sink) kept as the newest rows
   double decay = 1.0;              // scores = decay * scores + a; in (0, 1], 1 = off
   ScoreSource score = ScoreSource::key_proxy;
   KVType kv_type = KVType::f16;
 
   // The method's preset pair can be overridden: any policy with any allocator.
-  std::string policy;     // "" = the method's token policy
-  std::string allocator;  // "" = the method's layer allocator
+  std::string policy{};     // "" = the method's token policy
+  std::string allocator{};  // "" = the method's layer allocator
 
   double beta = 2.0;     // pyramidkv: taper steepness, >= 1 (1 = uniform)
   int chunk_size = 8;    // chunkkv: positions per evicted chunk, >= 1 (1 = h2o)

@@ -1,0 +1,83 @@
+// matvec throughput per weight type: SIMD with 1 and 2 threads next to the scalar twin, on the
+// 2048x2048 and 8192x2048 (rows x cols) shapes of a small Llama's attention and FFN matrices.
+// bytes_per_second counts weight bytes read, so it compares directly with memory bandwidth.
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "squeezekv/ops/matmul.h"
+#include "squeezekv/ops/tensor_type.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+namespace {
+
+constexpr int64_t n_cols = 2048;
+
+// Weights are built once per (type, rows) and shared by every benchmark of that shape.
+const std::vector<uint8_t>& weights(TensorType type, int64_t n_rows) {
+  static std::map<std::pair<TensorType, int64_t>, std::vector<uint8_t>> cache;
+  auto [it, inserted] = cache.try_emplace({type, n_rows});
+  if (inserted) {
+    std::mt19937 rng(42);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::vector<float> row(n_cols);
+    const size_t stride = row_bytes(type, n_cols);
+    it->second.resize(stride * static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      for (float& v : row) v = normal(rng);
+      quantize_row(type, row.data(), it->second.data() + static_cast<size_t>(r) * stride, n_cols);
+    }
+  }
+  return it->second;
+}
+
+void bm_matvec(benchmark::State& state, TensorType type, int64_t n_rows, int threads, bool simd) {
+  const std::vector<uint8_t>& bytes = weights(type, n_rows);
+  const WeightMatrix w{bytes.data(), type, n_rows, n_cols};
+  std::vector<float> x(n_cols), y(static_cast<size_t>(n_rows));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  for (auto _ : state) {
+    if (simd) {
+      matvec(w, x.data(), y.data(), pool.get());
+    } else {
+      matvec_scalar(w, x.data(), y.data());
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes.size()));
+}
+
+const bool registered = [] {
+  const TensorType types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0,
+                              TensorType::q4_0, TensorType::q4_k, TensorType::q6_k};
+  for (const TensorType type : types) {
+    for (const int64_t n_rows : {int64_t{2048}, int64_t{8192}}) {
+      const std::string shape = std::string(tensor_type_name(static_cast<uint32_t>(type))) + "/" +
+                                std::to_string(n_rows) + "x" + std::to_string(n_cols);
+      benchmark::RegisterBenchmark(("matvec/" + shape + "/scalar").c_str(), bm_matvec, type, n_rows, 1, false)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+      for (const int threads : {1, 2}) {
+        benchmark::RegisterBenchmark(("matvec/" + shape + "/simd/threads:" + std::to_string(threads)).c_str(),
+                                     bm_matvec, type, n_rows, threads, true)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime()
+            ->MinTime(0.2);
+      }
+    }
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace squeezekv

@@ -1,0 +1,74 @@
+// Engine: the forward pass of a Model with a squeezekv ModelCache in the loop (llama2.c's order:
+// embed, then per layer RMS norm, q/k/v, RoPE, attention over the cache's kept rows, output
+// projection, SwiGLU MLP; final norm and logits). Attention of each layer reads that layer's own
+// kept rows, so every layer and head may hold a different number of tokens.
+//
+// Buffers grow to the largest batch seen and are then reused: no allocation per token.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "squeezekv/core/model_cache.h"
+#include "squeezekv/engine/model.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+
+enum class Logits { none, last, all };
+
+// Called per layer with the residual stream entering the layer (`before`) and after the
+// attention residual add (`after`), both [n_tokens, dim]: the paper's layer-importance signal.
+using ResidualObserver =
+    std::function<void(int layer, const float* before, const float* after, int n_tokens, int dim)>;
+
+class Engine {
+ public:
+  // `pool` may be null (single-threaded); it must outlive the engine.
+  Engine(const Model& model, ThreadPool* pool);
+
+  // Runs `tokens` at the positions that follow what `cache` has seen. Writes logits ([vocab] for
+  // Logits::last, [n, vocab] for Logits::all) into `logits` (resized). The cache must have the
+  // model's layer count, KV heads and head dimension (InvalidArgument otherwise).
+  void forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
+               std::vector<float>& logits);
+
+  // A prompt spread over several forward calls: between these the cache keeps the prompt for the
+  // policies that act once at its end, and the engine measures each layer's hidden-state cosine
+  // when the cache's allocator asks for it (reported to the coordinator at end_prompt).
+  void begin_prompt(ModelCache& cache);
+  void end_prompt(ModelCache& cache);
+
+  // Mean over the prompt's tokens of cos(residual entering layer l, residual after attention).
+  const std::vector<double>& prompt_hidden_cosine() const { return cos_mean_; }
+
+  void set_residual_observer(ResidualObserver observer) { observer_ = std::move(observer); }
+  const Model& model() const { return model_; }
+  ThreadPool* pool() const { return pool_; }
+
+  // A cache shaped for this model (its layers, KV heads and head dimension).
+  std::unique_ptr<ModelCache> make_cache(KVCacheConfig config) const;
+
+ private:
+  void attention(int layer, LayerCache& cache, int n, int64_t pos0);
+  void reserve(int n);
+
+  const Model& model_;
+  ThreadPool* pool_;
+  ResidualObserver observer_;
+  bool in_prompt_ = false;
+  std::vector<double> cos_sum_, cos_mean_;
+  int64_t cos_count_ = 0;
+  int capacity_ = 0;
+  // Activations, [n, ...] row-major.
+  std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, before_;
+  std::vector<float> k_heads_, v_heads_;  // [n_kv, n, hd]: the cache's update layout
+  std::vector<float> rope_;                // cos/sin per token [n, n_rot]
+  std::vector<std::vector<float>> scratch_;  // per worker: logits over slots
+  std::vector<float> probs_;               // [n_heads, n, slots] when attention is fed back
+  std::vector<float> group_probs_;         // [n, slots]
+};
+
+}  // namespace squeezekv

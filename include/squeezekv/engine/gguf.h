@@ -1,0 +1,181 @@
+// Read-only view of a GGUF model file (versions 2 and 3). The file is memory-mapped; metadata
+// strings, arrays and tensor data are views into the mapping, valid while the GgufFile lives.
+// Nothing in the file is trusted: every malformed field raises FormatError naming the field and
+// its value, in the manner of llama.cpp's gguf.cpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "squeezekv/ops/tensor_type.h"
+
+namespace squeezekv {
+
+// Metadata value types, numbered as in the GGUF specification.
+enum class GgufType : uint32_t {
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
+};
+
+// "uint32", "string", "array", ...; "type <id>" for ids outside the specification.
+std::string_view gguf_type_name(GgufType type);
+
+// Bytes of one scalar of the type; 0 for string and array (variable size) and unknown ids.
+size_t gguf_scalar_size(GgufType type);
+
+// One metadata value: a scalar, a string, or an array (of scalars, strings or arrays).
+class GgufValue {
+ public:
+  GgufType type() const { return type_; }
+  bool is_integer() const;  // u8..i64 (not bool)
+  bool is_float() const { return type_ == GgufType::f32 || type_ == GgufType::f64; }
+
+  // Scalars. Integer getters accept any integer type whose value fits; they throw FormatError
+  // (naming `what`, usually "key 'x'") on a type mismatch or a value out of range.
+  uint64_t as_u64(std::string_view what = "value") const;
+  int64_t as_i64(std::string_view what = "value") const;
+  uint32_t as_u32(std::string_view what = "value") const;
+  int32_t as_i32(std::string_view what = "value") const;
+  double as_f64(std::string_view what = "value") const;  // f32 or f64
+  float as_f32(std::string_view what = "value") const;   // f32 or f64
+  bool as_bool(std::string_view what = "value") const;
+  std::string_view as_string(std::string_view what = "value") const;
+
+  // Arrays.
+  GgufType array_type() const { return elem_type_; }  // element type (arrays only)
+  size_t size() const { return count_; }              // element count (arrays only)
+  std::span<const std::string_view> strings(std::string_view what = "value") const;
+  std::span<const GgufValue> items(std::string_view what = "value") const;  // nested arrays
+  // Element i of a numeric or bool array, converted (checked) to the requested type.
+  double number_at(size_t i) const;
+  int64_t integer_at(size_t i) const;
+  std::vector<float> to_f32s(std::string_view what = "value") const;
+  std::vector<int32_t> to_i32s(std::string_view what = "value") const;
+
+  // Short human-readable rendering; arrays show their first `max_items` elements.
+  std::string to_string(size_t max_items = 8) const;
+
+ private:
+  friend class GgufParser;
+  [[noreturn]] void type_mismatch(std::string_view what, std::string_view expected) const;
+  void require_array(std::string_view what) const;
+
+  GgufType type_ = GgufType::u8;
+  GgufType elem_type_ = GgufType::u8;
+  uint64_t bits_ = 0;  // integer or bool scalar; signed types sign-extended
+  double real_ = 0;    // float scalar
+  std::string_view str_;
+  size_t count_ = 0;
+  const uint8_t* raw_ = nullptr;  // numeric/bool array elements, little-endian, unaligned
+  std::vector<std::string_view> strings_;
+  std::vector<GgufValue> items_;
+};
+
+// One tensor of the file. `ne` is in GGUF order: ne[0] is the contiguous (row) dimension.
+struct GgufTensor {
+  std::string_view name;
+  int n_dims = 0;
+  std::array<int64_t, 4> ne{1, 1, 1, 1};
+  uint32_t type_id = 0;  // GGUF/ggml type id
+  uint64_t offset = 0;   // from the start of the data section
+  const void* data = nullptr;
+  uint64_t n_bytes = 0;
+
+  std::span<const int64_t> dims() const { return {ne.data(), static_cast<size_t>(n_dims)}; }
+  int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  // True when squeezekv can compute with the type (block_layout(type_id) is known).
+  bool supported() const;
+  // The type; FormatError "tensor 'x' has type Q2_K, which squeezekv does not support" if not.
+  TensorType type() const;
+  std::string_view type_name() const;
+};
+
+class GgufFile {
+ public:
+  // Maps and parses the file. FormatError("cannot open model 'path': No such file or directory")
+  // and the like when it cannot be read; FormatError naming the field for any malformed content.
+  static GgufFile open(const std::string& path);
+  // Parses a copy of an in-memory image (tests, fuzzing); `name` stands for the path in messages.
+  static GgufFile from_bytes(std::span<const uint8_t> bytes, std::string name = "<memory>");
+
+  GgufFile(GgufFile&&) noexcept;
+  GgufFile& operator=(GgufFile&&) noexcept;
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+  ~GgufFile();
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t file_size() const { return size_; }
+  uint32_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }  // byte where tensor data begins
+
+  // Metadata, keys in file order.
+  const std::vector<std::string_view>& keys() const { return keys_; }
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+  const GgufValue* find(std::string_view key) const;  // nullptr when absent
+  const GgufValue& get(std::string_view key) const;   // FormatError "missing key 'x'"
+
+  // Typed getters: find_* return nullopt when the key is absent, get_* throw "missing key 'x'";
+  // both throw "key 'x' has type string, expected uint32" on a type mismatch.
+  std::optional<uint32_t> find_u32(std::string_view key) const;
+  std::optional<uint64_t> find_u64(std::string_view key) const;
+  std::optional<int32_t> find_i32(std::string_view key) const;
+  std::optional<float> find_f32(std::string_view key) const;
+  std::optional<bool> find_bool(std::string_view key) const;
+  std::optional<std::string_view> find_string(std::string_view key) const;
+  uint32_t get_u32(std::string_view key) const;
+  uint64_t get_u64(std::string_view key) const;
+  int32_t get_i32(std::string_view key) const;
+  float get_f32(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+  std::string_view get_string(std::string_view key) const;
+  const GgufValue& get_array(std::string_view key) const;  // any array
+  std::span<const std::string_view> get_strings(std::string_view key) const;
+  std::vector<float> get_f32s(std::string_view key) const;
+  std::vector<int32_t> get_i32s(std::string_view key) const;
+
+  // Tensors in file order.
+  const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  const GgufTensor* find_tensor(std::string_view name) const;  // nullptr when absent
+
+ private:
+  friend class GgufParser;
+  GgufFile() = default;
+  void release() noexcept;
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  bool mapped_ = false;  // base_ is an mmap region (else owned_ holds the bytes)
+  std::unique_ptr<uint8_t[]> owned_;
+  uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::string_view> keys_;
+  std::vector<GgufValue> values_;  // parallel to keys_
+  std::unordered_map<std::string_view, size_t> key_index_;
+  std::vector<GgufTensor> tensors_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
+};
+
+}  // namespace squeezekv

@@ -1,0 +1,75 @@
+// Model: a GGUF Llama-family model ready to run — hyper-parameters from the metadata, weight
+// views straight into the memory-mapped file (no dequantised copy), and its tokenizer.
+// Architectures: `llama` (Llama 2/3, TinyLlama, SmolLM, Mistral without sliding window) and
+// `qwen2` (q/k/v biases, NeoX-style RoPE).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/tokenizer.h"
+#include "squeezekv/ops/matmul.h"
+#include "squeezekv/ops/model_ops.h"
+
+namespace squeezekv {
+
+struct ModelConfig {
+  std::string arch;        // general.architecture
+  std::string name;        // general.name, if any
+  int dim = 0;             // embedding_length
+  int n_layers = 0;        // block_count
+  int n_heads = 0;         // attention.head_count
+  int n_kv_heads = 0;      // attention.head_count_kv (GQA when smaller)
+  int head_dim = 0;        // attention.key_length, else dim / n_heads
+  int ffn_dim = 0;         // feed_forward_length
+  int vocab = 0;           // rows of token_embd
+  int context_length = 0;  // context_length (what the file claims)
+  int n_rot = 0;           // rope.dimension_count, else head_dim
+  float rope_base = 10000.0f;
+  float norm_eps = 1e-5f;
+  RopeStyle rope_style = RopeStyle::normal;
+  bool tied_embeddings = false;  // output.weight absent: logits use token_embd
+  bool qkv_bias = false;         // qwen2
+  int group() const { return n_heads / n_kv_heads; }  // query heads per KV head
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;      // [dim], f32 copies (tiny)
+  std::vector<float> bq, bk, bv;               // qwen2 biases, empty for llama
+  WeightMatrix wq, wk, wv, wo;                 // [n_heads*hd, dim], [n_kv*hd, dim] x2, [dim, n_heads*hd]
+  WeightMatrix w_gate, w_up, w_down;           // [ffn, dim] x2, [dim, ffn]
+};
+
+class Model {
+ public:
+  // Opens and checks the file: FormatError naming the key or tensor (and the shape or type
+  // expected) for anything missing, malformed or unsupported.
+  static Model load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const GgufFile& file() const { return file_; }
+  const LayerWeights& layer(int l) const { return layers_[size_t(l)]; }
+  const WeightMatrix& token_embedding() const { return token_embd_; }  // [vocab, dim]
+  const WeightMatrix& output() const { return output_; }               // [vocab, dim]
+  const std::vector<float>& output_norm() const { return output_norm_; }
+
+  // Row `token` of the embedding, dequantised into out[0..dim).
+  void embed(int32_t token, float* out) const;
+  uint64_t n_params() const;        // elements over all tensors
+  uint64_t weight_bytes() const;    // bytes of tensor data in the file
+
+ private:
+  Model(GgufFile file, Tokenizer tokenizer) : file_(std::move(file)), tokenizer_(std::move(tokenizer)) {}
+
+  GgufFile file_;
+  Tokenizer tokenizer_;
+  ModelConfig config_;
+  WeightMatrix token_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace squeezekv

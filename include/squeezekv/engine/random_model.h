@@ -1,0 +1,34 @@
+// Random-weight GGUF models with the tensor names and metadata llama.cpp writes, for tests and
+// benchmarks at any shape (up to 1B-class models, streamed to disk).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "squeezekv/engine/gguf_writer.h"
+#include "squeezekv/ops/tensor_type.h"
+
+namespace squeezekv {
+
+struct RandomModelSpec {
+  std::string arch = "llama";  // "llama" or "qwen2" (adds F32 q/k/v biases)
+  int64_t dim = 64;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t ffn_dim = 128;
+  int64_t vocab = 512;  // at least 259: <unk>, <s>, </s> and the 256 byte tokens
+  TensorType weight_type = TensorType::f32;  // matrices and token_embd; norms/biases stay F32
+  bool tied_embeddings = false;              // true: no output.weight
+  uint64_t seed = 1;
+  uint32_t context_length = 2048;
+};
+
+// A writer holding the whole model; tensor data is generated while it writes. The weights depend
+// only on the spec (the generator is fully specified here, identical on every platform).
+// InvalidArgument when the spec is inconsistent (e.g. dim not a multiple of the block size).
+GgufWriter random_model_writer(const RandomModelSpec& spec);
+
+void write_random_model(const std::string& path, const RandomModelSpec& spec);
+
+}  // namespace squeezekv

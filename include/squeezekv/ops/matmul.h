@@ -1,0 +1,46 @@
+// Matrix-vector and matrix-matrix products against weights stored as GGUF stores them, read in
+// place (e.g. straight from the memory-mapped file): no copy of the matrix is ever made.
+//
+// Accuracy (checked by tests/ops/matmul_test.cc against the scalar twins, which dequantise each
+// row and accumulate its dot in double):
+//  - F32, F16, BF16 weights: products in f32 with SIMD partial sums, so
+//    |y - y_exact| <= 1e-5 * sum_i |w_i * x_i|.
+//  - Q8_0, Q4_0, Q4_K, Q6_K weights: like ggml's vec_dot_*_q8_*, x is first quantised to 8 bits
+//    per 32-element block (x_i ~= s_b * q_i, s_b = max_b |x| / 127 kept in f32) and each block's
+//    dot is exact in integers, so, with b ranging over the 32-element blocks of the row,
+//    |y - y_exact| <= sum_b (sum_{i in b} |w_i|) * max_{i in b} |x_i| / 254 + 1e-5 * sum_i |w_i * x_i|.
+// Each output is computed the same way whatever the thread count or batch size: results are
+// bit-identical for 1 or N threads, and matmul row t equals matvec of token t.
+#pragma once
+
+#include <cstdint>
+
+#include "squeezekv/ops/tensor_type.h"
+
+namespace squeezekv {
+
+class ThreadPool;
+
+// A weight matrix in GGUF layout: n_rows rows (GGUF ne1) of n_cols elements (ne0) each,
+// row-major and contiguous, so row r starts at data + r * row_bytes(type, n_cols).
+struct WeightMatrix {
+  const void* data = nullptr;
+  TensorType type = TensorType::f32;
+  int64_t n_rows = 0;
+  int64_t n_cols = 0;  // a multiple of block_layout(type).block_elems
+};
+
+// y[r] = dot(row r of w, x) for r < n_rows; x has n_cols floats and must not overlap y. Rows are
+// split across pool (nullptr: the calling thread only). Throws InvalidArgument on a bad shape.
+void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool* pool = nullptr);
+
+// A batch of n_tok tokens: x is [n_tok, n_cols] row-major, y is [n_tok, n_rows] row-major,
+// y[t * n_rows + r] = dot(row r of w, x + t * n_cols). Each weight row is reused across tokens.
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool = nullptr);
+
+// Scalar twins, the test oracles: dequantise_row each row, then a double-accumulated dot with
+// the unquantised x. Slow; single-threaded.
+void matvec_scalar(const WeightMatrix& w, const float* x, float* y);
+void matmul_scalar(const WeightMatrix& w, const float* x, int64_t n_tok, float* y);
+
+}  // namespace squeezekv

@@ -1,0 +1,91 @@
+// `squeezekv generate`: streams text to stdout; speed, per-layer budgets and kept rows and the
+// resident KV bytes against a full cache to stderr.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/cache_options.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/engine/generate.h"
+
+namespace squeezekv::cli {
+namespace {
+
+struct GenerateArgs {
+  ModelOptions model;
+  CacheOptions cache;
+  GenerateOptions gen;
+  std::string prompt = "Once upon a time";
+  bool stats = false;
+  bool json = false;
+};
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  return s;
+}
+
+void run(GenerateArgs& a) {
+  KVCacheConfig config = a.cache.resolve();
+  const Model model = Model::load(a.model.model_path);
+  auto pool = a.model.make_pool();
+  Engine engine(model, pool.get());
+  auto cache = engine.make_cache(config);
+  a.gen.n_batch = a.model.n_batch;
+  a.gen.n_ctx = a.model.n_ctx;
+  if (!a.json) {
+    std::printf("%s", a.prompt.c_str());
+    std::fflush(stdout);
+  }
+  const GenerateResult r = generate(engine, *cache, a.prompt, a.gen, [&](int32_t token) {
+    if (a.json) return;
+    std::printf("%s", model.tokenizer().piece(token).c_str());
+    std::fflush(stdout);
+  });
+  std::vector<int> kept;
+  for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).tokens_kept());
+  const double repeats = repeated_ngram_share(r.tokens, 4);
+  if (a.json) {
+    nlohmann::json out = {{"prompt", a.prompt}, {"text", model.tokenizer().decode(r.tokens)},
+                          {"prompt_tokens", r.prompt_tokens.size()}, {"generated_tokens", r.tokens.size()},
+                          {"tokens", r.tokens}, {"prompt_tokens_per_second", r.prompt_tokens_per_second()},
+                          {"decode_tokens_per_second", r.decode_tokens_per_second()},
+                          {"method", config.method}, {"layer_budgets", cache->budgets()}, {"layer_kept", kept},
+                          {"kv_kept_bytes", cache->kept_bytes()}, {"kv_full_bytes", cache->full_bytes()},
+                          {"repeated_4gram_share", repeats}, {"stopped_at_eos", r.stopped_at_eos}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("\n");
+  std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s; generated: %zu tokens, %.1f tokens/s\n",
+               r.prompt_tokens.size(), r.prompt_tokens_per_second(), r.tokens.size(), r.decode_tokens_per_second());
+  std::fprintf(stderr, "cache: %s, layer budgets %s\n       kept rows %s\n       KV resident %.1f KiB, a full cache %.1f KiB (%.2fx)\n",
+               config.method.c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
+               double(cache->kept_bytes()) / 1024.0, double(cache->full_bytes()) / 1024.0, cache->compression_ratio());
+  if (a.stats) std::fprintf(stderr, "repeated 4-grams: %.1f %% of the output\n", 100.0 * repeats);
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "generate text with any eviction method");
+  add_model_options(*cmd, args->model);
+  cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
+  cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size (0 = the model's)")->capture_default_str();
+  cmd->add_option("--temp", args->gen.sampler.temperature, "temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", args->gen.sampler.top_k, "top-k sampling (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", args->gen.sampler.top_p, "top-p sampling (1 = off)")->capture_default_str();
+  cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed")->capture_default_str();
+  cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams");
+  cmd->add_flag("--json", args->json, "print one JSON object instead of streaming text");
+  add_cache_options(*cmd, args->cache);
+  args->cache.config.method = "full";
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace squeezekv::cli

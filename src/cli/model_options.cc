@@ -1,0 +1,23 @@
+#include "cli/model_options.h"
+
+#include <thread>
+
+#include "squeezekv/core/errors.h"
+
+namespace squeezekv::cli {
+
+std::unique_ptr<ThreadPool> ModelOptions::make_pool() const {
+  require(threads >= 0, "--threads", threads, "must be >= 0 (0 = every core)");
+  const size_t n = threads > 0 ? size_t(threads) : std::max(1u, std::thread::hardware_concurrency());
+  return std::make_unique<ThreadPool>(n);
+}
+
+void add_model_options(CLI::App& app, ModelOptions& o, bool with_batch) {
+  app.add_option("-m,--model", o.model_path, "GGUF model file")->required();
+  app.add_option("-t,--threads", o.threads, "threads (0 = every core)")->capture_default_str();
+  if (with_batch) {
+    app.add_option("-b,--batch-size", o.n_batch, "prompt tokens per prefill update")->capture_default_str();
+  }
+}
+
+}  // namespace squeezekv::cli

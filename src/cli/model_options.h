@@ -1,0 +1,24 @@
+// Options shared by the subcommands that run a model (-m, -t, -b, -c), declared once.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "squeezekv/engine/model.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv::cli {
+
+struct ModelOptions {
+  std::string model_path;
+  int threads = 0;  // 0 = every core
+  int n_batch = 512;
+  int n_ctx = 0;    // 0 = the command's default
+
+  std::unique_ptr<ThreadPool> make_pool() const;
+};
+
+void add_model_options(CLI::App& app, ModelOptions& options, bool with_batch = true);
+
+}  // namespace squeezekv::cli

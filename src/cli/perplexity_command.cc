@@ -1,0 +1,85 @@
+// `squeezekv perplexity`: llama-perplexity's protocol with any cache configuration, compared with
+// the full cache in the same run.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/cache_options.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "squeezekv/eval/perplexity.h"
+
+namespace squeezekv::cli {
+namespace {
+
+struct PerplexityArgs {
+  ModelOptions model;
+  CacheOptions cache;
+  std::string text_path;
+  int chunks = 0;
+  bool json = false;
+};
+
+nlohmann::json to_json(const PerplexityResult& r) {
+  return {{"method", r.config.method}, {"budget", r.config.budget}, {"chunks", r.chunks},
+          {"scored", r.scored}, {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll},
+          {"mean_kl", r.mean_kl}, {"top1_agreement", r.top1_agreement},
+          {"mean_kept_bytes", r.mean_kept_bytes}, {"peak_kept_bytes", r.peak_kept_bytes},
+          {"mean_full_bytes", r.mean_full_bytes}, {"peak_full_bytes", r.peak_full_bytes},
+          {"layer_budgets", r.layer_budgets}, {"layer_mean_kept", r.layer_mean_kept},
+          {"hidden_cosine", r.hidden_cosine}, {"seconds", r.seconds}};
+}
+
+void run(PerplexityArgs& a) {
+  const KVCacheConfig config = a.cache.resolve();
+  const Model model = Model::load(a.model.model_path);
+  auto pool = a.model.make_pool();
+  Engine engine(model, pool.get());
+  const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text_path);
+  PerplexityOptions options;
+  options.n_ctx = a.model.n_ctx;
+  options.n_batch = a.model.n_batch;
+  options.max_chunks = a.chunks;
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const std::vector<KVCacheConfig> configs = {config};
+  const auto results = evaluate_perplexity(engine, tokens, configs, options, [&](int done, int total) {
+    if (tty) std::fprintf(stderr, "\rperplexity: %d/%d chunk passes", done, total);
+  });
+  if (tty) std::fprintf(stderr, "\n");
+  const PerplexityResult& r = results.front();
+  if (a.json) {
+    nlohmann::json out = to_json(r);
+    out["n_ctx"] = options.n_ctx;
+    out["text_tokens"] = tokens.size();
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("%zu tokens, n_ctx %d, %d chunks, %lld scored tokens\n", tokens.size(), options.n_ctx,
+              r.chunks, static_cast<long long>(r.scored));
+  std::printf("method %s: PPL = %.4f, mean NLL = %.6f\n", config.method.c_str(), r.perplexity, r.mean_nll);
+  std::printf("against the full cache: KL = %.6f nats/token, top-1 agreement %.2f %%\n", r.mean_kl,
+              100.0 * r.top1_agreement);
+  std::printf("KV resident: mean %.1f KiB, peak %.1f KiB; a full cache: mean %.1f KiB, peak %.1f KiB\n",
+              r.mean_kept_bytes / 1024.0, r.peak_kept_bytes / 1024.0, r.mean_full_bytes / 1024.0,
+              r.peak_full_bytes / 1024.0);
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& app) {
+  auto args = std::make_shared<PerplexityArgs>();
+  auto* cmd = app.add_subcommand("perplexity", "perplexity on a text file (llama-perplexity's protocol)");
+  add_model_options(*cmd, args->model);
+  args->model.n_ctx = 512;
+  cmd->add_option("-f,--file", args->text_path, "text file")->required();
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "tokens per chunk")->capture_default_str();
+  cmd->add_option("--chunks", args->chunks, "chunks to score (0 = all)")->capture_default_str();
+  cmd->add_flag("--json", args->json, "print JSON, including per-layer values");
+  add_cache_options(*cmd, args->cache);
+  args->cache.config.method = "full";
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace squeezekv::cli

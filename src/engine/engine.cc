@@ -1,0 +1,213 @@
+#include "squeezekv/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "squeezekv/core/errors.h"
+
+namespace squeezekv {
+
+Engine::Engine(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {
+  scratch_.resize(pool ? pool->num_workers() : 1);
+}
+
+std::unique_ptr<ModelCache> Engine::make_cache(KVCacheConfig config) const {
+  config.head_dim = model_.config().head_dim;
+  return std::make_unique<ModelCache>(config, model_.config().n_layers, model_.config().n_kv_heads);
+}
+
+void Engine::begin_prompt(ModelCache& cache) {
+  in_prompt_ = true;
+  cos_sum_.assign(size_t(model_.config().n_layers), 0.0);
+  cos_count_ = 0;
+  cache.begin_prompt();
+}
+
+void Engine::end_prompt(ModelCache& cache) {
+  in_prompt_ = false;
+  cos_mean_.assign(cos_sum_.size(), 0.0);
+  for (size_t l = 0; l < cos_sum_.size(); ++l) {
+    cos_mean_[l] = cos_count_ > 0 ? cos_sum_[l] / double(cos_count_) : 0.0;
+  }
+  BudgetCoordinator* coordinator = cache.coordinator();
+  if (coordinator && coordinator->allocator().measures() == Importance::hidden_cosine) {
+    for (size_t l = 0; l < cos_mean_.size(); ++l) coordinator->report(int(l), cos_mean_[l]);
+  }
+  cache.end_prompt();
+}
+
+void Engine::reserve(int n) {
+  if (n <= capacity_) return;
+  const ModelConfig& c = model_.config();
+  const auto rows = size_t(n);
+  const size_t q_dim = size_t(c.n_heads) * size_t(c.head_dim);
+  const size_t kv_dim = size_t(c.n_kv_heads) * size_t(c.head_dim);
+  x_.resize(rows * size_t(c.dim));
+  xb_.resize(rows * size_t(c.dim));
+  before_.resize(rows * size_t(c.dim));
+  proj_.resize(rows * size_t(c.dim));
+  q_.resize(rows * q_dim);
+  att_.resize(rows * q_dim);
+  k_.resize(rows * kv_dim);
+  v_.resize(rows * kv_dim);
+  k_heads_.resize(rows * kv_dim);
+  v_heads_.resize(rows * kv_dim);
+  gate_.resize(rows * size_t(c.ffn_dim));
+  up_.resize(rows * size_t(c.ffn_dim));
+  rope_.resize(rows * size_t(c.n_rot));
+  capacity_ = n;
+}
+
+namespace {
+
+void add_bias(float* x, const std::vector<float>& bias, int n_rows) {
+  if (bias.empty()) return;
+  for (int t = 0; t < n_rows; ++t) add_inplace(x + size_t(t) * bias.size(), bias.data(), int64_t(bias.size()));
+}
+
+void rms_rows(const float* x, const std::vector<float>& weight, int n, float eps, float* out) {
+  const auto dim = int64_t(weight.size());
+  for (int t = 0; t < n; ++t) rms_norm(x + size_t(t) * size_t(dim), weight.data(), dim, eps, out + size_t(t) * size_t(dim));
+}
+
+}  // namespace
+
+void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
+                     std::vector<float>& logits) {
+  const ModelConfig& c = model_.config();
+  const int n = int(tokens.size());
+  require(n >= 1, "tokens", n, "forward needs at least one token");
+  require(cache.n_layers() == c.n_layers, "cache layers", cache.n_layers(),
+          "the model has " + std::to_string(c.n_layers) + " layers");
+  require(cache.layer(0).n_heads() == c.n_kv_heads, "cache KV heads", cache.layer(0).n_heads(),
+          "the model has " + std::to_string(c.n_kv_heads) + " KV heads");
+  require(cache.config().head_dim == c.head_dim, "cache head_dim", cache.config().head_dim,
+          "the model's head dimension is " + std::to_string(c.head_dim));
+  reserve(n);
+  const int64_t pos0 = cache.layer(0).tokens_seen();
+  const auto dim = size_t(c.dim);
+  const size_t q_dim = size_t(c.n_heads) * size_t(c.head_dim);
+  const size_t kv_dim = size_t(c.n_kv_heads) * size_t(c.head_dim);
+  const auto hd = size_t(c.head_dim);
+
+  for (int t = 0; t < n; ++t) model_.embed(tokens[size_t(t)], x_.data() + size_t(t) * dim);
+  for (int t = 0; t < n; ++t) rope_cache(pos0 + t, c.n_rot, c.rope_base, rope_.data() + size_t(t) * size_t(c.n_rot));
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    const bool measure = in_prompt_;
+    if (observer_ || measure) std::copy(x_.begin(), x_.begin() + long(size_t(n) * dim), before_.begin());
+    rms_rows(x_.data(), w.attn_norm, n, c.norm_eps, xb_.data());
+    matmul(w.wq, xb_.data(), n, q_.data(), pool_);
+    matmul(w.wk, xb_.data(), n, k_.data(), pool_);
+    matmul(w.wv, xb_.data(), n, v_.data(), pool_);
+    add_bias(q_.data(), w.bq, n);
+    add_bias(k_.data(), w.bk, n);
+    add_bias(v_.data(), w.bv, n);
+    for (int t = 0; t < n; ++t) {
+      const float* cs = rope_.data() + size_t(t) * size_t(c.n_rot);
+      for (int h = 0; h < c.n_heads; ++h) rope_apply(q_.data() + size_t(t) * q_dim + size_t(h) * hd, c.n_rot, c.rope_style, cs);
+      for (int h = 0; h < c.n_kv_heads; ++h) rope_apply(k_.data() + size_t(t) * kv_dim + size_t(h) * hd, c.n_rot, c.rope_style, cs);
+    }
+    // The cache takes [kv_heads, n, hd].
+    for (int t = 0; t < n; ++t) {
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const size_t src = size_t(t) * kv_dim + size_t(h) * hd;
+        const size_t dst = (size_t(h) * size_t(n) + size_t(t)) * hd;
+        std::memcpy(k_heads_.data() + dst, k_.data() + src, hd * sizeof(float));
+        std::memcpy(v_heads_.data() + dst, v_.data() + src, hd * sizeof(float));
+      }
+    }
+    LayerCache& layer = cache.layer(l);
+    layer.begin_update(k_heads_.data(), v_heads_.data(), n);
+    attention(l, layer, n, pos0);
+    layer.end_update();
+    matmul(w.wo, att_.data(), n, proj_.data(), pool_);
+    add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
+    if (observer_) observer_(l, before_.data(), x_.data(), n, c.dim);
+    if (measure) {
+      for (int t = 0; t < n; ++t) {
+        const float* a = before_.data() + size_t(t) * dim;
+        const float* b = x_.data() + size_t(t) * dim;
+        const double ab = dot(a, b, c.dim), aa = dot(a, a, c.dim), bb = dot(b, b, c.dim);
+        cos_sum_[size_t(l)] += ab / (std::sqrt(aa * bb) + 1e-12);
+      }
+    }
+
+    rms_rows(x_.data(), w.ffn_norm, n, c.norm_eps, xb_.data());
+    matmul(w.w_gate, xb_.data(), n, gate_.data(), pool_);
+    matmul(w.w_up, xb_.data(), n, up_.data(), pool_);
+    swiglu(gate_.data(), up_.data(), int64_t(size_t(n) * size_t(c.ffn_dim)), gate_.data());
+    matmul(w.w_down, gate_.data(), n, proj_.data(), pool_);
+    add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
+  }
+
+  if (in_prompt_) cos_count_ += n;
+  if (mode == Logits::none) return;
+  const int first = mode == Logits::all ? 0 : n - 1;
+  const int rows = n - first;
+  rms_rows(x_.data() + size_t(first) * dim, model_.output_norm(), rows, c.norm_eps, xb_.data());
+  logits.resize(size_t(rows) * size_t(c.vocab));
+  matmul(model_.output(), xb_.data(), rows, logits.data(), pool_);
+}
+
+void Engine::attention(int l, LayerCache& layer, int n, int64_t pos0) {
+  (void)l;
+  const ModelConfig& c = model_.config();
+  const auto hd = size_t(c.head_dim);
+  const size_t q_dim = size_t(c.n_heads) * hd;
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  int max_slots = 0;
+  for (int g = 0; g < c.n_kv_heads; ++g) max_slots = std::max(max_slots, layer.head(g).n_slots());
+  for (auto& s : scratch_) s.resize(size_t(max_slots) * 2);
+  const bool feed = layer.wants_attention();
+  if (feed) probs_.assign(size_t(c.n_heads) * size_t(n) * size_t(max_slots), 0.0f);
+
+  // One task per (query head, token): logits over the KV head's slots, causal mask by position.
+  auto task = [&](size_t index, size_t worker) {
+    const int h = int(index) / n, t = int(index) % n;
+    const HeadStore& head = layer.head(h / c.group());
+    const int n_slots = head.n_slots();
+    float* logits = scratch_[worker].data();
+    auto* mask = reinterpret_cast<uint8_t*>(logits + max_slots);
+    const float* q = q_.data() + size_t(t) * q_dim + size_t(h) * hd;
+    row_dots(q, head.keys(), head.type(), size_t(n_slots), hd, logits);
+    const int64_t query_pos = pos0 + t;
+    const int64_t* pos = head.positions();
+    for (int s = 0; s < n_slots; ++s) {
+      mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos;
+      logits[s] *= scale;
+    }
+    masked_softmax(logits, mask, size_t(n_slots));
+    float* out = att_.data() + size_t(t) * q_dim + size_t(h) * hd;
+    std::fill(out, out + hd, 0.0f);
+    rows_weighted_sum(logits, head.values(), head.type(), size_t(n_slots), hd, out);
+    if (feed) {
+      std::copy(logits, logits + n_slots, probs_.data() + (size_t(h) * size_t(n) + size_t(t)) * size_t(max_slots));
+    }
+  };
+  const size_t n_tasks = size_t(c.n_heads) * size_t(n);
+  if (pool_ && n_tasks > 1) {
+    pool_->parallel_for(n_tasks, task);
+  } else {
+    for (size_t i = 0; i < n_tasks; ++i) task(i, 0);
+  }
+
+  if (!feed) return;
+  // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads.
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    const int n_slots = layer.head(g).n_slots();
+    group_probs_.assign(size_t(n) * size_t(n_slots), 0.0f);
+    for (int h = g * c.group(); h < (g + 1) * c.group(); ++h) {
+      for (int t = 0; t < n; ++t) {
+        const float* p = probs_.data() + (size_t(h) * size_t(n) + size_t(t)) * size_t(max_slots);
+        add_inplace(group_probs_.data() + size_t(t) * size_t(n_slots), p, n_slots);
+      }
+    }
+    layer.add_attention(g, group_probs_.data(), n);
+  }
+}
+
+}  // namespace squeezekv

@@ -1,0 +1,154 @@
+#include "squeezekv/engine/model.h"
+
+#include <string>
+
+#include "squeezekv/core/errors.h"
+
+namespace squeezekv {
+namespace {
+
+std::string shape_string(std::span<const int64_t> dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// The tensor `name` with GGUF shape `ne` (ne0 first); FormatError naming it otherwise.
+const GgufTensor& tensor(const GgufFile& file, const std::string& name, std::vector<int64_t> ne) {
+  const GgufTensor* t = file.find_tensor(name);
+  if (!t) throw FormatError("model '" + file.path() + "': missing tensor '" + name + "'");
+  const auto dims = t->dims();
+  bool ok = dims.size() == ne.size() || (ne.size() == 2 && ne[1] == 1 && dims.size() == 1);
+  for (size_t i = 0; ok && i < dims.size(); ++i) ok = dims[i] == ne[i];
+  if (!ok) {
+    throw FormatError("tensor '" + name + "' has shape " + shape_string(dims) + ", expected " +
+                      shape_string(ne));
+  }
+  t->type();  // throws for a type squeezekv cannot compute on, naming tensor and type
+  return *t;
+}
+
+WeightMatrix matrix(const GgufFile& file, const std::string& name, int64_t cols, int64_t rows) {
+  const GgufTensor& t = tensor(file, name, {cols, rows});
+  return WeightMatrix{t.data, t.type(), rows, cols};
+}
+
+std::vector<float> vector_f32(const GgufFile& file, const std::string& name, int64_t n) {
+  const GgufTensor& t = tensor(file, name, {n});
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(t.type(), t.data, out.data(), n);
+  return out;
+}
+
+int positive(const GgufFile& file, const std::string& key, std::optional<uint32_t> value) {
+  if (!value) throw FormatError("model '" + file.path() + "': missing key '" + key + "'");
+  if (*value == 0 || *value > (1u << 24)) {
+    throw FormatError("key '" + key + "' = " + std::to_string(*value) + ": out of range");
+  }
+  return int(*value);
+}
+
+}  // namespace
+
+Model Model::load(const std::string& path) {
+  GgufFile file = GgufFile::open(path);
+  Tokenizer tokenizer(file);
+  Model model(std::move(file), std::move(tokenizer));
+  const GgufFile& f = model.file_;
+  ModelConfig& c = model.config_;
+  c.arch = std::string(f.get_string("general.architecture"));
+  if (c.arch != "llama" && c.arch != "qwen2") {
+    throw FormatError("general.architecture = '" + c.arch +
+                      "': unsupported architecture (squeezekv runs llama and qwen2)");
+  }
+  if (auto name = f.find_string("general.name")) c.name = std::string(*name);
+  const std::string a = c.arch + ".";
+  c.dim = positive(f, a + "embedding_length", f.find_u32(a + "embedding_length"));
+  c.n_layers = positive(f, a + "block_count", f.find_u32(a + "block_count"));
+  c.n_heads = positive(f, a + "attention.head_count", f.find_u32(a + "attention.head_count"));
+  c.n_kv_heads = f.has(a + "attention.head_count_kv")
+                     ? positive(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv"))
+                     : c.n_heads;
+  c.ffn_dim = positive(f, a + "feed_forward_length", f.find_u32(a + "feed_forward_length"));
+  c.context_length = f.has(a + "context_length")
+                         ? positive(f, a + "context_length", f.find_u32(a + "context_length"))
+                         : 2048;
+  if (c.n_heads % c.n_kv_heads != 0) {
+    throw FormatError(a + "attention.head_count_kv = " + std::to_string(c.n_kv_heads) +
+                      ": must divide head_count = " + std::to_string(c.n_heads));
+  }
+  c.head_dim = f.has(a + "attention.key_length")
+                   ? positive(f, a + "attention.key_length", f.find_u32(a + "attention.key_length"))
+                   : c.dim / c.n_heads;
+  if (!f.has(a + "attention.key_length") && c.dim % c.n_heads != 0) {
+    throw FormatError(a + "embedding_length = " + std::to_string(c.dim) +
+                      ": not a multiple of head_count = " + std::to_string(c.n_heads));
+  }
+  c.n_rot = f.has(a + "rope.dimension_count")
+                ? positive(f, a + "rope.dimension_count", f.find_u32(a + "rope.dimension_count"))
+                : c.head_dim;
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    throw FormatError(a + "rope.dimension_count = " + std::to_string(c.n_rot) +
+                      ": must be even and at most the head dimension " + std::to_string(c.head_dim));
+  }
+  c.rope_base = f.find_f32(a + "rope.freq_base").value_or(10000.0f);
+  c.norm_eps = f.find_f32(a + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+  c.rope_style = c.arch == "qwen2" ? RopeStyle::neox : RopeStyle::normal;
+  c.qkv_bias = c.arch == "qwen2";
+
+  const GgufTensor* embd = f.find_tensor("token_embd.weight");
+  if (!embd) throw FormatError("model '" + path + "': missing tensor 'token_embd.weight'");
+  c.vocab = int(embd->ne[1]);
+  if (c.vocab != model.tokenizer_.vocab_size()) {
+    throw FormatError("tensor 'token_embd.weight' has " + std::to_string(c.vocab) +
+                      " rows but the vocabulary has " + std::to_string(model.tokenizer_.vocab_size()) + " tokens");
+  }
+  model.token_embd_ = matrix(f, "token_embd.weight", c.dim, c.vocab);
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  model.output_ = c.tied_embeddings ? model.token_embd_ : matrix(f, "output.weight", c.dim, c.vocab);
+  model.output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
+
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = vector_f32(f, b + "attn_norm.weight", c.dim);
+    w.ffn_norm = vector_f32(f, b + "ffn_norm.weight", c.dim);
+    w.wq = matrix(f, b + "attn_q.weight", c.dim, q_dim);
+    w.wk = matrix(f, b + "attn_k.weight", c.dim, kv_dim);
+    w.wv = matrix(f, b + "attn_v.weight", c.dim, kv_dim);
+    w.wo = matrix(f, b + "attn_output.weight", q_dim, c.dim);
+    w.w_gate = matrix(f, b + "ffn_gate.weight", c.dim, c.ffn_dim);
+    w.w_up = matrix(f, b + "ffn_up.weight", c.dim, c.ffn_dim);
+    w.w_down = matrix(f, b + "ffn_down.weight", c.ffn_dim, c.dim);
+    if (c.qkv_bias) {
+      w.bq = vector_f32(f, b + "attn_q.bias", q_dim);
+      w.bk = vector_f32(f, b + "attn_k.bias", kv_dim);
+      w.bv = vector_f32(f, b + "attn_v.bias", kv_dim);
+    }
+    model.layers_.push_back(std::move(w));
+  }
+  return model;
+}
+
+void Model::embed(int32_t token, float* out) const {
+  require(token >= 0 && token < config_.vocab, "token", token,
+          "out of range [0, " + std::to_string(config_.vocab) + ")");
+  const size_t row = row_bytes(token_embd_.type, token_embd_.n_cols);
+  dequantize_row(token_embd_.type, static_cast<const std::byte*>(token_embd_.data) + size_t(token) * row,
+                 out, token_embd_.n_cols);
+}
+
+uint64_t Model::n_params() const {
+  uint64_t n = 0;
+  for (const GgufTensor& t : file_.tensors()) n += uint64_t(t.n_elements());
+  return n;
+}
+
+uint64_t Model::weight_bytes() const {
+  uint64_t n = 0;
+  for (const GgufTensor& t : file_.tensors()) n += t.n_bytes;
+  return n;
+}
+
+}  // namespace squeezekv

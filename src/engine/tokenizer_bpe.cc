@@ -1,0 +1,269 @@
+// GPT-2 byte-level BPE ("gpt2" vocabularies), as llama.cpp's llm_tokenizer_bpe: a PCRE2 regex
+// splits the text into words, each word's bytes are spelled with GPT-2's printable characters,
+// and the adjacent pair of lowest merge rank is merged until none is left (ties: leftmost).
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <memory>
+#include <queue>
+#include <vector>
+
+#include "engine/tokenizer_util.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/engine/tokenizer.h"
+
+namespace squeezekv {
+
+namespace tokenizer_util {
+
+namespace {
+
+// GPT-2's table: printable Latin-1 bytes stand for themselves, the other 68 bytes for
+// U+0100.. in byte order. `to_text[b]` is the UTF-8 text of byte b; `to_byte` inverts it.
+struct ByteTable {
+  std::string to_text[256];
+  std::unordered_map<uint32_t, uint8_t> to_byte;
+
+  ByteTable() {
+    uint32_t next = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      uint32_t cp = printable ? b : next++;
+      to_text[b] = encode(cp);
+      to_byte.emplace(cp, static_cast<uint8_t>(b));
+    }
+  }
+
+  static std::string encode(uint32_t cp) {  // code points < 0x800 only
+    if (cp < 0x80) return std::string(1, static_cast<char>(cp));
+    return {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+  }
+};
+
+const ByteTable& table() {
+  static const ByteTable t;
+  return t;
+}
+
+}  // namespace
+
+std::string_view byte_to_unicode(uint8_t b) { return table().to_text[b]; }
+
+void append_unicode_bytes(std::string_view text, std::string& out) {
+  const ByteTable& t = table();
+  for (size_t i = 0; i < text.size();) {
+    auto b0 = static_cast<unsigned char>(text[i]);
+    size_t len = std::min(utf8_len(b0), text.size() - i);
+    uint32_t cp = b0;
+    if (len == 2) cp = ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
+    auto it = len <= 2 ? t.to_byte.find(cp) : t.to_byte.end();
+    if (it != t.to_byte.end()) {
+      out += static_cast<char>(it->second);
+    } else {
+      out.append(text.substr(i, len));
+    }
+    i += len;
+  }
+}
+
+}  // namespace tokenizer_util
+
+namespace {
+
+// Pre-tokenizer regexes, as llama.cpp and the Hugging Face tokenizer configs define them.
+constexpr const char* kGpt2Regex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Regex =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen2Regex =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+}  // namespace
+
+class Tokenizer::Pretokenizer {
+ public:
+  explicit Pretokenizer(const char* pattern) {
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    code_ =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof message);
+      throw Error("tokenizer: cannot compile the pre-tokenizer regex: " +
+                  std::string(reinterpret_cast<const char*>(message)));
+    }
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // optional: the interpreter is the fallback
+  }
+  ~Pretokenizer() { pcre2_code_free(code_); }
+  Pretokenizer(const Pretokenizer&) = delete;
+  Pretokenizer& operator=(const Pretokenizer&) = delete;
+
+  // Calls word(piece) for consecutive pieces covering all of text: the regex matches, and
+  // whatever lies between them (invalid UTF-8 the regex cannot match).
+  template <typename F>
+  void split(std::string_view text, F&& word) const {
+    std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
+        pcre2_match_data_create_from_pattern(code_, nullptr), &pcre2_match_data_free);
+    if (!match) throw Error("tokenizer: out of memory for the regex match data");
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t pos = 0;
+    while (pos < text.size()) {
+      int rc = pcre2_match(code_, subject, text.size(), pos, 0, match.get(), nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0)
+        throw Error("tokenizer: regex match failed with PCRE2 error " + std::to_string(rc));
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match.get());
+      size_t begin = ov[0];
+      size_t end = ov[1];
+      if (begin > pos) word(text.substr(pos, begin - pos));
+      if (end == begin) {  // an empty match cannot happen with these patterns; never loop
+        end = begin + 1;
+        word(text.substr(begin, 1));
+      } else {
+        word(text.substr(begin, end - begin));
+      }
+      pos = end;
+    }
+    if (pos < text.size()) word(text.substr(pos));
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+void Tokenizer::init_bpe(const GgufFile& file) {
+  std::string_view pre = file.find_string("tokenizer.ggml.pre").value_or("default");
+  const char* pattern = nullptr;
+  if (pre == "default" || pre == "gpt2" || pre == "gpt-2") {
+    pattern = kGpt2Regex;
+  } else if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe") {
+    pattern = kLlama3Regex;
+    ignore_merges_ = true;
+  } else if (pre == "qwen2") {
+    pattern = kQwen2Regex;
+  } else {
+    throw FormatError("tokenizer: key 'tokenizer.ggml.pre' = '" + std::string(pre) +
+                      "': unsupported pre-tokenizer (supported: default, gpt2, llama3, "
+                      "llama-v3, llama-bpe, qwen2)");
+  }
+  pretokenizer_ = std::make_shared<const Pretokenizer>(pattern);
+
+  // "left right" -> rank; rules whose parts or result are not tokens can never apply.
+  auto merges = file.get_strings("tokenizer.ggml.merges");
+  merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    std::string_view rule = merges[rank];
+    size_t space = rule.find(' ', 1);
+    if (space == std::string_view::npos) {
+      throw FormatError("tokenizer: key 'tokenizer.ggml.merges' [" + std::to_string(rank) +
+                        "] = '" + std::string(rule) +
+                        "': expected two tokens separated by a space");
+    }
+    std::string_view left = rule.substr(0, space);
+    std::string_view right = rule.substr(space + 1);
+    auto l = ids_.find(left);
+    auto r = ids_.find(right);
+    auto m = ids_.find(std::string(left) + std::string(right));
+    if (l == ids_.end() || r == ids_.end() || m == ids_.end()) continue;
+    uint64_t key = static_cast<uint64_t>(l->second) << 32 | static_cast<uint32_t>(r->second);
+    merges_.emplace(key, std::pair{static_cast<int32_t>(rank), m->second});  // first rank wins
+  }
+}
+
+void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+  std::string mapped;
+  pretokenizer_->split(text, [&](std::string_view word) {
+    mapped.clear();
+    for (char c : word) mapped += tokenizer_util::byte_to_unicode(static_cast<uint8_t>(c));
+    bpe_word(mapped, out);
+  });
+}
+
+namespace {
+
+struct BpeSymbol {
+  int32_t id;  // token id, -1 when the character is not in the vocabulary
+  int32_t prev;
+  int32_t next;
+  uint32_t start;
+  uint32_t len;  // 0 once merged into the left neighbour
+};
+
+struct BpePair {
+  int32_t rank;
+  int32_t left;
+  int32_t left_id;
+  int32_t right_id;
+  // Priority: lowest rank first, then the leftmost pair.
+  bool operator<(const BpePair& o) const {
+    return rank > o.rank || (rank == o.rank && left > o.left);
+  }
+};
+
+}  // namespace
+
+void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    if (auto it = ids_.find(word); it != ids_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<BpeSymbol> symbols;
+  for (size_t i = 0; i < word.size();) {
+    size_t len =
+        std::min(tokenizer_util::utf8_len(static_cast<unsigned char>(word[i])), word.size() - i);
+    auto it = ids_.find(word.substr(i, len));
+    auto index = static_cast<int32_t>(symbols.size());
+    symbols.push_back(BpeSymbol{it == ids_.end() ? -1 : it->second, index - 1, index + 1,
+                                static_cast<uint32_t>(i), static_cast<uint32_t>(len)});
+    i += len;
+  }
+  symbols.back().next = -1;
+
+  std::priority_queue<BpePair> queue;
+  auto try_pair = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    int32_t a = symbols[static_cast<size_t>(left)].id;
+    int32_t b = symbols[static_cast<size_t>(right)].id;
+    if (a < 0 || b < 0) return;
+    auto it = merges_.find(static_cast<uint64_t>(a) << 32 | static_cast<uint32_t>(b));
+    if (it != merges_.end()) queue.push(BpePair{it->second.first, left, a, b});
+  };
+  for (size_t i = 1; i < symbols.size(); ++i) {
+    try_pair(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+  }
+  while (!queue.empty()) {
+    BpePair top = queue.top();
+    queue.pop();
+    BpeSymbol& l = symbols[static_cast<size_t>(top.left)];
+    if (l.len == 0 || l.next < 0 || l.id != top.left_id) continue;
+    BpeSymbol& r = symbols[static_cast<size_t>(l.next)];
+    if (r.len == 0 || r.id != top.right_id) continue;  // stale: a neighbour changed
+    l.id = merges_.at(static_cast<uint64_t>(l.id) << 32 | static_cast<uint32_t>(r.id)).second;
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = top.left;
+    try_pair(l.prev, top.left);
+    try_pair(top.left, l.next);
+  }
+
+  for (int32_t i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) {
+    const BpeSymbol& s = symbols[static_cast<size_t>(i)];
+    if (s.id >= 0) {
+      out.push_back(s.id);
+    } else if (unk_) {
+      out.push_back(*unk_);  // a character the vocabulary cannot spell
+    }
+  }
+}
+
+}  // namespace squeezekv

@@ -1,0 +1,33 @@
+// Per-block 8-bit quantisation of activations (see activation_q8.h).
+#include "ops/activation_q8.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace squeezekv::detail {
+
+void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols) {
+  const auto n = static_cast<size_t>(n_tok * n_cols);
+  const size_t n_blocks = n / activation_block;
+  q.resize(n);
+  scale.resize(n_blocks);
+  sum.resize(n_blocks);
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const float* xb = x + b * activation_block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < activation_block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float s = amax / 127.0f;
+    const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+    int32_t total = 0;
+    for (int64_t i = 0; i < activation_block; ++i) {
+      // Clamp guards against inv * amax rounding just above 127.
+      const auto v = static_cast<int16_t>(std::clamp(std::lround(xb[i] * inv), -127L, 127L));
+      q[b * activation_block + static_cast<size_t>(i)] = v;
+      total += v;
+    }
+    scale[b] = s;
+    sum[b] = total;
+  }
+}
+
+}  // namespace squeezekv::detail

@@ -1,0 +1,30 @@
+// Activations quantised to 8 bits per 32-element block, once per matvec/matmul call, so that
+// dots with quantised weights run on integers (as ggml's vec_dot_*_q8_0 does).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace squeezekv::detail {
+
+inline constexpr int64_t activation_block = 32;
+
+struct QuantizedActivations {
+  // x[i] ~= scale[i / 32] * q[i], |q| <= 127; q is widened to int16 once here so kernels load
+  // it directly. scale = max |x| / 127 over the block, kept in f32.
+  std::vector<int16_t> q;    // [n_tok * n_cols]
+  std::vector<float> scale;  // [n_tok * n_cols / 32]
+  std::vector<int32_t> sum;  // [n_tok * n_cols / 32]: sum of q over the block (for Q4_K mins)
+
+  // n_cols is a multiple of 32. Keeps capacity across calls.
+  void assign(const float* x, int64_t n_tok, int64_t n_cols);
+};
+
+// What the per-target kernels read: x itself for float weights, its quantised form otherwise.
+struct MatmulInput {
+  const float* x = nullptr;                         // [n_tok, n_cols]
+  const QuantizedActivations* quantized = nullptr;  // set for quantised weight types
+  int64_t n_tok = 0;
+};
+
+}  // namespace squeezekv::detail

@@ -1,0 +1,343 @@
+// matvec/matmul with Highway: this file is compiled once per SIMD target (foreach_target) and
+// the best target is picked at run time (HWY_DYNAMIC_DISPATCH). Weight rows are decoded block by
+// block inside the dot product, never dequantised into a copy.
+// clang-format off: the target include must come first, then foreach_target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+// clang-format on
+
+#include <algorithm>
+
+#include "ops/activation_q8.h"
+#include "ops/quant_formats.h"
+#include "squeezekv/ops/matmul.h"
+#include "squeezekv/ops/tensor_type.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace squeezekv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+// Integer kernels work on at most 16 int16 lanes (half a 32-element block), which keeps the
+// nibble layouts simple on every target; on AVX-512 they run on 256-bit vectors.
+using D16 = hn::CappedTag<int16_t, 16>;
+using D32 = hn::Repartition<int32_t, D16>;
+using DW = hn::Repartition<float, D16>;
+using DU16 = hn::RebindToUnsigned<D16>;
+using DU8 = hn::Rebind<uint8_t, D16>;
+using DI8 = hn::Rebind<int8_t, D16>;
+
+// One fp16 value (block scales), using the target's conversion instruction where it has one.
+HWY_INLINE float LoadHalf(const uint8_t* p) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, hn::CappedTag<float, 1>> dh1;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
+}
+
+// Loads 16 bytes (or fewer on narrow targets) of packed values widened to int16.
+HWY_INLINE hn::Vec<D16> LoadBytes(const uint8_t* p) {
+  return hn::BitCast(D16(), hn::PromoteTo(DU16(), hn::LoadU(DU8(), p)));
+}
+
+HWY_INLINE float Sum(hn::Vec<DW> v) { return hn::GetLane(hn::SumOfLanes(DW(), v)); }
+
+// ------------------------------ float weights
+
+// Dot of n weights loaded by load(i) (as f32 vectors of DF) with x; 4 accumulators hide FMA latency.
+template <class LoadW, class ScalarW>
+HWY_INLINE float DotFloat(const float* HWY_RESTRICT x, int64_t n, LoadW load, ScalarW scalar) {
+  const DF df;
+  const auto lanes = static_cast<int64_t>(hn::Lanes(df));
+  auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    s0 = hn::MulAdd(load(i), hn::LoadU(df, x + i), s0);
+    s1 = hn::MulAdd(load(i + lanes), hn::LoadU(df, x + i + lanes), s1);
+    s2 = hn::MulAdd(load(i + 2 * lanes), hn::LoadU(df, x + i + 2 * lanes), s2);
+    s3 = hn::MulAdd(load(i + 3 * lanes), hn::LoadU(df, x + i + 3 * lanes), s3);
+  }
+  for (; i + lanes <= n; i += lanes) s0 = hn::MulAdd(load(i), hn::LoadU(df, x + i), s0);
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (; i < n; ++i) sum += scalar(i) * x[i];
+  return sum;
+}
+
+HWY_INLINE float DotF32(const uint8_t* row, const float* x, int64_t n) {
+  const DF df;
+  const auto* w = reinterpret_cast<const float*>(row);
+  return DotFloat(
+      x, n, [&](int64_t i) { return hn::LoadU(df, w + i); }, [&](int64_t i) { return w[i]; });
+}
+
+template <typename T>
+HWY_INLINE float DotHalf(const uint8_t* row, const float* x, int64_t n) {
+  const DF df;
+  const hn::Rebind<T, DF> dh;
+  const auto* w = reinterpret_cast<const T*>(row);
+  return DotFloat(
+      x, n, [&](int64_t i) { return hn::PromoteTo(df, hn::LoadU(dh, w + i)); },
+      [&](int64_t i) {  // tail: a 1-lane load, so nothing past the row is read
+        const hn::CappedTag<float, 1> d1;
+        return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(hn::Rebind<T, decltype(d1)>(), w + i)));
+      });
+}
+
+// ------------------------------ quantised weights (integer dots with quantised x)
+
+HWY_INLINE float DotQ8_0(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
+  const D16 d16;
+  const D32 d32;
+  const DW dw;
+  const size_t lanes = hn::Lanes(d16);
+  auto acc = hn::Zero(dw);
+  for (int64_t b = 0; b < n / quant::q8_0_elems; ++b) {
+    const uint8_t* block = row + b * quant::q8_0_bytes;
+    const auto* qw = reinterpret_cast<const int8_t*>(block + 2);
+    const int16_t* qx = xq + b * 32;
+    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
+    for (size_t j = 0; j < 32; j += lanes) {
+      const auto w = hn::PromoteTo(d16, hn::LoadU(DI8(), qw + j));
+      sum0 = hn::ReorderWidenMulAccumulate(d32, w, hn::LoadU(d16, qx + j), sum0, sum1);
+    }
+    const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0, sum1));
+    acc = hn::MulAdd(dot, hn::Set(dw, LoadHalf(block) * xs[b]), acc);
+  }
+  return Sum(acc);
+}
+
+HWY_INLINE float DotQ4_0(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
+  const D16 d16;
+  const D32 d32;
+  const DW dw;
+  const size_t lanes = hn::Lanes(d16);
+  const auto low_mask = hn::Set(d16, 0xf);
+  const auto offset = hn::Set(d16, 8);
+  auto acc = hn::Zero(dw);
+  for (int64_t b = 0; b < n / quant::q4_0_elems; ++b) {
+    const uint8_t* block = row + b * quant::q4_0_bytes;
+    const int16_t* qx = xq + b * 32;
+    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
+    for (size_t j = 0; j < 16; j += lanes) {
+      const auto packed = LoadBytes(block + 2 + j);
+      const auto lo = hn::Sub(hn::And(packed, low_mask), offset);  // elements j..
+      const auto hi = hn::Sub(hn::ShiftRight<4>(packed), offset);  // elements 16 + j..
+      sum0 = hn::ReorderWidenMulAccumulate(d32, lo, hn::LoadU(d16, qx + j), sum0, sum1);
+      sum0 = hn::ReorderWidenMulAccumulate(d32, hi, hn::LoadU(d16, qx + 16 + j), sum0, sum1);
+    }
+    const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0, sum1));
+    acc = hn::MulAdd(dot, hn::Set(dw, LoadHalf(block) * xs[b]), acc);
+  }
+  return Sum(acc);
+}
+
+HWY_INLINE float DotQ4_K(const uint8_t* row, const int16_t* xq, const float* xs, const int32_t* xsum,
+                         int64_t n) {
+  const D16 d16;
+  const D32 d32;
+  const DW dw;
+  const size_t lanes = hn::Lanes(d16);
+  const auto low_mask = hn::Set(d16, 0xf);
+  auto acc = hn::Zero(dw);
+  float mins = 0.0f;  // sum over sub-blocks of dmin * min_s * (x block sum)
+  for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
+    const uint8_t* block = row + b * quant::q4_k_bytes;
+    const float d = LoadHalf(block);
+    const float dmin = LoadHalf(block + 2);
+    const uint8_t* packed_scales = block + quant::q4_k_scales_offset;
+    const uint8_t* qs = block + quant::q4_k_qs_offset;
+    for (int g = 0; g < 4; ++g) {
+      const int16_t* qx = xq + b * 256 + 64 * g;
+      auto lo0 = hn::Zero(d32), lo1 = hn::Zero(d32), hi0 = hn::Zero(d32), hi1 = hn::Zero(d32);
+      for (size_t j = 0; j < 32; j += lanes) {
+        const auto packed = LoadBytes(qs + 32 * g + j);
+        lo0 = hn::ReorderWidenMulAccumulate(d32, hn::And(packed, low_mask), hn::LoadU(d16, qx + j), lo0, lo1);
+        hi0 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(packed), hn::LoadU(d16, qx + 32 + j), hi0,
+                                            hi1);
+      }
+      const int64_t xb = b * 8 + 2 * g;  // x block of the low sub-block
+      int scale_lo = 0, min_lo = 0, scale_hi = 0, min_hi = 0;
+      quant::q4_k_scale_min(2 * g, packed_scales, scale_lo, min_lo);
+      quant::q4_k_scale_min(2 * g + 1, packed_scales, scale_hi, min_hi);
+      acc = hn::MulAdd(hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(lo0, lo1)),
+                       hn::Set(dw, d * static_cast<float>(scale_lo) * xs[xb]), acc);
+      acc = hn::MulAdd(hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(hi0, hi1)),
+                       hn::Set(dw, d * static_cast<float>(scale_hi) * xs[xb + 1]), acc);
+      mins += dmin * (static_cast<float>(min_lo) * xs[xb] * static_cast<float>(xsum[xb]) +
+                      static_cast<float>(min_hi) * xs[xb + 1] * static_cast<float>(xsum[xb + 1]));
+    }
+  }
+  return Sum(acc) - mins;
+}
+
+HWY_INLINE float DotQ6_K(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
+  const D16 d16;
+  const D32 d32;
+  const DW dw;
+  const size_t lanes = hn::Lanes(d16);
+  const auto low_mask = hn::Set(d16, 0xf);
+  const auto two_bits = hn::Set(d16, 3);
+  const auto offset = hn::Set(d16, 32);
+  auto acc = hn::Zero(dw);
+  for (int64_t b = 0; b < n / quant::q6_k_elems; ++b) {
+    const uint8_t* block = row + b * quant::q6_k_bytes;
+    const float d = LoadHalf(block + quant::q6_k_d_offset);
+    const auto* scales = reinterpret_cast<const int8_t*>(block + quant::q6_k_scales_offset);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = block + 64 * h;
+      const uint8_t* qh = block + quant::q6_k_qh_offset + 32 * h;
+      const int16_t* qx = xq + b * 256 + 128 * h;
+      const int64_t xb = b * 8 + 4 * h;       // x blocks of elements l, l + 32, l + 64, l + 96
+      for (int part = 0; part < 2; ++part) {  // 16 elements per scale
+        const int8_t* sc = scales + 8 * h + part;
+        auto s1 = hn::Zero(d32), s2 = hn::Zero(d32), s3 = hn::Zero(d32), s4 = hn::Zero(d32);
+        auto o1 = hn::Zero(d32), o2 = hn::Zero(d32), o3 = hn::Zero(d32), o4 = hn::Zero(d32);
+        for (size_t l = static_cast<size_t>(16 * part); l < static_cast<size_t>(16 * part + 16); l += lanes) {
+          const auto a = LoadBytes(ql + l);
+          const auto c = LoadBytes(ql + 32 + l);
+          const auto high = LoadBytes(qh + l);
+          const auto q1 =
+              hn::Sub(hn::Or(hn::And(a, low_mask), hn::ShiftLeft<4>(hn::And(high, two_bits))), offset);
+          const auto q2 = hn::Sub(
+              hn::Or(hn::And(c, low_mask), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(high), two_bits))),
+              offset);
+          const auto q3 = hn::Sub(
+              hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(high), two_bits))),
+              offset);
+          const auto q4 =
+              hn::Sub(hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(high))), offset);
+          s1 = hn::ReorderWidenMulAccumulate(d32, q1, hn::LoadU(d16, qx + l), s1, o1);
+          s2 = hn::ReorderWidenMulAccumulate(d32, q2, hn::LoadU(d16, qx + 32 + l), s2, o2);
+          s3 = hn::ReorderWidenMulAccumulate(d32, q3, hn::LoadU(d16, qx + 64 + l), s3, o3);
+          s4 = hn::ReorderWidenMulAccumulate(d32, q4, hn::LoadU(d16, qx + 96 + l), s4, o4);
+        }
+        s1 = hn::RearrangeToOddPlusEven(s1, o1);
+        s2 = hn::RearrangeToOddPlusEven(s2, o2);
+        s3 = hn::RearrangeToOddPlusEven(s3, o3);
+        s4 = hn::RearrangeToOddPlusEven(s4, o4);
+        acc = hn::MulAdd(hn::ConvertTo(dw, s1), hn::Set(dw, d * static_cast<float>(sc[0]) * xs[xb]), acc);
+        acc = hn::MulAdd(hn::ConvertTo(dw, s2), hn::Set(dw, d * static_cast<float>(sc[2]) * xs[xb + 1]), acc);
+        acc = hn::MulAdd(hn::ConvertTo(dw, s3), hn::Set(dw, d * static_cast<float>(sc[4]) * xs[xb + 2]), acc);
+        acc = hn::MulAdd(hn::ConvertTo(dw, s4), hn::Set(dw, d * static_cast<float>(sc[6]) * xs[xb + 3]), acc);
+      }
+    }
+  }
+  return Sum(acc);
+}
+
+// ------------------------------ rows x tokens
+
+// Tokens per tile: their quantised activations (16 x n_cols int16) stay in L2 while each weight
+// row of the task is read once per tile.
+constexpr int64_t kTokenTile = 16;
+
+// y[t * n_rows + r] for rows [row_begin, row_end) and every token.
+void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
+                float* HWY_RESTRICT y) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const size_t stride = row_bytes(w.type, w.n_cols);
+  const int64_t n = w.n_cols;
+  const detail::QuantizedActivations* xq = in.quantized;
+  for (int64_t t0 = 0; t0 < in.n_tok; t0 += kTokenTile) {
+    const int64_t t1 = std::min(in.n_tok, t0 + kTokenTile);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = base + static_cast<size_t>(r) * stride;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int16_t* q = xq != nullptr ? xq->q.data() + t * n : nullptr;
+        const float* s = xq != nullptr ? xq->scale.data() + t * (n / 32) : nullptr;
+        float dot = 0.0f;
+        switch (w.type) {
+          case TensorType::f32:
+            dot = DotF32(row, in.x + t * n, n);
+            break;
+          case TensorType::f16:
+            dot = DotHalf<hwy::float16_t>(row, in.x + t * n, n);
+            break;
+          case TensorType::bf16:
+            dot = DotHalf<hwy::bfloat16_t>(row, in.x + t * n, n);
+            break;
+          case TensorType::q8_0:
+            dot = DotQ8_0(row, q, s, n);
+            break;
+          case TensorType::q4_0:
+            dot = DotQ4_0(row, q, s, n);
+            break;
+          case TensorType::q4_k:
+            dot = DotQ4_K(row, q, s, xq->sum.data() + t * (n / 32), n);
+            break;
+          case TensorType::q6_k:
+            dot = DotQ6_K(row, q, s, n);
+            break;
+        }
+        y[t * w.n_rows + r] = dot;
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace squeezekv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "squeezekv/core/errors.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+
+HWY_EXPORT(MatmulRows);
+
+namespace {
+
+void check_shape(const WeightMatrix& w, int64_t n_tok) {
+  require(block_layout(static_cast<uint32_t>(w.type)).has_value(), "weight type",
+          static_cast<uint32_t>(w.type), "is not supported");
+  require(w.n_rows >= 0, "n_rows", w.n_rows, "must be >= 0");
+  const int64_t block = block_layout(w.type).block_elems;
+  require(w.n_cols >= 0 && w.n_cols % block == 0, "n_cols", w.n_cols,
+          "must be a non-negative multiple of the block size of " +
+              std::string(tensor_type_name(static_cast<uint32_t>(w.type))));
+  require(n_tok >= 0, "n_tok", n_tok, "must be >= 0");
+  require(w.data != nullptr || w.n_rows == 0 || w.n_cols == 0, "weight data", "null",
+          "must point at the matrix");
+}
+
+bool is_quantized(TensorType type) {
+  return type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::q4_k ||
+         type == TensorType::q6_k;
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool) {
+  check_shape(w, n_tok);
+  if (w.n_rows == 0 || n_tok == 0) return;
+  // Reused across calls on this thread, so steady-state inference allocates nothing here.
+  thread_local detail::QuantizedActivations quantized;
+  detail::MatmulInput in{x, nullptr, n_tok};
+  if (is_quantized(w.type)) {
+    quantized.assign(x, n_tok, w.n_cols);
+    in.quantized = &quantized;
+  }
+  const size_t workers = pool != nullptr ? pool->num_workers() : 1;
+  if (workers == 1) {
+    HWY_DYNAMIC_DISPATCH(MatmulRows)(w, in, 0, w.n_rows, y);
+    return;
+  }
+  // A few tasks per worker balance uneven progress; tasks are whole rows, so the split never
+  // changes any result.
+  const int64_t n_tasks = std::min<int64_t>(w.n_rows, static_cast<int64_t>(workers) * 4);
+  const int64_t rows_per_task = (w.n_rows + n_tasks - 1) / n_tasks;
+  pool->parallel_for(static_cast<size_t>(n_tasks), [&](size_t task, size_t /*worker*/) {
+    const int64_t begin = static_cast<int64_t>(task) * rows_per_task;
+    const int64_t end = std::min(w.n_rows, begin + rows_per_task);
+    if (begin < end) HWY_DYNAMIC_DISPATCH(MatmulRows)(w, in, begin, end, y);
+  });
+}
+
+void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool* pool) { matmul(w, x, 1, y, pool); }
+
+}  // namespace squeezekv
+#endif  // HWY_ONCE

@@ -1,0 +1,61 @@
+// Byte layouts of ggml's block formats and the scalar (de)quantisers of each, shared by
+// tensor_type.cc (row entry points) and matmul.cc (which decodes blocks on the fly).
+// Blocks are read through byte offsets, not structs, so any 1-byte-aligned pointer works.
+#pragma once
+
+#include <cstdint>
+
+namespace squeezekv::quant {
+
+// Q8_0: 32 elements = fp16 d, int8 q[32]; value = d * q.
+inline constexpr int64_t q8_0_elems = 32;
+inline constexpr int64_t q8_0_bytes = 34;
+
+// Q4_0: 32 elements = fp16 d, 16 bytes; byte j holds element j (low nibble) and element j + 16
+// (high nibble); value = d * (q - 8).
+inline constexpr int64_t q4_0_elems = 32;
+inline constexpr int64_t q4_0_bytes = 18;
+
+// Q4_K: 256 elements in 8 sub-blocks of 32 = fp16 d, fp16 dmin, 12 bytes of 6-bit (scale, min)
+// pairs, 128 bytes of nibbles; value = d * scale_s * q - dmin * min_s. Nibble bytes come in 4
+// groups of 32: group g holds sub-block 2g in its low nibbles and 2g + 1 in its high nibbles.
+inline constexpr int64_t q4_k_elems = 256;
+inline constexpr int64_t q4_k_bytes = 144;
+inline constexpr int64_t q4_k_scales_offset = 4;
+inline constexpr int64_t q4_k_qs_offset = 16;
+
+// Q6_K: 256 elements in 16 sub-blocks of 16 = ql[128] (low 4 bits), qh[64] (high 2 bits),
+// int8 scales[16], fp16 d; value = d * scale_s * (q - 32). Each half of 128 elements uses 64 ql,
+// 32 qh and 8 scales: for l < 32, ql[l] low/high nibbles are elements l and l + 64, ql[l + 32]
+// low/high nibbles are l + 32 and l + 96, and qh[l] bits 0-1, 2-3, 4-5, 6-7 extend l, l + 32,
+// l + 64, l + 96; sub-block scale index is element / 16.
+inline constexpr int64_t q6_k_elems = 256;
+inline constexpr int64_t q6_k_bytes = 210;
+inline constexpr int64_t q6_k_qh_offset = 128;
+inline constexpr int64_t q6_k_scales_offset = 192;
+inline constexpr int64_t q6_k_d_offset = 208;
+
+// Unpacks sub-block s (0..7) of Q4_K's 12 packed bytes: ggml's get_scale_min_k4. Bytes 0-3 hold
+// scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; scales/mins 4-7 keep their low 4 bits
+// in bytes 8-11 and their top 2 bits in the spare top bits of bytes 0-3 / 4-7.
+inline void q4_k_scale_min(int s, const uint8_t* packed, int& scale, int& min) {
+  if (s < 4) {
+    scale = packed[s] & 63;
+    min = packed[s + 4] & 63;
+  } else {
+    scale = (packed[s + 4] & 0xf) | ((packed[s - 4] >> 6) << 4);
+    min = (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4);
+  }
+}
+
+// Row (de)quantisers; n is a multiple of the block size.
+void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n);
+void quantize_q8_0(const float* src, uint8_t* dst, int64_t n);
+void dequantize_q4_0(const uint8_t* src, float* dst, int64_t n);
+void quantize_q4_0(const float* src, uint8_t* dst, int64_t n);
+void dequantize_q4_k(const uint8_t* src, float* dst, int64_t n);
+void quantize_q4_k(const float* src, uint8_t* dst, int64_t n);
+void dequantize_q6_k(const uint8_t* src, float* dst, int64_t n);
+void quantize_q6_k(const float* src, uint8_t* dst, int64_t n);
+
+}  // namespace squeezekv::quant

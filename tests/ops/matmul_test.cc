@@ -1,0 +1,202 @@
+// matvec/matmul (SIMD, every compiled target) against their scalar twins, for every weight type,
+// many shapes, 1 and 2 threads, within the tolerances stated in matmul.h.
+#include "squeezekv/ops/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/hwy_targets.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/ops/tensor_type.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+namespace {
+
+const TensorType all_types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0,
+                                TensorType::q4_0, TensorType::q4_k, TensorType::q6_k};
+
+bool is_quantized(TensorType type) { return block_layout(type).block_elems > 1; }
+
+std::string name(TensorType type) { return std::string(tensor_type_name(static_cast<uint32_t>(type))); }
+
+// Column counts: one block, odd block counts, and for float types lengths off any vector size.
+std::vector<int64_t> column_counts(TensorType type) {
+  switch (block_layout(type).block_elems) {
+    case 1:
+      return {1, 7, 32, 100, 257, 1024};
+    case 32:
+      return {32, 96, 160, 544, 1024};
+    default:
+      return {256, 768, 2304};
+  }
+}
+
+// A weight matrix in GGUF layout built with quantize_row (random rows, varied magnitudes).
+struct TestMatrix {
+  std::vector<uint8_t> bytes;
+  WeightMatrix view;
+  std::vector<float> dequantized;  // [n_rows, n_cols], for the error bounds
+};
+
+TestMatrix make_matrix(TensorType type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  TestMatrix m;
+  const size_t stride = row_bytes(type, n_cols);
+  m.bytes.resize(stride * static_cast<size_t>(n_rows));
+  m.dequantized.resize(static_cast<size_t>(n_rows * n_cols));
+  std::vector<float> row(static_cast<size_t>(n_cols));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float row_scale = 0.05f * static_cast<float>(1 + r % 5);
+    for (float& v : row) v = row_scale * normal(rng);
+    quantize_row(type, row.data(), m.bytes.data() + static_cast<size_t>(r) * stride, n_cols);
+    dequantize_row(type, m.bytes.data() + static_cast<size_t>(r) * stride, m.dequantized.data() + r * n_cols,
+                   n_cols);
+  }
+  m.view = WeightMatrix{m.bytes.data(), type, n_rows, n_cols};
+  return m;
+}
+
+std::vector<float> random_x(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = normal(rng);
+  if (n > 3) x[3] = 9.0f;  // an outlier sets one block's quantisation step
+  return x;
+}
+
+// matmul.h's bound on |y_simd - y_exact| for row r and token x.
+double error_bound(const TestMatrix& m, int64_t r, const float* x) {
+  const int64_t n = m.view.n_cols;
+  const float* w = m.dequantized.data() + r * n;
+  double bound = 0.0;
+  for (int64_t i = 0; i < n; ++i) bound += 1e-5 * std::fabs(static_cast<double>(w[i]) * x[i]);
+  if (is_quantized(m.view.type)) {
+    for (int64_t b = 0; b < n / 32; ++b) {
+      double sum_w = 0.0, amax = 0.0;
+      for (int64_t i = b * 32; i < b * 32 + 32; ++i) {
+        sum_w += std::fabs(w[i]);
+        amax = std::max(amax, static_cast<double>(std::fabs(x[i])));
+      }
+      bound += sum_w * amax / 254.0;
+    }
+  }
+  return bound + 1e-30;
+}
+
+TEST(ops_matmul, MatvecMatchesScalarTwin) {
+  ThreadPool pool2(2);
+  testing::for_each_target([&] {
+    uint32_t seed = 1;
+    for (const TensorType type : all_types) {
+      for (const int64_t n_cols : column_counts(type)) {
+        for (const int64_t n_rows : {1, 3, 7, 33}) {
+          SCOPED_TRACE(name(type) + " rows " + std::to_string(n_rows) + " cols " + std::to_string(n_cols));
+          const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
+          // x starts one float past an allocation boundary: no alignment is assumed.
+          std::vector<float> x_storage(static_cast<size_t>(n_cols) + 1);
+          const std::vector<float> x_values = random_x(n_cols, ++seed);
+          std::memcpy(x_storage.data() + 1, x_values.data(), x_values.size() * sizeof(float));
+          const float* x = x_storage.data() + 1;
+
+          std::vector<float> expected(static_cast<size_t>(n_rows)), one(static_cast<size_t>(n_rows)),
+              two(static_cast<size_t>(n_rows));
+          matvec_scalar(m.view, x, expected.data());
+          matvec(m.view, x, one.data(), nullptr);
+          matvec(m.view, x, two.data(), &pool2);
+          for (int64_t r = 0; r < n_rows; ++r) {
+            ASSERT_NEAR(one[r], expected[r], error_bound(m, r, x)) << "row " << r;
+            ASSERT_EQ(one[r], two[r]) << "row " << r << ": thread count changed the result";
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(ops_matmul, MatmulEqualsMatvecPerToken) {
+  ThreadPool pool2(2);
+  testing::for_each_target([&] {
+    uint32_t seed = 100;
+    for (const TensorType type : all_types) {
+      const int64_t n_cols = column_counts(type)[1];
+      const int64_t n_rows = 9;
+      for (const int64_t n_tok : {1, 3, 17}) {  // 17 crosses the 16-token tile
+        SCOPED_TRACE(name(type) + " tokens " + std::to_string(n_tok));
+        const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
+        const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
+        std::vector<float> batch(static_cast<size_t>(n_tok * n_rows)), batch2(batch.size()),
+            scalar(batch.size());
+        matmul(m.view, x.data(), n_tok, batch.data(), nullptr);
+        matmul(m.view, x.data(), n_tok, batch2.data(), &pool2);
+        matmul_scalar(m.view, x.data(), n_tok, scalar.data());
+        for (int64_t t = 0; t < n_tok; ++t) {
+          std::vector<float> single(static_cast<size_t>(n_rows));
+          matvec(m.view, x.data() + t * n_cols, single.data(), nullptr);
+          for (int64_t r = 0; r < n_rows; ++r) {
+            const size_t k = static_cast<size_t>(t * n_rows + r);
+            ASSERT_EQ(batch[k], single[static_cast<size_t>(r)]) << "token " << t << " row " << r;
+            ASSERT_EQ(batch[k], batch2[k]) << "token " << t << " row " << r;
+            ASSERT_NEAR(batch[k], scalar[k], error_bound(m, r, x.data() + t * n_cols));
+          }
+        }
+      }
+    }
+  });
+}
+
+// With x exactly representable in 8 bits per block (integers times a power of two, each block
+// holding +-127), the integer kernels must agree with the exact dot to f32 rounding: any slip in
+// decoding nibbles, high bits, scales or mins would show far above that.
+TEST(ops_matmul, ExactActivationsGiveExactDots) {
+  testing::for_each_target([&] {
+    uint32_t seed = 500;
+    for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k, TensorType::q6_k}) {
+      const int64_t n_cols = column_counts(type).back();
+      SCOPED_TRACE(name(type));
+      const TestMatrix m = make_matrix(type, 5, n_cols, ++seed);
+      std::mt19937 rng(++seed);
+      std::uniform_int_distribution<int> level(-127, 127);
+      std::vector<float> x(static_cast<size_t>(n_cols));
+      for (int64_t i = 0; i < n_cols; ++i) {
+        x[static_cast<size_t>(i)] = i % 32 == 5 ? 127.0f : static_cast<float>(level(rng));
+        x[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>(i / 32 % 3) - 4);
+      }
+      std::vector<float> y(5), expected(5);
+      matvec(m.view, x.data(), y.data());
+      matvec_scalar(m.view, x.data(), expected.data());
+      for (int64_t r = 0; r < 5; ++r) {
+        double magnitude = 0.0;
+        for (int64_t i = 0; i < n_cols; ++i)
+          magnitude +=
+              std::fabs(m.dequantized[static_cast<size_t>(r * n_cols + i)] * x[static_cast<size_t>(i)]);
+        ASSERT_NEAR(y[r], expected[r], 1e-5 * magnitude) << "row " << r;
+      }
+    }
+  });
+}
+
+TEST(ops_matmul, RejectsBadShapes) {
+  std::vector<uint8_t> bytes(1024);
+  std::vector<float> x(64), y(4);
+  EXPECT_THROW(matvec(WeightMatrix{bytes.data(), TensorType::q4_0, 2, 48}, x.data(), y.data()),
+               InvalidArgument);
+  EXPECT_THROW(matvec(WeightMatrix{bytes.data(), static_cast<TensorType>(13), 2, 256}, x.data(), y.data()),
+               InvalidArgument);
+  EXPECT_THROW(matmul(WeightMatrix{bytes.data(), TensorType::f32, 2, 4}, x.data(), -1, y.data()),
+               InvalidArgument);
+  // Empty shapes are fine and write nothing.
+  matvec(WeightMatrix{bytes.data(), TensorType::f32, 0, 4}, x.data(), y.data());
+  matmul(WeightMatrix{bytes.data(), TensorType::f32, 2, 4}, x.data(), 0, y.data());
+}
+
+}  // namespace
+}  // namespace squeezekv
