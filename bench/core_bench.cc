@@ -1,7 +1,9 @@
 // Benchmarks of the cache core (speed lives here, never in the tests):
 //  - concentration_score, O(n D), next to the pairwise O(n^2 D) oracle;
 //  - one decode-step update (score one key against B rows, evict one) for every method at
-//    B = 512, D = 128, 8 KV heads, next to the cost of just reading the kept fp16 rows.
+//    B = 512, D = 128, 8 KV heads, next to the cost of just reading the kept fp16 rows;
+//  - the same for a whole model's cache (32 layers x 8 KV heads x D = 128, average budget 512,
+//    the layers' budgets set by each method's allocator): BM_ModelDecodeStep/<method>.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -80,10 +82,47 @@ void BM_ReadKeptRows(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadKeptRows);
 
+constexpr int kLayers = 32;
+
+// A whole model's cache after a 1024-token prompt (every layer fed the same keys, shifted per
+// layer so the squeeze allocator sees different concentrations), then timed decode steps: one
+// token's update of all 32 layers.
+void BM_ModelDecodeStep(benchmark::State& state, const char* method) {
+  KVCacheConfig c;
+  c.method = method;
+  c.budget = kBudget;
+  c.head_dim = kDim;
+  auto cache = KVCacheBuilder::for_model(kLayers, c, kHeads);
+  const auto prompt = gaussian(size_t(kHeads) * 1024 * kDim, 2);
+  const auto prompt_v = gaussian(prompt.size(), 3);
+  std::vector<float> shifted(prompt.size());
+  for (int l = 0; l < kLayers; ++l) {
+    const float shift = 0.05f * float(l);  // deeper layers: more concentrated keys
+    for (size_t i = 0; i < prompt.size(); ++i) shifted[i] = prompt[i] + shift * float(i % kDim == 0) * 20.0f;
+    cache->layer(l).update(shifted.data(), prompt_v.data(), 1024);
+  }
+  const auto steps = gaussian(size_t(kHeads) * kDim * 256, 4);
+  size_t i = 0;
+  for (auto _ : state) {
+    const float* k = steps.data() + (i % 256) * kHeads * kDim;
+    for (int l = 0; l < kLayers; ++l) cache->layer(l).update(k, k, 1);
+    ++i;
+  }
+  int64_t rows = 0;
+  for (int l = 0; l < kLayers; ++l) rows += cache->layer(l).tokens_kept();
+  state.counters["rows/layer"] = double(rows) / kLayers;
+  state.counters["KV MiB"] = double(cache->kept_bytes()) / double(1 << 20);
+}
+
 const bool registered = [] {
   for (const MethodInfo& m : all_methods()) {
     benchmark::RegisterBenchmark(("BM_DecodeStep/" + std::string(m.id)).c_str(),
                                  [id = m.id](benchmark::State& s) { BM_DecodeStep(s, id.data()); });
+  }
+  for (const MethodInfo& m : all_methods()) {
+    benchmark::RegisterBenchmark(("BM_ModelDecodeStep/" + std::string(m.id)).c_str(),
+                                 [id = m.id](benchmark::State& s) { BM_ModelDecodeStep(s, id.data()); })
+        ->Unit(benchmark::kMicrosecond);
   }
   return true;
 }();

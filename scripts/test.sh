@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything (library, program, tests, benchmarks) with warnings as errors and runs the
-# whole test suite. `scripts/test.sh --sanitize` does the same under ASan + UBSan in build-asan/.
+# whole test suite: GoogleTest, the C API's C tests, pytest on the Python module (build/python), and
+# the install test. `scripts/test.sh --sanitize` does the same under ASan + UBSan in build-asan/
+# (without the Python module, which cannot load the sanitizer runtime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -11,6 +13,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSQUEEZEKV_WERROR=ON -DSQUEEZEKV_SANITIZE=ON
          -DSQUEEZEKV_BUILD_BENCHMARKS=OFF)
 fi
-cmake -S . -B "$build" -G Ninja "${flags[@]}" >/dev/null
+# -U: an older build folder's cached test list would silently leave newer test folders out.
+cmake -S . -B "$build" -G Ninja -U SQUEEZEKV_TEST_MODULES "${flags[@]}" >/dev/null
 cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

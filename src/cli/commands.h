@@ -11,5 +11,7 @@ void register_synth(CLI::App& app);
 void register_info(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_sweep(CLI::App& app);
 
 }  // namespace squeezekv::cli

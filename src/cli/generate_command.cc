@@ -83,8 +83,10 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams");
   cmd->add_flag("--json", args->json, "print one JSON object instead of streaming text");
-  add_cache_options(*cmd, args->cache);
+  // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.config.method = "full";
+  args->cache.score = "attention";
+  add_cache_options(*cmd, args->cache);
   cmd->callback([args] { run(*args); });
 }
 

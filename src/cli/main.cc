@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
@@ -18,6 +19,21 @@ int main(int argc, char** argv) {
   squeezekv::cli::register_info(app);
   squeezekv::cli::register_generate(app);
   squeezekv::cli::register_perplexity(app);
+  squeezekv::cli::register_bench(app);
+  squeezekv::cli::register_sweep(app);
+  // CLI11 reports an unknown first word as a missing subcommand; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known |= sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "squeezekv: error: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
+      return squeezekv::cli::kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

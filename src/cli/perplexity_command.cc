@@ -29,7 +29,7 @@ nlohmann::json to_json(const PerplexityResult& r) {
           {"mean_kept_bytes", r.mean_kept_bytes}, {"peak_kept_bytes", r.peak_kept_bytes},
           {"mean_full_bytes", r.mean_full_bytes}, {"peak_full_bytes", r.peak_full_bytes},
           {"layer_budgets", r.layer_budgets}, {"layer_mean_kept", r.layer_mean_kept},
-          {"hidden_cosine", r.hidden_cosine}, {"seconds", r.seconds}};
+          {"layer_importance", r.layer_importance}, {"seconds", r.seconds}};
 }
 
 void run(PerplexityArgs& a) {
@@ -77,8 +77,10 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", args->model.n_ctx, "tokens per chunk")->capture_default_str();
   cmd->add_option("--chunks", args->chunks, "chunks to score (0 = all)")->capture_default_str();
   cmd->add_flag("--json", args->json, "print JSON, including per-layer values");
-  add_cache_options(*cmd, args->cache);
+  // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.config.method = "full";
+  args->cache.score = "attention";
+  add_cache_options(*cmd, args->cache);
   cmd->callback([args] { run(*args); });
 }
 

@@ -29,7 +29,7 @@ void BudgetCoordinator::report(int layer, double measurement) {
   for (const auto& m : measured_) {
     if (!m) return;
   }
-  budgets_ = allocator_->allocate(n_layers(), measurements());
+  budgets_ = allocator_->allocate(n_layers(), measurements(), max_rows_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i]) layers_[i]->set_budget(budgets_[i]);
   }

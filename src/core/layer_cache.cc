@@ -67,9 +67,11 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
 
 void LayerCache::add_attention(int h, const float* probs, int n_queries) {
   if (!in_update_) throw InvalidArgument("add_attention: call it between begin_update and end_update");
-  require(h >= 0 && h < n_heads(), "head", h, "out of range [0, " + std::to_string(n_heads()) + ")");
-  require(n_queries >= 0 && n_queries <= update_.n_new, "n_queries", n_queries,
-          "must lie in [0, " + std::to_string(update_.n_new) + "] (the update's tokens)");
+  // Messages are built only on failure: this runs per head per decode step.
+  if (h < 0 || h >= n_heads()) require(false, "head", h, "out of range [0, " + std::to_string(n_heads()) + ")");
+  if (n_queries < 0 || n_queries > update_.n_new) {
+    require(false, "n_queries", n_queries, "must lie in [0, " + std::to_string(update_.n_new) + "] (the update's tokens)");
+  }
   policy_->score_attention(rows_, h, probs, n_queries, head(h).n_slots());
 }
 

@@ -16,7 +16,7 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
     coordinator_ = std::make_unique<BudgetCoordinator>(n_layers, allocator);
     budgets.assign(size_t(n_layers), config.budget);  // the fallback until the schedule is final
   } else {
-    budgets = allocator->allocate(n_layers, {});
+    budgets = allocator->allocate(n_layers, {}, 0);
   }
   for (int i = 0; i < n_layers; ++i) {
     layers_.push_back(std::make_unique<LayerCache>(config, i, n_kv_heads, n_batch,

@@ -19,22 +19,10 @@ std::unique_ptr<ModelCache> Engine::make_cache(KVCacheConfig config) const {
 }
 
 void Engine::begin_prompt(ModelCache& cache) {
-  in_prompt_ = true;
-  cos_sum_.assign(size_t(model_.config().n_layers), 0.0);
-  cos_count_ = 0;
   cache.begin_prompt();
 }
 
 void Engine::end_prompt(ModelCache& cache) {
-  in_prompt_ = false;
-  cos_mean_.assign(cos_sum_.size(), 0.0);
-  for (size_t l = 0; l < cos_sum_.size(); ++l) {
-    cos_mean_[l] = cos_count_ > 0 ? cos_sum_[l] / double(cos_count_) : 0.0;
-  }
-  BudgetCoordinator* coordinator = cache.coordinator();
-  if (coordinator && coordinator->allocator().measures() == Importance::hidden_cosine) {
-    for (size_t l = 0; l < cos_mean_.size(); ++l) coordinator->report(int(l), cos_mean_[l]);
-  }
   cache.end_prompt();
 }
 
@@ -79,12 +67,18 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   const ModelConfig& c = model_.config();
   const int n = int(tokens.size());
   require(n >= 1, "tokens", n, "forward needs at least one token");
-  require(cache.n_layers() == c.n_layers, "cache layers", cache.n_layers(),
-          "the model has " + std::to_string(c.n_layers) + " layers");
-  require(cache.layer(0).n_heads() == c.n_kv_heads, "cache KV heads", cache.layer(0).n_heads(),
-          "the model has " + std::to_string(c.n_kv_heads) + " KV heads");
-  require(cache.config().head_dim == c.head_dim, "cache head_dim", cache.config().head_dim,
-          "the model's head dimension is " + std::to_string(c.head_dim));
+  // Messages are built only on failure: no allocation per token.
+  if (cache.n_layers() != c.n_layers) {
+    require(false, "cache layers", cache.n_layers(), "the model has " + std::to_string(c.n_layers) + " layers");
+  }
+  if (cache.layer(0).n_heads() != c.n_kv_heads) {
+    require(false, "cache KV heads", cache.layer(0).n_heads(),
+            "the model has " + std::to_string(c.n_kv_heads) + " KV heads");
+  }
+  if (cache.config().head_dim != c.head_dim) {
+    require(false, "cache head_dim", cache.config().head_dim,
+            "the model's head dimension is " + std::to_string(c.head_dim));
+  }
   reserve(n);
   const int64_t pos0 = cache.layer(0).tokens_seen();
   const auto dim = size_t(c.dim);
@@ -95,14 +89,19 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   for (int t = 0; t < n; ++t) model_.embed(tokens[size_t(t)], x_.data() + size_t(t) * dim);
   for (int t = 0; t < n; ++t) rope_cache(pos0 + t, c.n_rot, c.rope_base, rope_.data() + size_t(t) * size_t(c.n_rot));
 
+  // The paper's importance is measured on the first update of a cache whose allocator asks for
+  // it (like the key dispersion), so the prompt is held whole for one prefill chunk at most.
+  BudgetCoordinator* coordinator = cache.coordinator();
+  const bool measure = coordinator && coordinator->allocator().measures() == Importance::hidden_cosine &&
+                       !coordinator->is_final() && !coordinator->reported(0);
+  if (measure) cos_mean_.assign(size_t(c.n_layers), 0.0);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    const bool measure = in_prompt_;
     if (observer_ || measure) std::copy(x_.begin(), x_.begin() + long(size_t(n) * dim), before_.begin());
     rms_rows(x_.data(), w.attn_norm, n, c.norm_eps, xb_.data());
-    matmul(w.wq, xb_.data(), n, q_.data(), pool_);
-    matmul(w.wk, xb_.data(), n, k_.data(), pool_);
-    matmul(w.wv, xb_.data(), n, v_.data(), pool_);
+    // q, k and v in one parallel region: one hand-off instead of three.
+    const MatmulOutput qkv[3] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
+    matmul_many(qkv, xb_.data(), n, pool_);
     add_bias(q_.data(), w.bq, n);
     add_bias(k_.data(), w.bk, n);
     add_bias(v_.data(), w.bv, n);
@@ -122,7 +121,7 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     }
     LayerCache& layer = cache.layer(l);
     layer.begin_update(k_heads_.data(), v_heads_.data(), n);
-    attention(l, layer, n, pos0);
+    attention(layer, n, pos0);
     layer.end_update();
     matmul(w.wo, att_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
@@ -132,19 +131,17 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
         const float* a = before_.data() + size_t(t) * dim;
         const float* b = x_.data() + size_t(t) * dim;
         const double ab = dot(a, b, c.dim), aa = dot(a, a, c.dim), bb = dot(b, b, c.dim);
-        cos_sum_[size_t(l)] += ab / (std::sqrt(aa * bb) + 1e-12);
+        cos_mean_[size_t(l)] += ab / (std::sqrt(aa * bb) + 1e-12) / n;
       }
+      coordinator->report(l, cos_mean_[size_t(l)]);  // the last layer's report publishes the schedule
     }
 
     rms_rows(x_.data(), w.ffn_norm, n, c.norm_eps, xb_.data());
-    matmul(w.w_gate, xb_.data(), n, gate_.data(), pool_);
-    matmul(w.w_up, xb_.data(), n, up_.data(), pool_);
-    swiglu(gate_.data(), up_.data(), int64_t(size_t(n) * size_t(c.ffn_dim)), gate_.data());
+    matmul_swiglu(w.w_gate, w.w_up, xb_.data(), n, gate_.data(), up_.data(), pool_);
     matmul(w.w_down, gate_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
   }
 
-  if (in_prompt_) cos_count_ += n;
   if (mode == Logits::none) return;
   const int first = mode == Logits::all ? 0 : n - 1;
   const int rows = n - first;
@@ -153,61 +150,71 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   matmul(model_.output(), xb_.data(), rows, logits.data(), pool_);
 }
 
-void Engine::attention(int l, LayerCache& layer, int n, int64_t pos0) {
-  (void)l;
+void Engine::attention(LayerCache& layer, int n, int64_t pos0) {
   const ModelConfig& c = model_.config();
   const auto hd = size_t(c.head_dim);
+  const auto group = size_t(c.group());
   const size_t q_dim = size_t(c.n_heads) * hd;
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
   int max_slots = 0;
   for (int g = 0; g < c.n_kv_heads; ++g) max_slots = std::max(max_slots, layer.head(g).n_slots());
-  for (auto& s : scratch_) s.resize(size_t(max_slots) * 2);
+  // Per worker: the group's logits [group, ld] then the slot mask (ld bytes).
+  const size_t ld = (size_t(max_slots) + 15) / 16 * 16;
+  for (auto& s : scratch_) {
+    if (s.size() < group * ld + ld / 4) s.resize(group * ld + ld / 4);
+  }
   const bool feed = layer.wants_attention();
-  if (feed) probs_.assign(size_t(c.n_heads) * size_t(n) * size_t(max_slots), 0.0f);
+  const size_t probs_per_head = size_t(n) * size_t(max_slots);
+  if (feed && group_probs_.size() < size_t(c.n_kv_heads) * probs_per_head) {
+    group_probs_.resize(size_t(c.n_kv_heads) * probs_per_head);
+  }
 
-  // One task per (query head, token): logits over the KV head's slots, causal mask by position.
+  // One task per (KV head, token): the group's query heads read each K and V row once together.
   auto task = [&](size_t index, size_t worker) {
-    const int h = int(index) / n, t = int(index) % n;
-    const HeadStore& head = layer.head(h / c.group());
+    const int g = int(index) / n, t = int(index) % n;
+    const HeadStore& head = layer.head(g);
     const int n_slots = head.n_slots();
     float* logits = scratch_[worker].data();
-    auto* mask = reinterpret_cast<uint8_t*>(logits + max_slots);
-    const float* q = q_.data() + size_t(t) * q_dim + size_t(h) * hd;
-    row_dots(q, head.keys(), head.type(), size_t(n_slots), hd, logits);
+    auto* mask = reinterpret_cast<uint8_t*>(logits + group * ld);
     const int64_t query_pos = pos0 + t;
     const int64_t* pos = head.positions();
+    // Slots past the last one this query may see are left out of every kernel (in a prompt the
+    // rows come in position order, so a causal query reads only its prefix).
+    int hi = 0;
     for (int s = 0; s < n_slots; ++s) {
       mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos;
-      logits[s] *= scale;
+      if (mask[s]) hi = s + 1;
     }
-    masked_softmax(logits, mask, size_t(n_slots));
-    float* out = att_.data() + size_t(t) * q_dim + size_t(h) * hd;
-    std::fill(out, out + hd, 0.0f);
-    rows_weighted_sum(logits, head.values(), head.type(), size_t(n_slots), hd, out);
+    const float* q = q_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
+    row_dots_group(q, group, hd, head.keys(), head.type(), size_t(hi), hd, logits, ld);
+    for (size_t i = 0; i < group; ++i) {
+      float* row = logits + i * ld;
+      for (int s = 0; s < hi; ++s) row[s] *= scale;
+      masked_softmax(row, mask, size_t(hi));
+    }
+    float* out = att_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
+    std::fill(out, out + group * hd, 0.0f);
+    rows_weighted_sum_group(logits, group, ld, head.values(), head.type(), size_t(hi), hd, out, hd);
     if (feed) {
-      std::copy(logits, logits + n_slots, probs_.data() + (size_t(h) * size_t(n) + size_t(t)) * size_t(max_slots));
+      // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads.
+      float* dst = group_probs_.data() + size_t(g) * probs_per_head + size_t(t) * size_t(n_slots);
+      for (int s = 0; s < hi; ++s) {
+        float sum = 0.0f;
+        for (size_t i = 0; i < group; ++i) sum += logits[i * ld + size_t(s)];
+        dst[s] = sum;
+      }
+      std::fill(dst + hi, dst + n_slots, 0.0f);
     }
   };
-  const size_t n_tasks = size_t(c.n_heads) * size_t(n);
-  if (pool_ && n_tasks > 1) {
+  const size_t n_tasks = size_t(c.n_kv_heads) * size_t(n);
+  const int64_t work = int64_t(c.n_heads) * n * max_slots * c.head_dim;
+  if (pool_ && n_tasks > 1 && work >= kMatmulParallelMacs) {
     pool_->parallel_for(n_tasks, task);
   } else {
     for (size_t i = 0; i < n_tasks; ++i) task(i, 0);
   }
-
   if (!feed) return;
-  // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads.
-  for (int g = 0; g < c.n_kv_heads; ++g) {
-    const int n_slots = layer.head(g).n_slots();
-    group_probs_.assign(size_t(n) * size_t(n_slots), 0.0f);
-    for (int h = g * c.group(); h < (g + 1) * c.group(); ++h) {
-      for (int t = 0; t < n; ++t) {
-        const float* p = probs_.data() + (size_t(h) * size_t(n) + size_t(t)) * size_t(max_slots);
-        add_inplace(group_probs_.data() + size_t(t) * size_t(n_slots), p, n_slots);
-      }
-    }
-    layer.add_attention(g, group_probs_.data(), n);
-  }
+  for (int g = 0; g < c.n_kv_heads; ++g) layer.add_attention(g, group_probs_.data() + size_t(g) * probs_per_head, n);
 }
 
 }  // namespace squeezekv

@@ -31,6 +31,7 @@ GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& pr
   Sampler sampler(options.sampler);
   std::vector<float> logits;
   cache.reset();
+  if (BudgetCoordinator* coordinator = cache.coordinator()) coordinator->set_max_rows(n_prompt + options.n_predict);
   engine.begin_prompt(cache);
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < n_prompt; i += options.n_batch) {

@@ -86,6 +86,7 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
   auto run_chunk = [&](ModelCache& cache, Accumulator* stats, const auto& score) {
     const auto start = std::chrono::steady_clock::now();
     cache.reset();
+    if (BudgetCoordinator* coordinator = cache.coordinator()) coordinator->set_max_rows(options.n_ctx);
     engine.begin_prompt(cache);
     for (int i = 0; i < first; i += options.n_batch) {
       const int n = std::min(options.n_batch, first - i);
@@ -142,13 +143,14 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
     for (size_t c = 0; c < configs.size(); ++c) {
       if (is_reference(configs[c], reference_config)) {
         results[c].layer_budgets = reference->budgets();
-        results[c].hidden_cosine.clear();
         continue;
       }
       run_chunk(*caches[c], &acc[c], [&](int k, const float* row) { score_into(acc[c], k, row); });
       if (progress) progress(++done, chunks * passes_per_chunk);
       results[c].layer_budgets = caches[c]->budgets();
-      results[c].hidden_cosine = engine.prompt_hidden_cosine();
+      if (const BudgetCoordinator* coordinator = caches[c]->coordinator()) {
+        results[c].layer_importance = coordinator->measurements();
+      }
     }
   }
   for (size_t c = 0; c < configs.size(); ++c) {

@@ -129,6 +129,105 @@ void WeightedSum(const float* w, const void* rows, KVType type, size_t n_rows, s
   WeightedSumT(d, w, rows, type, n_rows, dim, out);
 }
 
+// Up to 4 queries per pass (4 accumulators, one row load); wider groups take several passes.
+template <size_t G, class D>
+HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* rows, KVType type,
+                                 size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  const size_t N = hn::Lanes(d);
+  const size_t vec_end = dim - dim % N;
+  for (size_t j = 0; j < n_rows; ++j) {
+    hn::Vec<D> acc[G];
+    for (size_t g = 0; g < G; ++g) acc[g] = hn::Zero(d);
+    for (size_t i = 0; i < vec_end; i += N) {
+      const auto row = LoadRow(d, rows, type, j * dim + i);
+      for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(hn::LoadU(d, q + g * ld_q + i), row, acc[g]);
+    }
+    for (size_t g = 0; g < G; ++g) {
+      float s = hn::GetLane(hn::SumOfLanes(d, acc[g]));
+      for (size_t i = vec_end; i < dim; ++i) s += q[g * ld_q + i] * LoadOne(rows, type, j * dim + i);
+      out[g * ld_out + j] = s;
+    }
+  }
+}
+
+template <class D>
+void RowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                   size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  size_t g = 0;
+  for (; g + 4 <= n_q; g += 4) RowDotsGroupPass<4>(d, q + g * ld_q, ld_q, rows, type, n_rows, dim, out + g * ld_out, ld_out);
+  const size_t rest = n_q - g;
+  q += g * ld_q;
+  out += g * ld_out;
+  if (rest == 3) RowDotsGroupPass<3>(d, q, ld_q, rows, type, n_rows, dim, out, ld_out);
+  if (rest == 2) RowDotsGroupPass<2>(d, q, ld_q, rows, type, n_rows, dim, out, ld_out);
+  if (rest == 1) RowDotsGroupPass<1>(d, q, ld_q, rows, type, n_rows, dim, out, ld_out);
+}
+
+void RowDotsGroup(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                  size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  const hn::ScalableTag<float> d;
+  if (dim < hn::Lanes(d)) {
+    return RowDotsGroupT(hn::CappedTag<float, 8>(), q, n_q, ld_q, rows, type, n_rows, dim, out, ld_out);
+  }
+  RowDotsGroupT(d, q, n_q, ld_q, rows, type, n_rows, dim, out, ld_out);
+}
+
+template <size_t G, class D>
+HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const void* rows, KVType type,
+                                     size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  const size_t N = hn::Lanes(d);
+  const size_t vec_end = dim - dim % N;
+  auto all_zero = [&](size_t j) {
+    for (size_t g = 0; g < G; ++g) {
+      if (w[g * ld_w + j] != 0.0f) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < vec_end; i += N) {
+    hn::Vec<D> acc[G];
+    for (size_t g = 0; g < G; ++g) acc[g] = hn::LoadU(d, out + g * ld_out + i);
+    for (size_t j = 0; j < n_rows; ++j) {
+      if (all_zero(j)) continue;
+      const auto row = LoadRow(d, rows, type, j * dim + i);
+      for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(hn::Set(d, w[g * ld_w + j]), row, acc[g]);
+    }
+    for (size_t g = 0; g < G; ++g) hn::StoreU(acc[g], d, out + g * ld_out + i);
+  }
+  for (size_t i = vec_end; i < dim; ++i) {
+    for (size_t g = 0; g < G; ++g) {
+      float acc = out[g * ld_out + i];
+      for (size_t j = 0; j < n_rows; ++j) {
+        if (!all_zero(j)) acc += w[g * ld_w + j] * LoadOne(rows, type, j * dim + i);
+      }
+      out[g * ld_out + i] = acc;
+    }
+  }
+}
+
+template <class D>
+void WeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
+                       size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  size_t g = 0;
+  for (; g + 4 <= n_w; g += 4) {
+    WeightedSumGroupPass<4>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, out + g * ld_out, ld_out);
+  }
+  const size_t rest = n_w - g;
+  w += g * ld_w;
+  out += g * ld_out;
+  if (rest == 3) WeightedSumGroupPass<3>(d, w, ld_w, rows, type, n_rows, dim, out, ld_out);
+  if (rest == 2) WeightedSumGroupPass<2>(d, w, ld_w, rows, type, n_rows, dim, out, ld_out);
+  if (rest == 1) WeightedSumGroupPass<1>(d, w, ld_w, rows, type, n_rows, dim, out, ld_out);
+}
+
+void WeightedSumGroup(const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
+                      size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  const hn::ScalableTag<float> d;
+  if (dim < hn::Lanes(d)) {
+    return WeightedSumGroupT(hn::CappedTag<float, 8>(), w, n_w, ld_w, rows, type, n_rows, dim, out, ld_out);
+  }
+  WeightedSumGroupT(d, w, n_w, ld_w, rows, type, n_rows, dim, out, ld_out);
+}
+
 // Register-blocked: 4 queries x 2 vectors of keys per pass, broadcasting one query element at a
 // time against contiguous transposed keys (the micro-kernel shape of a GEMM).
 void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
@@ -228,6 +327,8 @@ HWY_EXPORT(LoadRows);
 HWY_EXPORT(RowDots);
 HWY_EXPORT(WeightedSum);
 HWY_EXPORT(QueryBlockDots);
+HWY_EXPORT(RowDotsGroup);
+HWY_EXPORT(WeightedSumGroup);
 HWY_EXPORT(MaskedSoftmax);
 
 float f16_to_f32(uint16_t bits) { return static_cast<float>(std::bit_cast<_Float16>(bits)); }
@@ -246,6 +347,15 @@ void row_dots(const float* q, const void* rows, KVType type, size_t n_rows, size
 void rows_weighted_sum(const float* w, const void* rows, KVType type, size_t n_rows,
                        size_t head_dim, float* out) {
   HWY_DYNAMIC_DISPATCH(WeightedSum)(w, rows, type, n_rows, head_dim, out);
+}
+void row_dots_group(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                    size_t n_rows, size_t head_dim, float* out, size_t ld_out) {
+  HWY_DYNAMIC_DISPATCH(RowDotsGroup)(q, n_q, ld_q, rows, type, n_rows, head_dim, out, ld_out);
+}
+void rows_weighted_sum_group(const float* w, size_t n_w, size_t ld_w, const void* rows,
+                             KVType type, size_t n_rows, size_t head_dim, float* out,
+                             size_t ld_out) {
+  HWY_DYNAMIC_DISPATCH(WeightedSumGroup)(w, n_w, ld_w, rows, type, n_rows, head_dim, out, ld_out);
 }
 void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
                       size_t n, size_t head_dim, float* out, size_t ld_out) {
@@ -275,6 +385,19 @@ void rows_weighted_sum_scalar(const float* w, const void* rows, KVType type, siz
     double acc = out[i];
     for (size_t j = 0; j < n_rows; ++j) acc += double(w[j]) * load_one(rows, type, j * head_dim + i);
     out[i] = static_cast<float>(acc);
+  }
+}
+
+void row_dots_group_scalar(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                           size_t n_rows, size_t head_dim, float* out, size_t ld_out) {
+  for (size_t g = 0; g < n_q; ++g) row_dots_scalar(q + g * ld_q, rows, type, n_rows, head_dim, out + g * ld_out);
+}
+
+void rows_weighted_sum_group_scalar(const float* w, size_t n_w, size_t ld_w, const void* rows,
+                                    KVType type, size_t n_rows, size_t head_dim, float* out,
+                                    size_t ld_out) {
+  for (size_t g = 0; g < n_w; ++g) {
+    rows_weighted_sum_scalar(w + g * ld_w, rows, type, n_rows, head_dim, out + g * ld_out);
   }
 }
 

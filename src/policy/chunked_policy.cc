@@ -1,7 +1,8 @@
 // Chunked cumulative-score policy (ChunkKV, Liu et al. 2025, arXiv:2502.00299): the H2O score, but
 // whole chunks of `chunk_size` consecutive positions are evicted together; a chunk's score is the
-// mean of its rows' scores, and a chunk holding a sink or a recent row is never evicted.
-// chunk_size 1 is exactly h2o.
+// mean of its rows' scores, and a chunk holding a sink or a recent row is never evicted whole
+// (when such chunks alone exceed the budget, their other rows go one by one). chunk_size 1 is
+// exactly h2o.
 #include <algorithm>
 #include <map>
 
@@ -59,6 +60,9 @@ class ChunkedPolicy final : public CumulativePolicy {
       if (head.n_live() <= budget) break;
       evict_slots(head, candidate.chunk->slots);
     }
+    // Chunks that hold a sink or a recent row can together exceed a small budget; the budget is
+    // a promise, so the remaining unprotected rows in them go one by one, lowest score first.
+    if (head.n_live() > budget) evict_slots(head, select_lowest(head, budget, protect, head.scores()));
   }
 
   int chunk_size_;

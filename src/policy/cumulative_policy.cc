@@ -16,7 +16,7 @@ void CumulativePolicy::score_attention(LayerRows& layer, int head, const float* 
 void CumulativePolicy::evict(LayerRows& layer, int budget) {
   const Protection protect = cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_);
   for (HeadStore& head : layer.heads) {
-    evict_slots(head, select_lowest(head, budget, protect, head.scores()));
+    evict_lowest(head, budget, protect, head.scores());
   }
 }
 

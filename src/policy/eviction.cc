@@ -10,13 +10,16 @@ Protection cumulative_protection(int64_t tokens_seen, int budget, int n_sink, do
   return Protection{n_sink, tokens_seen - recent_rows};
 }
 
-std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect,
-                               const float* scores) {
+namespace {
+
+// select_lowest into `out` (cleared), `candidates` as scratch: no allocation once both have grown.
+void select_lowest_into(const HeadStore& head, int budget, Protection protect, const float* scores,
+                        std::vector<int>& candidates, std::vector<int>& out) {
+  out.clear();
   const int excess = head.n_live() - budget;
-  if (excess <= 0) return {};
+  if (excess <= 0) return;
   const int64_t* pos = head.positions();
-  std::vector<int> candidates;
-  candidates.reserve(size_t(head.n_live()));
+  candidates.clear();
   for (int s = 0; s < head.n_slots(); ++s) {
     if (pos[s] != HeadStore::kFree && !protect.covers(pos[s])) candidates.push_back(s);
   }
@@ -24,11 +27,34 @@ std::vector<int> select_lowest(const HeadStore& head, int budget, Protection pro
     if (scores && scores[a] != scores[b]) return scores[a] < scores[b];
     return pos[a] < pos[b];
   };
-  if (size_t(excess) >= candidates.size()) return candidates;
-  if (excess == 1) return {*std::min_element(candidates.begin(), candidates.end(), lower)};
+  if (size_t(excess) >= candidates.size()) {
+    out.assign(candidates.begin(), candidates.end());
+    return;
+  }
+  if (excess == 1) {
+    out.push_back(*std::min_element(candidates.begin(), candidates.end(), lower));
+    return;
+  }
   std::nth_element(candidates.begin(), candidates.begin() + excess, candidates.end(), lower);
-  candidates.resize(size_t(excess));
-  return candidates;
+  out.assign(candidates.begin(), candidates.begin() + excess);
+}
+
+}  // namespace
+
+std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect,
+                               const float* scores) {
+  std::vector<int> candidates, out;
+  candidates.reserve(size_t(head.n_live()));
+  select_lowest_into(head, budget, protect, scores, candidates, out);
+  return out;
+}
+
+void evict_lowest(HeadStore& head, int budget, Protection protect, const float* scores) {
+  if (head.n_live() <= budget) return;
+  // Per thread, kept across calls: the decode step's eviction allocates nothing.
+  thread_local std::vector<int> candidates, out;
+  select_lowest_into(head, budget, protect, scores, candidates, out);
+  evict_slots(head, out);
 }
 
 void evict_slots(HeadStore& head, std::span<const int> slots) {

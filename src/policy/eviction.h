@@ -29,6 +29,9 @@ std::vector<int> select_lowest(const HeadStore& head, int budget, Protection pro
 
 void evict_slots(HeadStore& head, std::span<const int> slots);
 
+// evict_slots(head, select_lowest(...)) with reused scratch, so a decode step allocates nothing.
+void evict_lowest(HeadStore& head, int budget, Protection protect, const float* scores);
+
 // Key-proxy cumulative scoring for one update: each new token's key, in order, attends (softmax
 // of K . k / sqrt(D)) over the rows present before it; scores = decay * scores + a. The first
 // row of an empty head starts at 1. `scratch` is reused across calls to avoid allocation.

@@ -12,7 +12,7 @@ class StreamingPolicy final : public TokenPolicy {
   std::string_view name() const override { return sinks_ ? "streaming" : "window"; }
   void evict(LayerRows& layer, int budget) override {
     for (HeadStore& head : layer.heads) {
-      evict_slots(head, select_lowest(head, budget, Protection{n_sink_}, nullptr));
+      evict_lowest(head, budget, Protection{n_sink_}, nullptr);
     }
   }
 

@@ -154,9 +154,9 @@ INSTANTIATE_TEST_SUITE_P(Reference, EnginePerplexity,
                                            PerplexityCase{128, 400, 4.006826, 1.387999496},
                                            PerplexityCase{256, 1, 4.044410, 1.397335669},
                                            PerplexityCase{256, 200, 3.917316, 1.365406851}),
-                         [](const auto& info) {
-                           return "ctx" + std::to_string(info.param.n_ctx) + "_chunks" +
-                                  std::to_string(info.param.chunks);
+                         [](const auto& case_info) {
+                           return "ctx" + std::to_string(case_info.param.n_ctx) + "_chunks" +
+                                  std::to_string(case_info.param.chunks);
                          });
 
 // ---- random models: every weight type and both architectures ----
@@ -202,6 +202,53 @@ TEST(EngineRandom, EveryWeightTypeStaysCloseToF32) {
       const double rel = std::sqrt(err / norm);
       std::printf("%s %s: relative RMS logit error %.4f\n", arch, std::string(tensor_type_name(uint32_t(type))).c_str(), rel);
       EXPECT_LT(rel, tol) << arch << " " << tensor_type_name(uint32_t(type));
+    }
+  }
+}
+
+// A model big enough that every parallel path runs (matmuls over kMatmulParallelMacs, attention
+// split over KV heads): prompt and decode logits, and the cache's choices, must not depend on
+// the thread count. Evicting caches with both score sources, so the fed-back attention is covered.
+TEST(EngineRandom, ThreadCountNeverChangesTheOutput) {
+  RandomModelSpec spec;
+  spec.dim = 512;
+  spec.n_layers = 2;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 2;
+  spec.ffn_dim = 1024;
+  spec.weight_type = TensorType::q8_0;
+  const std::string path = temp_path("threads");
+  write_random_model(path, spec);
+  const Model model = Model::load(path);
+  std::filesystem::remove(path);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
+  for (const char* method : {"full", "squeeze"}) {
+    for (ScoreSource score : {ScoreSource::key_proxy, ScoreSource::attention}) {
+      SCOPED_TRACE(std::string(method) + (score == ScoreSource::attention ? " attention" : " key-proxy"));
+      std::vector<std::vector<float>> runs;
+      for (size_t threads : {1u, 2u, 3u}) {
+        ThreadPool pool(threads);
+        Engine engine(model, &pool);
+        KVCacheConfig c;
+        c.method = method;
+        c.budget = 64;
+        c.score = score;
+        auto cache = engine.make_cache(c);
+        std::vector<float> logits, all;
+        engine.begin_prompt(*cache);
+        engine.forward(prompt, *cache, Logits::all, logits);
+        engine.end_prompt(*cache);
+        all = logits;
+        for (int step = 0; step < 8; ++step) {
+          const int32_t token = int32_t(10 + step);
+          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+          all.insert(all.end(), logits.begin(), logits.end());
+        }
+        runs.push_back(std::move(all));
+      }
+      EXPECT_EQ(runs[0], runs[1]);
+      EXPECT_EQ(runs[0], runs[2]);
     }
   }
 }

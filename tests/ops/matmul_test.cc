@@ -1,6 +1,7 @@
 // matvec/matmul (SIMD, every compiled target) against their scalar twins, for every weight type,
 // many shapes, 1 and 2 threads, within the tolerances stated in matmul.h.
 #include "squeezekv/ops/matmul.h"
+#include "squeezekv/ops/model_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -151,6 +152,47 @@ TEST(ops_matmul, MatmulEqualsMatvecPerToken) {
       }
     }
   });
+}
+
+// The fused entry points (one parallel region for q/k/v, gate/up with SwiGLU) write exactly what
+// separate single-threaded matmuls write, with shapes large enough that the pool really splits
+// them (above kMatmulParallelMacs) and row counts that do not divide evenly into tasks.
+TEST(ops_matmul, FusedProductsEqualSeparateMatmuls) {
+  ThreadPool pool2(2), pool3(3);
+  uint32_t seed = 500;
+  for (const TensorType type : all_types) {
+    const int64_t n_cols = 1024;
+    for (const int64_t n_tok : {1, 17}) {
+      SCOPED_TRACE(name(type) + " tokens " + std::to_string(n_tok));
+      const TestMatrix a = make_matrix(type, 301, n_cols, ++seed);
+      const TestMatrix b = make_matrix(type, 77, n_cols, ++seed);
+      const TestMatrix c = make_matrix(type, 130, n_cols, ++seed);
+      const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
+      auto alone = [&](const TestMatrix& m) {
+        std::vector<float> y(static_cast<size_t>(n_tok * m.view.n_rows));
+        matmul(m.view, x.data(), n_tok, y.data(), nullptr);
+        return y;
+      };
+      const auto ya = alone(a), yb = alone(b), yc = alone(c);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+        std::vector<float> fa(ya.size()), fb(yb.size()), fc(yc.size());
+        const MatmulOutput outs[3] = {{&a.view, fa.data()}, {&b.view, fb.data()}, {&c.view, fc.data()}};
+        matmul_many(outs, x.data(), n_tok, pool);
+        EXPECT_EQ(fa, ya);
+        EXPECT_EQ(fb, yb);
+        EXPECT_EQ(fc, yc);
+      }
+      const TestMatrix up = make_matrix(type, 301, n_cols, ++seed);
+      std::vector<float> expected = ya;
+      const auto yu = alone(up);
+      swiglu(expected.data(), yu.data(), static_cast<int64_t>(expected.size()), expected.data());
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+        std::vector<float> gate(ya.size()), scratch(ya.size());
+        matmul_swiglu(a.view, up.view, x.data(), n_tok, gate.data(), scratch.data(), pool);
+        EXPECT_EQ(gate, expected);
+      }
+    }
+  }
 }
 
 // With x exactly representable in 8 bits per block (integers times a power of two, each block

@@ -49,6 +49,32 @@ TEST(ops_thread_pool, WorkersSleepAndWakeUp) {
   EXPECT_EQ(count.load(), 50);
 }
 
+// More threads than cores and a competing busy thread: workers are often descheduled between
+// jobs, so late workers meet newer jobs. Every job must still run each of its own tasks exactly
+// once, with its own function and context (each job checks its own id).
+TEST(ops_thread_pool, OversubscribedPoolRunsEveryJobExactlyOnce) {
+  std::atomic<bool> stop{false};
+  std::thread hog([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  ThreadPool pool(8);
+  for (int job = 0; job < 3000; ++job) {
+    const size_t n_tasks = size_t(1 + job % 13);
+    std::vector<int> runs(n_tasks, 0);
+    std::atomic<int> wrong_job{0};
+    const int id = job;
+    pool.parallel_for(n_tasks, [&, id](size_t task, size_t) {
+      if (id != job) wrong_job.fetch_add(1);
+      ++runs[task];  // each task index is claimed once, so no two threads write one slot
+    });
+    ASSERT_EQ(wrong_job.load(), 0);
+    for (size_t t = 0; t < n_tasks; ++t) ASSERT_EQ(runs[t], 1) << "job " << job << " task " << t;
+  }
+  stop = true;
+  hog.join();
+}
+
 TEST(ops_thread_pool, ZeroTasks) {
   ThreadPool pool(2);
   bool called = false;

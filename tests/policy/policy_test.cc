@@ -20,6 +20,7 @@ KVCacheConfig method(const std::string& id, int budget, int n_sink, int dim = 8)
   c.budget = budget;
   c.n_sink = n_sink;
   c.head_dim = dim;
+  c.decay = 1.0;  // hand-checked sums below are undecayed
   return c;
 }
 

@@ -19,7 +19,10 @@ class BudgetAllocator {
   // What must be measured per layer during the prompt; nullopt for a schedule fixed at build time.
   virtual std::optional<Importance> measures() const { return std::nullopt; }
   // Per-layer budgets; `measurements` has one value per layer when measures() is set, else empty.
-  virtual std::vector<int> allocate(int n_layers, std::span<const double> measurements) const = 0;
+  // max_rows > 0 is the longest sequence the cache will see (a budget beyond it is wasted);
+  // allocators that redistribute may use it, the fixed ones ignore it.
+  virtual std::vector<int> allocate(int n_layers, std::span<const double> measurements,
+                                    int max_rows) const = 0;
 };
 
 // A budget no eviction ever reaches (the `none` allocator, used by `full`).

@@ -26,6 +26,8 @@ class BudgetCoordinator {
   const std::vector<int>& budgets() const { return budgets_; }
   std::vector<double> measurements() const;
   const BudgetAllocator& allocator() const { return *allocator_; }
+  // The longest sequence the cache will see (0 = unknown): no layer needs more rows than that.
+  void set_max_rows(int rows) { max_rows_ = rows; }
   void reset();
 
  private:
@@ -33,6 +35,7 @@ class BudgetCoordinator {
   std::vector<LayerCache*> layers_;
   std::vector<std::optional<double>> measured_;
   std::vector<int> budgets_;
+  int max_rows_ = 0;
 };
 
 }  // namespace squeezekv

@@ -30,8 +30,10 @@ struct KVCacheConfig {
   int n_sink = 4;                  // first positions never evicted; floor is n_sink + 1
   double strength = 1.0;           // squeeze: 0 = uniform (== h2o), 1 = full reallocation
   std::optional<int> resolved_budget{};  // explicit per-layer budget for a lone cache
+  // Defaults chosen from measurements (docs/results.md): without a recent window the cumulative
+  // score freezes on the prompt; a slow decay lets scores follow the text.
   double recent = 0.5;             // share of (budget - n_sink) kept as the newest rows
-  double decay = 1.0;              // scores = decay * scores + a; in (0, 1], 1 = off
+  double decay = 0.98;             // scores = decay * scores + a; in (0, 1], 1 = off
   ScoreSource score = ScoreSource::key_proxy;
   KVType kv_type = KVType::f16;
 
@@ -44,7 +46,7 @@ struct KVCacheConfig {
   int window = 32;       // snapkv: observation window (last prompt queries), < budget
   int kernel = 5;        // snapkv: 1-D average-pool width, odd, >= 1
   Importance importance = Importance::key_dispersion;  // squeeze allocator's measurement
-  double squeeze_fraction = 0.5;  // hidden-cosine squeeze: budget share of the least important group
+  double squeeze_fraction = 0.6;  // hidden-cosine squeeze: budget share of the least important group
 
   // Throws InvalidArgument naming the first bad field and its value.
   void validate() const;

@@ -36,12 +36,14 @@ class Engine {
                std::vector<float>& logits);
 
   // A prompt spread over several forward calls: between these the cache keeps the prompt for the
-  // policies that act once at its end, and the engine measures each layer's hidden-state cosine
-  // when the cache's allocator asks for it (reported to the coordinator at end_prompt).
+  // policies that act once at its end (snapkv).
   void begin_prompt(ModelCache& cache);
   void end_prompt(ModelCache& cache);
 
-  // Mean over the prompt's tokens of cos(residual entering layer l, residual after attention).
+  // When the cache's allocator measures the hidden-state cosine (the paper's importance), the
+  // engine measures it on the cache's first update and reports it to the coordinator: per layer,
+  // the mean over that update's tokens of cos(residual entering the layer, residual after the
+  // attention add). These are the last values measured.
   const std::vector<double>& prompt_hidden_cosine() const { return cos_mean_; }
 
   void set_residual_observer(ResidualObserver observer) { observer_ = std::move(observer); }
@@ -52,23 +54,20 @@ class Engine {
   std::unique_ptr<ModelCache> make_cache(KVCacheConfig config) const;
 
  private:
-  void attention(int layer, LayerCache& cache, int n, int64_t pos0);
+  void attention(LayerCache& cache, int n, int64_t pos0);
   void reserve(int n);
 
   const Model& model_;
   ThreadPool* pool_;
   ResidualObserver observer_;
-  bool in_prompt_ = false;
-  std::vector<double> cos_sum_, cos_mean_;
-  int64_t cos_count_ = 0;
+  std::vector<double> cos_mean_;
   int capacity_ = 0;
   // Activations, [n, ...] row-major.
   std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, before_;
   std::vector<float> k_heads_, v_heads_;  // [n_kv, n, hd]: the cache's update layout
   std::vector<float> rope_;                // cos/sin per token [n, n_rot]
-  std::vector<std::vector<float>> scratch_;  // per worker: logits over slots
-  std::vector<float> probs_;               // [n_heads, n, slots] when attention is fed back
-  std::vector<float> group_probs_;         // [n, slots]
+  std::vector<std::vector<float>> scratch_;  // per worker: a GQA group's logits over slots, mask
+  std::vector<float> group_probs_;         // per KV head [n, slots] when attention is fed back
 };
 
 }  // namespace squeezekv

@@ -38,7 +38,9 @@ struct PerplexityResult {
   double mean_full_bytes = 0.0, peak_full_bytes = 0.0;
   std::vector<int> layer_budgets;       // per layer, at the end of the last chunk
   std::vector<double> layer_mean_kept;  // rows per layer (fullest head), mean over decode steps
-  std::vector<double> hidden_cosine;    // per layer, the last chunk's prompt (engine-measured)
+  // What a measuring allocator read per layer in the last chunk: the key concentration
+  // (key-dispersion) or the hidden-state cosine (hidden-cosine); empty for fixed schedules.
+  std::vector<double> layer_importance;
   double seconds = 0.0;
 };
 

@@ -34,6 +34,23 @@ void rows_weighted_sum(const float* w, const void* rows, KVType type, size_t n_r
 void rows_weighted_sum_scalar(const float* w, const void* rows, KVType type, size_t n_rows,
                               size_t head_dim, float* out);
 
+// The same for a group of n_q queries sharing the rows (the query heads of one GQA group): each
+// row is loaded once for all of them. out[g * ld_out + j] = dot(q + g * ld_q, row j). Every
+// output is computed exactly as row_dots computes it (same lanes, same order): bit-identical.
+void row_dots_group(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                    size_t n_rows, size_t head_dim, float* out, size_t ld_out);
+void row_dots_group_scalar(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                           size_t n_rows, size_t head_dim, float* out, size_t ld_out);
+
+// out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j for g < n_w: each row loaded once for the
+// whole group. Rows whose weights are all zero are skipped; a zero weight otherwise adds 0 * row.
+void rows_weighted_sum_group(const float* w, size_t n_w, size_t ld_w, const void* rows,
+                             KVType type, size_t n_rows, size_t head_dim, float* out,
+                             size_t ld_out);
+void rows_weighted_sum_group_scalar(const float* w, size_t n_w, size_t ld_w, const void* rows,
+                                    KVType type, size_t n_rows, size_t head_dim, float* out,
+                                    size_t ld_out);
+
 // out[i * ld_out + j] = sum_d q[i * ld_q + d] * kt[d * ld_kt + j] for i < m, j < n: many queries
 // against keys stored transposed (f32 [head_dim][ld_kt]). ld_kt must be a multiple of 32 and the
 // padding columns readable (zero them).

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "squeezekv/ops/tensor_type.h"
 
@@ -37,6 +38,24 @@ void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool* pool = 
 // A batch of n_tok tokens: x is [n_tok, n_cols] row-major, y is [n_tok, n_rows] row-major,
 // y[t * n_rows + r] = dot(row r of w, x + t * n_cols). Each weight row is reused across tokens.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool = nullptr);
+
+// Several products of the same x (q, k and v of one layer) in one parallel region: x is quantised
+// once and the pool synchronises once instead of once per matrix. Every y is exactly what matmul
+// would write. All matrices must have the same n_cols.
+struct MatmulOutput {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;  // [n_tok, w->n_rows]
+};
+void matmul_many(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tok, ThreadPool* pool = nullptr);
+
+// The first half of a SwiGLU MLP in one parallel region: gate_out = silu(gate x) * (up x), with
+// up_out [n_tok, n_rows] as scratch. Bit-identical to two matmuls followed by swiglu().
+void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n_tok,
+                   float* gate_out, float* up_out, ThreadPool* pool = nullptr);
+
+// Products with fewer multiply-adds than this (rows x cols x tokens) run on the calling thread:
+// below it a parallel region's hand-off costs more than it saves.
+inline constexpr int64_t kMatmulParallelMacs = int64_t(1) << 18;
 
 // Scalar twins, the test oracles: dequantise_row each row, then a double-accumulated dot with
 // the unquantised x. Slow; single-threaded.

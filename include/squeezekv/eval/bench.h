@@ -1,0 +1,91 @@
+// Speed measurements of the engine with any cache, like llama-bench: prompt processing (pp) and
+// generation (tg) in tokens/s over repetitions, thread counts, starting context depths and cache
+// configurations, with the median and spread of each; and a memory-bandwidth probe so that the
+// generation speed can be read as weight bytes per second against what the machine can stream.
+//
+// Side by side: for one thread count, repetitions are the outer loop and the (depth, cache
+// configuration) pairs the inner one, so a noisy neighbour slows every configuration alike and their
+// ratios stay meaningful.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/engine/model.h"
+
+namespace squeezekv {
+
+class ThreadPool;
+
+struct BenchOptions {
+  std::vector<int> n_prompt = {128, 512};  // pp tests (tokens per test; 0 entries skipped)
+  std::vector<int> n_gen = {128};          // tg tests
+  std::vector<int> threads = {1};          // thread counts (the caller included)
+  // Starting context depth: the cache is first filled with d tokens (prefill, not timed) once
+  // per thread count and configuration, before any test; later repetitions continue from where the last one
+  // stopped, so with a full cache the depth grows by the tokens of each repetition (at depth 0 the
+  // cache is cleared before every repetition instead).
+  std::vector<int> depths = {0};
+  int repetitions = 5;
+  int n_batch = 512;                       // prompt tokens per forward call
+  std::vector<KVCacheConfig> caches;       // one result row per configuration (empty: full)
+  uint64_t seed = 1;                       // the token ids fed in (pseudo-random, deterministic)
+  bool warmup = true;                      // one untimed token before the first test
+};
+
+// Summary of repeated measurements (tokens/s or bytes/s).
+struct Spread {
+  std::vector<double> samples;
+  double median = 0, mean = 0, stddev = 0, min = 0, max = 0;
+  static Spread of(std::vector<double> samples);
+};
+
+struct BenchRow {
+  std::string cache;        // label: method, budget, score source
+  KVCacheConfig config;
+  int threads = 1;
+  int depth = 0;
+  bool generation = false;  // tg (true) or pp
+  int n_tokens = 0;
+  Spread tokens_per_second;
+  size_t kv_kept_bytes = 0;  // after the last repetition
+  int64_t rows_per_layer = 0;  // average rows held per layer and KV head after the last repetition
+  std::string test() const { return (generation ? "tg" : "pp") + std::to_string(n_tokens); }
+};
+
+struct BandwidthResult {
+  int threads = 1;
+  size_t bytes = 0;  // buffer size read per repetition
+  Spread bytes_per_second;
+};
+
+struct ModelFacts {
+  std::string path, name, weight_type;
+  uint64_t file_bytes = 0, n_params = 0;
+  // Bytes of weights a decode step reads (every matrix of every layer, the output matrix, the
+  // norms; one embedding row) and the multiply-adds of a prompt token's matmuls.
+  uint64_t weight_bytes_per_token = 0;
+  uint64_t matmul_macs_per_token = 0;
+};
+
+ModelFacts model_facts(const Model& model, const std::string& path);
+
+// Measures every (threads, depth, test, cache) combination. progress (may be empty) receives one
+// line per finished measurement.
+std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& options,
+                                const std::function<void(const std::string&)>& progress = {});
+
+// Streaming read of a `bytes` buffer (allocated and touched once, outside the timing), split
+// across `pool` (null: the calling thread), `repetitions` times.
+BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repetitions);
+
+// Peak resident set of this process so far (getrusage), bytes.
+uint64_t peak_rss_bytes();
+
+// "full", "squeeze b512", "squeeze b512 attention": a short label of a configuration.
+std::string cache_label(const KVCacheConfig& config);
+
+}  // namespace squeezekv

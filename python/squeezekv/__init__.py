@@ -1,0 +1,28 @@
+"""squeezekv: KV-cache eviction (SqueezeAttention, H2O, PyramidKV, ...) with the seed's names.
+
+    config = KVCacheConfig(method="squeeze", head_dim=128, squeeze_budget=512)
+    caches = KVCacheBuilder.for_model(32, config)      # one cache per layer, one coordinator
+    keys, values = caches[0].update_and_fetch(k, v)    # [batch, heads, seq, head_dim] numpy
+
+The engine: ``Model.load(path).generate(...)``, ``.perplexity(...)`` and ``.sweep(...)``.
+"""
+from ._native import FormatError
+from .cache import KVCacheBuilder, KVCacheFactory, LayerCache, ModelCaches
+from .config import KVCacheConfig, methods
+from .engine import Model, load_model
+from .functions import concentration_score, pyramid_budgets, squeeze_budgets
+
+__all__ = [
+    "FormatError",
+    "KVCacheBuilder",
+    "KVCacheConfig",
+    "KVCacheFactory",
+    "LayerCache",
+    "Model",
+    "ModelCaches",
+    "concentration_score",
+    "load_model",
+    "methods",
+    "pyramid_budgets",
+    "squeeze_budgets",
+]

@@ -1,0 +1,95 @@
+"""The GGUF engine from Python: load a model, generate, perplexity and sweeps. Results are plain
+dicts, lists and floats."""
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterable, Optional, Sequence, Union
+
+from . import _native
+from .config import KVCacheConfig
+
+Text = Union[str, Sequence[int]]
+
+
+def _full() -> KVCacheConfig:
+    return KVCacheConfig(method="full")
+
+
+class Model:
+    """A GGUF Llama-family model (memory-mapped) with its tokenizer."""
+
+    def __init__(self, native: "_native.Model"):
+        self._native = native
+        self._info = native.info()
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "Model":
+        """Raises FormatError (an OSError and a ValueError) naming what is missing or malformed."""
+        return cls(_native.Model.load(os.fspath(path)))
+
+    @property
+    def info(self) -> dict:
+        return dict(self._info)
+
+    n_layers = property(lambda self: self._info["n_layers"])
+    n_heads = property(lambda self: self._info["n_heads"])
+    n_kv_heads = property(lambda self: self._info["n_kv_heads"])
+    head_dim = property(lambda self: self._info["head_dim"])
+    vocab = property(lambda self: self._info["vocab"])
+    context_length = property(lambda self: self._info["context_length"])
+
+    @property
+    def layers(self) -> range:
+        """One entry per layer, so code written for mlx-lm models (len(model.layers)) works."""
+        return range(self.n_layers)
+
+    def tokenize(self, text: str, add_bos: bool = True) -> list:
+        return self._native.tokenize(text, add_bos)
+
+    def tokenize_file(self, path: Union[str, os.PathLike]) -> list:
+        """Tokens of a text file as llama-perplexity reads it (one trailing newline dropped, BOS)."""
+        return self._native.tokenize_file(os.fspath(path))
+
+    def detokenize(self, tokens: Iterable[int]) -> str:
+        return self._native.detokenize([int(t) for t in tokens])
+
+    def generate(self, prompt: str, config: Optional[KVCacheConfig] = None, n_predict: int = 128,
+                 temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int = 0,
+                 n_batch: int = 512, n_ctx: int = 0, threads: int = 0,
+                 on_token: Optional[Callable[[int], None]] = None) -> dict:
+        """Generates after ``prompt`` with any cache configuration (default: the full cache).
+        temperature 0 is greedy. Returns text, tokens, prompt_tokens, layer_budgets, layer_kept,
+        kept_bytes, full_bytes, compression_ratio, speeds and stopped_at_eos."""
+        config = config or _full()
+        return _native.generate(self._native, config.to_native(), prompt, n_predict, n_batch, n_ctx,
+                                temperature, top_k, top_p, seed, threads, on_token)
+
+    def sweep(self, text: Text, configs: Sequence[KVCacheConfig], n_ctx: int = 512, n_batch: int = 512,
+              max_chunks: int = 0, threads: int = 0) -> list:
+        """Perplexity of ``text`` (a str, tokenized with BOS, or token ids) under each
+        configuration, every one compared with one shared full-cache pass (KL divergence, top-1
+        agreement). One dict per configuration, its ``config`` included."""
+        configs = list(configs)
+        if not configs:
+            raise ValueError("configs = []: give at least one KVCacheConfig")
+        for i, config in enumerate(configs):
+            if not isinstance(config, KVCacheConfig):
+                raise ValueError(f"configs[{i}] = {config!r}: must be a squeezekv.KVCacheConfig")
+        tokens = self.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
+        results = _native.perplexity(self._native, tokens, [c.to_native() for c in configs], n_ctx,
+                                     n_batch, max_chunks, threads)
+        for config, result in zip(configs, results):
+            result["config"] = config
+        return results
+
+    def perplexity(self, text: Text, config: Optional[KVCacheConfig] = None, **options) -> dict:
+        """``sweep`` with one configuration (default: the full cache)."""
+        return self.sweep(text, [config or _full()], **options)[0]
+
+    def __repr__(self) -> str:
+        return (f"Model({self._info['arch']}, {self.n_layers} layers, {self.n_kv_heads} KV heads, "
+                f"head_dim {self.head_dim})")
+
+
+def load_model(path: Union[str, os.PathLike]) -> Model:
+    return Model.load(path)

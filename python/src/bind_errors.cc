@@ -1,0 +1,38 @@
+// squeezekv's C++ errors as Python exceptions: bad parameters are ValueError (the message names
+// the parameter), a missing or malformed file is FormatError, both an OSError and a ValueError.
+#include <climits>
+
+#include "bindings.h"
+#include "squeezekv/core/errors.h"
+
+namespace py = pybind11;
+
+namespace squeezekv::python {
+namespace {
+
+PyObject* format_error = nullptr;  // owned by the module once added to it
+
+}  // namespace
+
+int checked_int(long long value, const char* name) {
+  require(value >= INT_MIN && value <= INT_MAX, name, value, "does not fit a 32-bit int");
+  return int(value);
+}
+
+void bind_errors(py::module_& m) {
+  py::tuple bases = py::make_tuple(py::handle(PyExc_OSError), py::handle(PyExc_ValueError));
+  format_error = PyErr_NewException("squeezekv.FormatError", bases.ptr(), nullptr);
+  if (format_error == nullptr) throw py::error_already_set();
+  m.add_object("FormatError", py::handle(format_error));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const FormatError& e) {
+      PyErr_SetString(format_error, e.what());
+    }
+  });
+}
+
+}  // namespace squeezekv::python

@@ -1,0 +1,310 @@
+// The cache half of the C API: parameters <-> KVCacheConfig, building caches, updates, reading
+// rows, budgets and accounting.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "capi/capi_internal.h"
+#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/ops/kv_rows.h"
+
+using squeezekv::capi::guarded;
+using squeezekv::capi::guarded_count;
+using squeezekv::capi::require_handle;
+
+squeezekv::LayerCache& squeezekv_cache::layer(int32_t l) {
+  return const_cast<squeezekv::LayerCache&>(std::as_const(*this).layer(l));
+}
+
+const squeezekv::LayerCache& squeezekv_cache::layer(int32_t l) const {
+  squeezekv::require(l >= 0 && l < n_layers(), "layer", l,
+                     "out of range [0, " + std::to_string(n_layers()) + ")");
+  return model ? model->layer(l) : *single;
+}
+
+namespace squeezekv::capi {
+namespace {
+
+std::string text_or(const char* text, const char* fallback) {
+  return text != nullptr && *text != '\0' ? text : fallback;
+}
+
+void check_head(const LayerCache& layer, int32_t head) {
+  require(head >= 0 && head < layer.n_heads(), "head", head,
+          "out of range [0, " + std::to_string(layer.n_heads()) + ")");
+}
+
+// Copies the rows of `slots` (f32 out); a free slot gives zero rows and position -1.
+int32_t copy_rows(const HeadStore& store, const std::vector<int>& slots, float* keys, float* values,
+                  int64_t* positions, int32_t capacity) {
+  const auto n = int32_t(slots.size());
+  if (capacity < n) return -n;
+  const size_t dim = size_t(store.head_dim());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int s = slots[i];
+    const bool live = store.live(s);
+    if (keys) {
+      if (live) load_rows(store.key_row(s), store.type(), keys + i * dim, dim);
+      else std::fill_n(keys + i * dim, dim, 0.0f);
+    }
+    if (values) {
+      if (live) load_rows(store.value_row(s), store.type(), values + i * dim, dim);
+      else std::fill_n(values + i * dim, dim, 0.0f);
+    }
+    if (positions) positions[i] = store.positions()[s];
+  }
+  return n;
+}
+
+// A C caller may store any int in an enum field, which C++ may not load as the enum type: read the
+// bytes as an integer instead (C enums are int-sized on every ABI this builds for).
+template <typename Enum>
+int32_t raw_enum(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int32_t));
+  int32_t value = 0;
+  std::memcpy(&value, &e, sizeof value);
+  return value;
+}
+
+}  // namespace
+
+KVCacheConfig to_config(const squeezekv_cache_params* params) {
+  const squeezekv_cache_params& p = require_handle(params, "params");
+  KVCacheConfig c;
+  c.method = text_or(p.method, "squeeze");
+  c.head_dim = p.head_dim;
+  c.budget = p.budget;
+  c.n_sink = p.n_sink;
+  c.strength = p.strength;
+  require(p.resolved_budget == -1 || p.resolved_budget >= 1, "resolved_budget", p.resolved_budget,
+          "must be -1 (none) or >= 1");
+  if (p.resolved_budget >= 1) c.resolved_budget = p.resolved_budget;
+  c.recent = p.recent;
+  c.decay = p.decay;
+  const int32_t score = raw_enum(p.score), kv_type = raw_enum(p.kv_type), importance = raw_enum(p.importance);
+  require(score == SQUEEZEKV_SCORE_KEY_PROXY || score == SQUEEZEKV_SCORE_ATTENTION, "score", score,
+          "must be SQUEEZEKV_SCORE_KEY_PROXY (0) or SQUEEZEKV_SCORE_ATTENTION (1)");
+  c.score = score == SQUEEZEKV_SCORE_ATTENTION ? ScoreSource::attention : ScoreSource::key_proxy;
+  require(kv_type == SQUEEZEKV_KV_TYPE_F16 || kv_type == SQUEEZEKV_KV_TYPE_F32, "kv_type", kv_type,
+          "must be SQUEEZEKV_KV_TYPE_F16 (0) or SQUEEZEKV_KV_TYPE_F32 (1)");
+  c.kv_type = kv_type == SQUEEZEKV_KV_TYPE_F32 ? KVType::f32 : KVType::f16;
+  c.policy = text_or(p.policy, "");
+  c.allocator = text_or(p.allocator, "");
+  c.beta = p.beta;
+  c.chunk_size = p.chunk_size;
+  c.window = p.window;
+  c.kernel = p.kernel;
+  require(importance == SQUEEZEKV_IMPORTANCE_KEY_DISPERSION || importance == SQUEEZEKV_IMPORTANCE_HIDDEN_COSINE,
+          "importance", importance,
+          "must be SQUEEZEKV_IMPORTANCE_KEY_DISPERSION (0) or SQUEEZEKV_IMPORTANCE_HIDDEN_COSINE (1)");
+  c.importance = importance == SQUEEZEKV_IMPORTANCE_HIDDEN_COSINE ? Importance::hidden_cosine
+                                                                   : Importance::key_dispersion;
+  c.squeeze_fraction = p.squeeze_fraction;
+  c.validate();
+  return c;
+}
+
+}  // namespace squeezekv::capi
+
+extern "C" {
+
+squeezekv_cache_params squeezekv_cache_default_params(void) {
+  const squeezekv::KVCacheConfig c;  // the defaults live in one place: the C++ struct
+  squeezekv_cache_params p;
+  p.method = "squeeze";
+  p.head_dim = c.head_dim;
+  p.budget = c.budget;
+  p.n_sink = c.n_sink;
+  p.strength = c.strength;
+  p.resolved_budget = -1;
+  p.recent = c.recent;
+  p.decay = c.decay;
+  p.score = SQUEEZEKV_SCORE_KEY_PROXY;
+  p.kv_type = c.kv_type == squeezekv::KVType::f32 ? SQUEEZEKV_KV_TYPE_F32 : SQUEEZEKV_KV_TYPE_F16;
+  p.policy = nullptr;
+  p.allocator = nullptr;
+  p.beta = c.beta;
+  p.chunk_size = c.chunk_size;
+  p.window = c.window;
+  p.kernel = c.kernel;
+  p.importance = SQUEEZEKV_IMPORTANCE_KEY_DISPERSION;
+  p.squeeze_fraction = c.squeeze_fraction;
+  return p;
+}
+
+squeezekv_status squeezekv_cache_params_validate(const squeezekv_cache_params* params) {
+  return guarded(__func__, [&] { squeezekv::capi::to_config(params); });
+}
+
+int32_t squeezekv_method_count(void) { return int32_t(squeezekv::all_methods().size()); }
+
+const char* squeezekv_method_id(int32_t i) {
+  const auto methods = squeezekv::all_methods();
+  // The registry's ids are string literals, so data() is NUL-terminated.
+  return i >= 0 && size_t(i) < methods.size() ? methods[size_t(i)].id.data() : nullptr;
+}
+
+squeezekv_cache* squeezekv_cache_init(const squeezekv_cache_params* params, int32_t n_layers,
+                                    int32_t n_kv_heads, int32_t n_batch) {
+  squeezekv_cache* out = nullptr;
+  guarded(__func__, [&] {
+    squeezekv::require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be >= 1");
+    squeezekv::require(n_batch >= 1, "n_batch", n_batch, "must be >= 1");
+    auto cache = std::make_unique<squeezekv_cache>();
+    cache->model = squeezekv::KVCacheBuilder::for_model(n_layers, squeezekv::capi::to_config(params),
+                                                        n_kv_heads, n_batch);
+    out = cache.release();
+  });
+  return out;
+}
+
+squeezekv_cache* squeezekv_cache_init_layer(const squeezekv_cache_params* params, int32_t n_kv_heads,
+                                          int32_t n_batch) {
+  squeezekv_cache* out = nullptr;
+  guarded(__func__, [&] {
+    squeezekv::require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be >= 1");
+    squeezekv::require(n_batch >= 1, "n_batch", n_batch, "must be >= 1");
+    auto cache = std::make_unique<squeezekv_cache>();
+    cache->single = squeezekv::KVCacheFactory::create(squeezekv::capi::to_config(params), n_kv_heads, n_batch);
+    out = cache.release();
+  });
+  return out;
+}
+
+void squeezekv_cache_free(squeezekv_cache* cache) { delete cache; }
+
+int32_t squeezekv_cache_n_layers(const squeezekv_cache* cache) { return cache ? cache->n_layers() : 0; }
+
+int32_t squeezekv_cache_n_heads(const squeezekv_cache* cache) {
+  return guarded_count(__func__, [&] { return require_handle(cache, "cache").layer(0).n_heads(); });
+}
+
+int32_t squeezekv_cache_head_dim(const squeezekv_cache* cache) {
+  return guarded_count(__func__, [&] { return require_handle(cache, "cache").layer(0).config().head_dim; });
+}
+
+squeezekv_status squeezekv_cache_update(squeezekv_cache* cache, int32_t layer, const float* keys,
+                                      const float* values, int32_t n_tokens) {
+  return guarded(__func__, [&] {
+    require_handle(cache, "cache");
+    cache->layer(layer).update(keys, values, n_tokens);
+  });
+}
+
+squeezekv_status squeezekv_cache_begin_update(squeezekv_cache* cache, int32_t layer, const float* keys,
+                                            const float* values, int32_t n_tokens) {
+  return guarded(__func__, [&] {
+    require_handle(cache, "cache");
+    cache->layer(layer).begin_update(keys, values, n_tokens);
+  });
+}
+
+bool squeezekv_cache_wants_attention(const squeezekv_cache* cache, int32_t layer) {
+  bool wants = false;
+  guarded(__func__, [&] { wants = require_handle(cache, "cache").layer(layer).wants_attention(); });
+  return wants;
+}
+
+squeezekv_status squeezekv_cache_add_attention(squeezekv_cache* cache, int32_t layer, int32_t head,
+                                             const float* probs, int32_t n_queries) {
+  return guarded(__func__, [&] {
+    require_handle(cache, "cache");
+    squeezekv::require(probs != nullptr || n_queries == 0, "probs", "NULL", "required when n_queries > 0");
+    cache->layer(layer).add_attention(head, probs, n_queries);
+  });
+}
+
+squeezekv_status squeezekv_cache_end_update(squeezekv_cache* cache, int32_t layer) {
+  return guarded(__func__, [&] {
+    require_handle(cache, "cache");
+    cache->layer(layer).end_update();
+  });
+}
+
+int32_t squeezekv_cache_fetch(const squeezekv_cache* cache, int32_t layer, int32_t head, float* keys,
+                             float* values, int64_t* positions, int32_t capacity) {
+  return guarded_count(__func__, [&] {
+    const squeezekv::LayerCache& l = require_handle(cache, "cache").layer(layer);
+    squeezekv::capi::check_head(l, head);
+    const squeezekv::HeadStore& store = l.head(head);
+    return squeezekv::capi::copy_rows(store, store.slots_by_position(), keys, values, positions, capacity);
+  });
+}
+
+int32_t squeezekv_cache_read_slots(const squeezekv_cache* cache, int32_t layer, int32_t head, float* keys,
+                                  float* values, int64_t* positions, int32_t capacity) {
+  return guarded_count(__func__, [&] {
+    const squeezekv::LayerCache& l = require_handle(cache, "cache").layer(layer);
+    squeezekv::capi::check_head(l, head);
+    const squeezekv::HeadStore& store = l.head(head);
+    std::vector<int> slots(size_t(store.n_slots()));
+    for (size_t s = 0; s < slots.size(); ++s) slots[s] = int(s);
+    return squeezekv::capi::copy_rows(store, slots, keys, values, positions, capacity);
+  });
+}
+
+int32_t squeezekv_cache_budgets(const squeezekv_cache* cache, int32_t* budgets, int32_t capacity) {
+  return guarded_count(__func__, [&] {
+    const squeezekv_cache& c = require_handle(cache, "cache");
+    const int32_t n = c.n_layers();
+    if (capacity < n) return -n;
+    squeezekv::require(budgets != nullptr, "budgets", "NULL", "an output buffer is required");
+    for (int32_t l = 0; l < n; ++l) budgets[l] = c.layer(l).layer_budget();
+    return n;
+  });
+}
+
+void squeezekv_cache_begin_prompt(squeezekv_cache* cache) {
+  guarded(__func__, [&] {
+    if (require_handle(cache, "cache").model) cache->model->begin_prompt();
+    else cache->single->begin_prompt();
+  });
+}
+
+void squeezekv_cache_end_prompt(squeezekv_cache* cache) {
+  guarded(__func__, [&] {
+    if (require_handle(cache, "cache").model) cache->model->end_prompt();
+    else cache->single->end_prompt();
+  });
+}
+
+void squeezekv_cache_reset(squeezekv_cache* cache) {
+  guarded(__func__, [&] {
+    if (require_handle(cache, "cache").model) cache->model->reset();
+    else cache->single->reset();
+  });
+}
+
+squeezekv_status squeezekv_cache_layer_stats(const squeezekv_cache* cache, int32_t layer,
+                                           squeezekv_layer_stats* stats) {
+  return guarded(__func__, [&] {
+    const squeezekv::LayerCache& l = require_handle(cache, "cache").layer(layer);
+    squeezekv::require(stats != nullptr, "stats", "NULL", "an output struct is required");
+    squeezekv_layer_stats& s = *stats;
+    s.layer_budget = l.layer_budget();
+    s.budget_final = l.budget_final();
+    s.concentration = l.concentration();
+    s.tokens_seen = l.tokens_seen();
+    s.tokens_kept = l.tokens_kept();
+    s.kept_bytes = l.kept_bytes();
+    s.full_bytes = l.full_bytes();
+    s.compression_ratio = l.compression_ratio();
+  });
+}
+
+uint64_t squeezekv_cache_kept_bytes(const squeezekv_cache* cache) {
+  if (!cache) return 0;
+  return cache->model ? cache->model->kept_bytes() : cache->single->kept_bytes();
+}
+
+uint64_t squeezekv_cache_full_bytes(const squeezekv_cache* cache) {
+  if (!cache) return 0;
+  return cache->model ? cache->model->full_bytes() : cache->single->full_bytes();
+}
+
+double squeezekv_cache_compression_ratio(const squeezekv_cache* cache) {
+  if (!cache) return 1.0;
+  return cache->model ? cache->model->compression_ratio() : cache->single->compression_ratio();
+}
+
+}  // extern "C"

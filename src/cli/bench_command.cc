@@ -1,0 +1,217 @@
+// `squeezekv bench`: llama-bench for squeezekv. Prompt processing and generation speed over
+// repetitions, thread counts, starting depths and cache configurations (comma lists in --method
+// and --score give one row each, measured side by side), with the memory-bandwidth probe beside
+// generation. Tables go to stdout (md, csv or json); progress to stderr when it is a terminal.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cache_options.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/core/model_cache.h"
+#include "squeezekv/eval/bench.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model_path;
+  CacheOptions cache;
+  BenchOptions bench;
+  std::string output = "md";
+  int bandwidth_mib = 1024;  // 0 = no probe
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Every (method, score) pair of the comma lists, each resolved and validated; a method whose
+// policy never reads attention gets one row, not one per score source.
+std::vector<KVCacheConfig> cache_configs(const CacheOptions& options) {
+  std::vector<KVCacheConfig> out;
+  for (const std::string& method : split(options.config.method)) {
+    bool first = true;
+    for (const std::string& score : split(options.score)) {
+      CacheOptions one = options;
+      one.config.method = method;
+      one.score = score;
+      const KVCacheConfig config = one.resolve();
+      const bool scored = config.score == ScoreSource::key_proxy || KVCacheFactory::create(config, 1)->wants_attention();
+      if (first || scored) out.push_back(config);
+      first = false;
+    }
+  }
+  require(!out.empty(), "--method", options.config.method, "names no method");
+  return out;
+}
+
+double gb(double bytes) { return bytes / 1e9; }
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+struct Derived {
+  double weight_gbps = 0;  // tg: weight bytes read per second
+  double share = 0;        // of the probe's bandwidth at this thread count (0: no probe)
+  double gflops = 0;       // pp: matmul GFLOP/s
+};
+
+Derived derive(const BenchRow& row, const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth) {
+  Derived d;
+  const double tps = row.tokens_per_second.median;
+  if (row.generation) {
+    d.weight_gbps = gb(double(facts.weight_bytes_per_token) * tps);
+    for (const BandwidthResult& b : bandwidth) {
+      if (b.threads == row.threads && b.bytes_per_second.median > 0) {
+        d.share = double(facts.weight_bytes_per_token) * tps / b.bytes_per_second.median;
+      }
+    }
+  } else {
+    d.gflops = 2.0 * double(facts.matmul_macs_per_token) * tps / 1e9;
+  }
+  return d;
+}
+
+void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows,
+              uint64_t peak_rss) {
+  std::printf("model: %s (%s, %.1f MiB, %.3f B params; a decode step reads %.4f GB of weights)\n",
+              facts.path.c_str(), facts.weight_type.c_str(), double(facts.file_bytes) / (1u << 20),
+              double(facts.n_params) / 1e9, gb(double(facts.weight_bytes_per_token)));
+  for (const BandwidthResult& b : bandwidth) {
+    std::printf("memory bandwidth, streaming read of %zu MiB, %d thread(s): %.1f GB/s (median, min %.1f, max %.1f)\n",
+                b.bytes >> 20, b.threads, gb(b.bytes_per_second.median), gb(b.bytes_per_second.min),
+                gb(b.bytes_per_second.max));
+  }
+  std::printf("peak resident memory: %.1f MiB\n\n", double(peak_rss) / (1 << 20));
+  std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
+  std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const BenchRow& r : rows) {
+    const Derived d = derive(r, facts, bandwidth);
+    const Spread& s = r.tokens_per_second;
+    std::printf("| %d | %s | %s | %d | %s ± %s | %s | %s | %s | %s | %s | %lld | %.1f |\n", r.threads, r.cache.c_str(),
+                r.test().c_str(), r.depth, fixed(s.median, 2).c_str(), fixed(s.stddev, 2).c_str(),
+                fixed(s.min, 2).c_str(), fixed(s.max, 2).c_str(), r.generation ? fixed(d.weight_gbps, 2).c_str() : "",
+                d.share > 0 ? fixed(100 * d.share, 1).c_str() : "", r.generation ? "" : fixed(d.gflops, 1).c_str(),
+                static_cast<long long>(r.rows_per_layer), double(r.kv_kept_bytes) / (1 << 20));
+  }
+}
+
+void print_csv(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows) {
+  std::printf("model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
+              "min_tps,max_tps,weight_gbps,bandwidth_share,gflops,rows_per_layer,kv_kept_bytes\n");
+  for (const BenchRow& r : rows) {
+    const Derived d = derive(r, facts, bandwidth);
+    const Spread& s = r.tokens_per_second;
+    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu\n", facts.path.c_str(),
+                facts.weight_type.c_str(), r.threads, r.cache.c_str(), r.config.method.c_str(), r.config.budget,
+                to_string(r.config.score).c_str(), r.test().c_str(), r.depth, r.n_tokens, s.median, s.mean, s.stddev,
+                s.min, s.max, d.weight_gbps, d.share, d.gflops, static_cast<long long>(r.rows_per_layer),
+                r.kv_kept_bytes);
+  }
+}
+
+void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows,
+                uint64_t peak_rss) {
+  nlohmann::json out;
+  out["model"] = {{"path", facts.path}, {"name", facts.name}, {"weight_type", facts.weight_type},
+                  {"file_bytes", facts.file_bytes}, {"n_params", facts.n_params},
+                  {"weight_bytes_per_token", facts.weight_bytes_per_token},
+                  {"matmul_macs_per_token", facts.matmul_macs_per_token}};
+  out["peak_rss_bytes"] = peak_rss;
+  out["bandwidth"] = nlohmann::json::array();
+  for (const BandwidthResult& b : bandwidth) {
+    out["bandwidth"].push_back({{"threads", b.threads}, {"bytes", b.bytes},
+                                {"median_bytes_per_second", b.bytes_per_second.median},
+                                {"samples", b.bytes_per_second.samples}});
+  }
+  out["results"] = nlohmann::json::array();
+  for (const BenchRow& r : rows) {
+    const Derived d = derive(r, facts, bandwidth);
+    const Spread& s = r.tokens_per_second;
+    out["results"].push_back({{"threads", r.threads}, {"cache", r.cache}, {"method", r.config.method},
+                              {"budget", r.config.budget}, {"score", to_string(r.config.score)},
+                              {"test", r.test()}, {"depth", r.depth}, {"n_tokens", r.n_tokens},
+                              {"median_tps", s.median}, {"mean_tps", s.mean}, {"stddev_tps", s.stddev},
+                              {"min_tps", s.min}, {"max_tps", s.max}, {"samples_tps", s.samples},
+                              {"weight_gbps", d.weight_gbps}, {"bandwidth_share", d.share}, {"gflops", d.gflops},
+                              {"rows_per_layer", r.rows_per_layer}, {"kv_kept_bytes", r.kv_kept_bytes}});
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void run(BenchArgs& a) {
+  require(a.output == "md" || a.output == "csv" || a.output == "json", "-o", a.output, "must be md, csv or json");
+  require(a.bandwidth_mib >= 0, "--bandwidth-mib", a.bandwidth_mib, "must be >= 0 (0 = no probe)");
+  a.bench.caches = cache_configs(a.cache);
+  const Model model = Model::load(a.model_path);
+  const ModelFacts facts = model_facts(model, a.model_path);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto progress = [tty](const std::string& line) {
+    if (tty) std::fprintf(stderr, "bench: %s\n", line.c_str());
+  };
+  const std::vector<BenchRow> rows = run_bench(model, a.bench, progress);
+  const uint64_t peak_rss = peak_rss_bytes();  // before the probe's buffer
+  std::vector<BandwidthResult> bandwidth;
+  if (a.bandwidth_mib > 0) {
+    std::vector<int> counts = a.bench.threads;
+    counts.insert(counts.begin(), 1);
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+    for (int t : counts) {
+      ThreadPool pool{size_t(t)};
+      bandwidth.push_back(measure_read_bandwidth(size_t(a.bandwidth_mib) << 20, &pool, 5));
+      progress("bandwidth with " + std::to_string(t) + " thread(s): " +
+               fixed(gb(bandwidth.back().bytes_per_second.median), 1) + " GB/s");
+    }
+  }
+  if (a.output == "md") print_md(facts, bandwidth, rows, peak_rss);
+  if (a.output == "csv") print_csv(facts, bandwidth, rows);
+  if (a.output == "json") print_json(facts, bandwidth, rows, peak_rss);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "prompt and generation speed, like llama-bench, with any cache");
+  BenchOptions& b = args->bench;
+  cmd->add_option("-m,--model", args->model_path, "GGUF model file")->required();
+  cmd->add_option("-p,--n-prompt", b.n_prompt, "prompt tokens per pp test (comma list; 0 = none)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("-n,--n-gen", b.n_gen, "generated tokens per tg test (comma list; 0 = none)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("-r,--repetitions", b.repetitions, "repetitions of each test")->capture_default_str();
+  cmd->add_option("-t,--threads", b.threads, "thread counts (comma list)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-d,--depth", b.depths, "context depths filled (untimed) before the tests (comma list)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("-b,--batch-size", b.n_batch, "prompt tokens per forward call")->capture_default_str();
+  cmd->add_option("-o,--output", args->output, "output format: md, csv or json")->capture_default_str();
+  cmd->add_option("--bandwidth-mib", args->bandwidth_mib, "memory-bandwidth probe buffer in MiB (0 = no probe)")
+      ->capture_default_str();
+  cmd->add_option("--seed", b.seed, "seed of the token ids fed in")->capture_default_str();
+  add_cache_options(*cmd, args->cache);
+  args->cache.config.method = "full";
+  cmd->footer("--method and --score take comma lists (--method window,squeeze,full): every pair is one row,\n"
+              "measured side by side (repetitions outer, configurations inner).");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace squeezekv::cli

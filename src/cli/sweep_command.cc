@@ -1,0 +1,140 @@
+// `squeezekv sweep`: methods x budgets (x strengths, score sources, importances, fractions) on one
+// model and text, one full-cache pass shared by all; a table on stdout, JSON and CSV files, a
+// progress bar with ETA on stderr when it is a terminal.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/cache_options.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/eval/sweep.h"
+#include "squeezekv/methods/method_registry.h"
+
+namespace squeezekv::cli {
+namespace {
+
+struct SweepArgs {
+  ModelOptions model;
+  CacheOptions cache;
+  SweepSpec spec;
+  std::vector<std::string> scores, importances;
+  std::string text_path, json_path, csv_path;
+  int chunks = 0;
+};
+
+nlohmann::json row(const PerplexityResult& r) {
+  const KVCacheConfig& c = r.config;
+  return {{"variant", sweep_variant(c)}, {"method", c.method}, {"policy", resolved_policy(c)},
+          {"allocator", resolved_allocator(c)}, {"budget", resolved_policy(c) == "full" ? 0 : c.budget},
+          {"n_sink", c.n_sink}, {"strength", c.strength}, {"score", to_string(c.score)},
+          {"importance", to_string(c.importance)}, {"squeeze_fraction", c.squeeze_fraction},
+          {"recent", c.recent}, {"decay", c.decay}, {"kv_type", to_string(c.kv_type)},
+          {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll}, {"mean_kl", r.mean_kl},
+          {"top1_agreement", r.top1_agreement}, {"mean_kept_bytes", r.mean_kept_bytes},
+          {"peak_kept_bytes", r.peak_kept_bytes}, {"mean_full_bytes", r.mean_full_bytes},
+          {"peak_full_bytes", r.peak_full_bytes}, {"layer_budgets", r.layer_budgets},
+          {"layer_mean_kept", r.layer_mean_kept}, {"layer_importance", r.layer_importance},
+          {"chunks", r.chunks}, {"scored", r.scored}, {"seconds", r.seconds}};
+}
+
+const char* kCsvColumns[] = {"variant", "method", "policy", "allocator", "budget", "n_sink", "strength",
+                             "score", "importance", "squeeze_fraction", "recent", "decay", "kv_type",
+                             "perplexity", "mean_nll", "mean_kl", "top1_agreement", "mean_kept_bytes",
+                             "peak_kept_bytes", "mean_full_bytes", "peak_full_bytes", "seconds"};
+
+void write_csv(const std::string& path, const nlohmann::json& rows) {
+  std::ofstream out(path);
+  if (!out) throw InvalidArgument(invalid_value("--csv", path, "cannot open for writing"));
+  for (size_t i = 0; i < std::size(kCsvColumns); ++i) out << (i ? "," : "") << kCsvColumns[i];
+  out << "\n";
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < std::size(kCsvColumns); ++i) {
+      const auto& v = r[kCsvColumns[i]];
+      if (i) out << ',';
+      if (v.is_string()) out << '"' << v.get<std::string>() << '"';
+      else out << v.dump();
+    }
+    out << "\n";
+  }
+}
+
+void run(SweepArgs& a) {
+  a.spec.base = a.cache.resolve();
+  a.spec.scores.clear();
+  for (const auto& s : a.scores) a.spec.scores.push_back(parse_score_source(s));
+  a.spec.importances.clear();
+  for (const auto& s : a.importances) a.spec.importances.push_back(parse_importance(s));
+  const std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
+  const Model model = Model::load(a.model.model_path);
+  auto pool = a.model.make_pool();
+  Engine engine(model, pool.get());
+  const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text_path);
+  PerplexityOptions options;
+  options.n_ctx = a.model.n_ctx;
+  options.n_batch = a.model.n_batch;
+  options.max_chunks = a.chunks;
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  std::fprintf(stderr, "sweep: %zu configurations, n_ctx %d, %s chunks\n", configs.size(), options.n_ctx,
+               a.chunks > 0 ? std::to_string(a.chunks).c_str() : "all");
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = evaluate_perplexity(engine, tokens, configs, options, [&](int done, int total) {
+    if (!tty) return;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double eta = elapsed / done * (total - done);
+    const int width = 30, filled = int(double(width) * done / total);
+    std::fprintf(stderr, "\r[%s%s] %d/%d passes, %.0f s elapsed, ETA %.0f s ", std::string(size_t(filled), '#').c_str(),
+                 std::string(size_t(width - filled), '.').c_str(), done, total, elapsed, eta);
+  });
+  if (tty) std::fprintf(stderr, "\n");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PerplexityResult& r : results) rows.push_back(row(r));
+  if (!a.json_path.empty()) {
+    std::ofstream out(a.json_path);
+    if (!out) throw InvalidArgument(invalid_value("--json", a.json_path, "cannot open for writing"));
+    nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text_path}, {"text_tokens", tokens.size()},
+                          {"n_ctx", options.n_ctx}, {"n_batch", options.n_batch}, {"results", rows}};
+    out << doc.dump(2) << "\n";
+  }
+  if (!a.csv_path.empty()) write_csv(a.csv_path, rows);
+  std::printf("%-58s %6s %9s %9s %8s %7s %10s\n", "variant", "budget", "PPL", "KL", "top-1", "KV KiB", "full KiB");
+  for (const PerplexityResult& r : results) {
+    std::printf("%-58s %6s %9.4f %9.5f %7.2f%% %7.1f %10.1f\n", sweep_variant(r.config).c_str(),
+                (resolved_policy(r.config) == "full" ? std::string("-") : std::to_string(r.config.budget)).c_str(),
+                r.perplexity, r.mean_kl, 100.0 * r.top1_agreement, r.mean_kept_bytes / 1024.0,
+                r.mean_full_bytes / 1024.0);
+  }
+}
+
+}  // namespace
+
+void register_sweep(CLI::App& app) {
+  auto args = std::make_shared<SweepArgs>();
+  auto* cmd = app.add_subcommand("sweep", "compare methods at equal memory: perplexity, KL and top-1 against the full cache");
+  add_model_options(*cmd, args->model);
+  args->model.n_ctx = 512;
+  SweepSpec& s = args->spec;
+  cmd->add_option("-f,--file", args->text_path, "text file")->required();
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "tokens per chunk")->capture_default_str();
+  cmd->add_option("--chunks", args->chunks, "chunks to score (0 = all)")->capture_default_str();
+  cmd->add_option("--methods", s.methods, "method ids")->delimiter(',')->capture_default_str();
+  cmd->add_option("--budgets", s.budgets, "average budgets")->delimiter(',')->capture_default_str();
+  cmd->add_option("--strengths", s.strengths, "squeeze strengths; default: the single cache option")->delimiter(',');
+  cmd->add_option("--scores", args->scores, "score sources: key-proxy, attention; default: the single cache option")->delimiter(',');
+  cmd->add_option("--importances", args->importances, "squeeze importances: key-dispersion, hidden-cosine; default: the single cache option")->delimiter(',');
+  cmd->add_option("--fractions", s.fractions, "squeeze fractions (hidden-cosine); default: the single cache option")->delimiter(',');
+  cmd->add_option("--recents", s.recents, "recent-window shares (cumulative policies); default: the single cache option")->delimiter(',');
+  cmd->add_option("--decays", s.decays, "score decays (cumulative policies); default: the single cache option")->delimiter(',');
+  cmd->add_option("--json", args->json_path, "write every result, per-layer values included, to this JSON file");
+  cmd->add_option("--csv", args->csv_path, "write one row per configuration to this CSV file");
+  args->cache.score = "attention";  // the engine feeds real attention back
+  add_cache_options(*cmd, args->cache, /*with_budget=*/false, /*with_strength=*/false);
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace squeezekv::cli

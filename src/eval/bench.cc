@@ -1,0 +1,268 @@
+// The bench harness (see bench.h). Timing uses steady_clock around whole tests; nothing here runs
+// per token except Engine::forward itself.
+#include "squeezekv/eval/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <span>
+
+#include "squeezekv/core/errors.h"
+#include "squeezekv/core/model_cache.h"
+#include "squeezekv/engine/engine.h"
+#include "squeezekv/ops/stream_read.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+uint64_t matrix_bytes(const WeightMatrix& w) { return uint64_t(row_bytes(w.type, w.n_cols)) * uint64_t(w.n_rows); }
+uint64_t matrix_macs(const WeightMatrix& w) { return uint64_t(w.n_rows) * uint64_t(w.n_cols); }
+
+// Deterministic pseudo-random token ids (splitmix64), as llama-bench feeds random tokens.
+class TokenStream {
+ public:
+  TokenStream(uint64_t seed, int vocab) : state_(seed), vocab_(uint64_t(vocab)) {}
+  int32_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return int32_t((z ^ (z >> 31)) % vocab_);
+  }
+  void fill(std::vector<int32_t>& tokens, int n) {
+    tokens.resize(size_t(n));
+    for (int32_t& t : tokens) t = next();
+  }
+
+ private:
+  uint64_t state_;
+  uint64_t vocab_;
+};
+
+// A prompt of `tokens` in n_batch chunks, as one prompt (begin/end_prompt) when `as_prompt`.
+void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, int n_batch, bool as_prompt,
+             std::vector<float>& logits) {
+  if (as_prompt) engine.begin_prompt(cache);
+  for (size_t i = 0; i < tokens.size(); i += size_t(n_batch)) {
+    const size_t n = std::min(size_t(n_batch), tokens.size() - i);
+    engine.forward(tokens.subspan(i, n), cache, i + n == tokens.size() ? Logits::last : Logits::none, logits);
+  }
+  if (as_prompt) engine.end_prompt(cache);
+}
+
+int64_t mean_rows(const ModelCache& cache) {
+  int64_t rows = 0, heads = 0;
+  for (int l = 0; l < cache.n_layers(); ++l) {
+    const LayerCache& layer = cache.layer(l);
+    for (int h = 0; h < layer.n_heads(); ++h, ++heads) rows += layer.tokens_kept(h);
+  }
+  return heads > 0 ? rows / heads : 0;
+}
+
+}  // namespace
+
+Spread Spread::of(std::vector<double> samples) {
+  Spread s;
+  s.samples = samples;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  s.median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  s.min = samples.front();
+  s.max = samples.back();
+  s.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / double(n);
+  double var = 0;
+  for (double x : samples) var += (x - s.mean) * (x - s.mean);
+  s.stddev = n > 1 ? std::sqrt(var / double(n - 1)) : 0.0;
+  return s;
+}
+
+std::string cache_label(const KVCacheConfig& config) {
+  std::string label = config.method;
+  if (config.method != "full") label += " b" + std::to_string(config.budget);
+  if (config.score == ScoreSource::attention) label += " attention";
+  return label;
+}
+
+ModelFacts model_facts(const Model& model, const std::string& path) {
+  ModelFacts f;
+  f.path = path;
+  f.name = model.config().name;
+  f.n_params = model.n_params();
+  f.file_bytes = model.weight_bytes();
+  const ModelConfig& c = model.config();
+  std::map<std::string, uint64_t> type_bytes;  // the dominant matrix type names the model
+  auto matrix = [&](const WeightMatrix& w) {
+    f.weight_bytes_per_token += matrix_bytes(w);
+    f.matmul_macs_per_token += matrix_macs(w);
+    type_bytes[std::string(tensor_type_name(uint32_t(w.type)))] += matrix_bytes(w);
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model.layer(l);
+    for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) matrix(*m);
+    f.weight_bytes_per_token += 4 * (w.attn_norm.size() + w.ffn_norm.size() + w.bq.size() + w.bk.size() + w.bv.size());
+  }
+  f.weight_bytes_per_token += matrix_bytes(model.output()) + 4 * model.output_norm().size();
+  f.weight_bytes_per_token += row_bytes(model.token_embedding().type, model.token_embedding().n_cols);
+  f.matmul_macs_per_token += matrix_macs(model.output());
+  type_bytes[std::string(tensor_type_name(uint32_t(model.output().type)))] += matrix_bytes(model.output());
+  uint64_t most = 0;
+  for (const auto& [name, bytes] : type_bytes) {
+    if (bytes > most) {
+      most = bytes;
+      f.weight_type = name;
+    }
+  }
+  return f;
+}
+
+std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
+                                const std::function<void(const std::string&)>& progress) {
+  require(o.repetitions >= 1, "repetitions", o.repetitions, "must be >= 1");
+  require(o.n_batch >= 1, "n_batch", o.n_batch, "must be >= 1");
+  require(!o.threads.empty(), "threads", "[]", "give at least one thread count");
+  for (int t : o.threads) require(t >= 1, "threads", t, "must be >= 1");
+  for (int d : o.depths) require(d >= 0, "depth", d, "must be >= 0");
+  for (int p : o.n_prompt) require(p >= 0, "n_prompt", p, "must be >= 0");
+  for (int n : o.n_gen) require(n >= 0, "n_gen", n, "must be >= 0");
+  std::vector<KVCacheConfig> configs = o.caches;
+  if (configs.empty()) {
+    configs.emplace_back();
+    configs.back().method = "full";
+  }
+  const int vocab = model.config().vocab;
+  std::vector<BenchRow> rows;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  TokenStream stream(o.seed, vocab);
+
+  for (int threads : o.threads) {
+    ThreadPool pool{size_t(threads)};
+    Engine engine(model, &pool);
+    if (o.warmup) {  // pages the weights in and grows the engine's buffers
+      auto cache = engine.make_cache(configs.front());
+      const int32_t token = 1 % vocab;
+      engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+    }
+    // One cache per (depth, configuration), all filled first; every test then interleaves them
+    // all within each repetition, so depth 0 and depth d are measured side by side too.
+    struct Slot {
+      int depth;
+      size_t config;
+      std::unique_ptr<ModelCache> cache;
+    };
+    std::vector<Slot> slots;
+    for (int depth : o.depths) {
+      for (size_t k = 0; k < configs.size(); ++k) {
+        slots.push_back({depth, k, engine.make_cache(configs[k])});
+        if (depth == 0) continue;
+        stream.fill(tokens, depth);
+        const auto start = Clock::now();
+        prefill(engine, *slots.back().cache, tokens, o.n_batch, true, logits);
+        if (progress) {
+          progress("filled " + cache_label(configs[k]) + " to depth " + std::to_string(depth) + " with " +
+                   std::to_string(threads) + " thread(s) in " + std::to_string(seconds_since(start)) + " s");
+        }
+      }
+    }
+    auto run_tests = [&](const std::vector<int>& sizes, bool generation) {
+      for (int size : sizes) {
+        if (size == 0) continue;
+        std::vector<std::vector<double>> samples(slots.size());
+        for (int rep = 0; rep < o.repetitions; ++rep) {
+          for (size_t k = 0; k < slots.size(); ++k) {
+            ModelCache& cache = *slots[k].cache;
+            const bool fresh = slots[k].depth == 0;
+            if (fresh) cache.reset();
+            stream.fill(tokens, size);
+            const auto start = Clock::now();
+            if (generation) {
+              for (int i = 0; i < size; ++i) {
+                engine.forward(std::span(tokens).subspan(size_t(i), 1), cache, Logits::last, logits);
+              }
+            } else {
+              prefill(engine, cache, tokens, o.n_batch, fresh, logits);
+            }
+            samples[k].push_back(double(size) / seconds_since(start));
+          }
+        }
+        for (size_t k = 0; k < slots.size(); ++k) {
+          BenchRow row;
+          row.config = configs[slots[k].config];
+          row.cache = cache_label(row.config);
+          row.threads = threads;
+          row.depth = slots[k].depth;
+          row.generation = generation;
+          row.n_tokens = size;
+          row.tokens_per_second = Spread::of(samples[k]);
+          row.kv_kept_bytes = slots[k].cache->kept_bytes();
+          row.rows_per_layer = mean_rows(*slots[k].cache);
+          if (progress) {
+            progress(row.test() + " @ d" + std::to_string(row.depth) + ", " + std::to_string(threads) +
+                     " thread(s), " + row.cache + ": " + std::to_string(row.tokens_per_second.median) + " tokens/s");
+          }
+          rows.push_back(std::move(row));
+        }
+      }
+    };
+    run_tests(o.n_prompt, false);
+    run_tests(o.n_gen, true);
+  }
+  return rows;
+}
+
+BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repetitions) {
+  require(bytes >= 4096, "bytes", bytes, "the probe needs a buffer of at least 4 KiB");
+  require(repetitions >= 1, "repetitions", repetitions, "must be >= 1");
+  std::vector<uint8_t> buffer(bytes);
+  for (size_t i = 0; i < bytes; i += 4096) buffer[i] = uint8_t(i >> 12);  // every page resident
+  const size_t workers = pool ? pool->num_workers() : 1;
+  // Contiguous chunks, several per worker, aligned to 4 KiB.
+  const size_t n_chunks = workers * 8;
+  const size_t chunk = (bytes / n_chunks + 4095) / 4096 * 4096;
+  std::vector<uint64_t> sums(n_chunks);
+  std::vector<double> samples;
+  uint64_t checksum = 0;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    const auto start = Clock::now();
+    auto task = [&](size_t i, size_t) {
+      const size_t begin = std::min(bytes, i * chunk);
+      sums[i] = stream_read(buffer.data() + begin, std::min(bytes, begin + chunk) - begin);
+    };
+    if (pool) {
+      pool->parallel_for(n_chunks, task);
+    } else {
+      for (size_t i = 0; i < n_chunks; ++i) task(i, 0);
+    }
+    samples.push_back(double(bytes) / seconds_since(start));
+    checksum += std::accumulate(sums.begin(), sums.end(), uint64_t{0});
+  }
+  // The checksum is stored, so no compiler can drop the reads.
+  volatile uint64_t sink = checksum;
+  (void)sink;
+  BandwidthResult r;
+  r.threads = int(workers);
+  r.bytes = bytes;
+  r.bytes_per_second = Spread::of(samples);
+  return r;
+}
+
+uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return uint64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace squeezekv

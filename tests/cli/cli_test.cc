@@ -1,0 +1,103 @@
+// The command line as a user meets it: exact outputs, every option declared once, and bad input
+// answered by one message naming the parameter with exit status 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun run(const std::string& args) {
+  const std::string command = std::string(SQUEEZEKV_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int raw = pclose(pipe);
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, out};
+}
+
+const std::string kModel = "-m ../shared/models/stories260K.gguf";
+
+TEST(Cli, BudgetsPrintsTheSeedExample) {
+  const CliRun r = run("budgets --concentrations 0.1,0.5,0.9 --avg 100 --sinks 4 --strength 1");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "180 100 20\n");
+}
+
+TEST(Cli, BudgetsPyramidAndJson) {
+  EXPECT_EQ(run("budgets --allocator pyramid --layers 12 --avg 512 --sinks 4 --beta 2").out,
+            "1019 927 835 742 650 558 466 374 282 189 97 5\n");
+  const CliRun r = run("budgets --concentrations -0.5,0.5 --avg 10 --sinks 1 --json");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("\"total\": 20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"concentrations\": [\n    0.0,"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MethodsListsEveryMethod) {
+  const CliRun r = run("methods");
+  EXPECT_EQ(r.status, 0);
+  for (const char* id : {"full", "h2o", "squeeze", "pyramidkv", "chunkkv", "tova", "streaming", "window", "snapkv"}) {
+    EXPECT_NE(r.out.find(std::string(id) + " "), std::string::npos) << id;
+  }
+  EXPECT_NE(r.out.find("when to use: Constant-memory, importance eviction with a data-driven"), std::string::npos);
+}
+
+TEST(Cli, HelpShowsDefaults) {
+  const CliRun r = run("generate --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("--budget"), std::string::npos);
+  EXPECT_NE(r.out.find("512"), std::string::npos);
+}
+
+TEST(Cli, GenerateGreedyOnTheRealModel) {
+  const CliRun r = run("generate " + kModel + " -p \"Once upon a time\" -n 8 --temp 0 -t 1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
+}
+
+struct BadInput {
+  std::string args, expected;
+};
+
+class CliBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(CliBadInput, ExitsWithStatusTwoAndNamesTheProblem) {
+  const CliRun r = run(GetParam().args);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(GetParam().expected), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliBadInput,
+    ::testing::Values(
+        BadInput{"budgets --concentrations 0.1 --strength 2", "strength = 2"},
+        BadInput{"budgets --concentrations 0.1 --avg 4 --sinks 4", "avg_budget = 4"},
+        BadInput{"budgets --avg x", "--avg"},
+        BadInput{"budgets --allocator magic --layers 3", "--allocator = magic"},
+        BadInput{"synth --method h3o", "method = h3o"},
+        BadInput{"synth --recent 1.5", "recent = 1.5"},
+        BadInput{"synth --decay 0", "decay = 0"},
+        BadInput{"synth --score psychic", "score = psychic"},
+        BadInput{"synth --method snapkv --window 64 --budget 64", "window = 64"},
+        BadInput{"generate -m no/such/model.gguf", "no/such/model.gguf"},
+        BadInput{"generate " + kModel + " --temp -1", "temp = -1"},
+        BadInput{"generate " + kModel + " -c 4 -n 8", "exceeds the context"},
+        BadInput{"perplexity " + kModel + " -f no/such/text.txt", "no/such/text.txt"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt -c 7", "n_ctx = 7"},
+        BadInput{"info -m ../shared/data/tinystories_val.txt", "magic"},
+        BadInput{"frobnicate", "frobnicate"}),
+    [](const auto& test) { return "case" + std::to_string(test.index); });
+
+}  // namespace

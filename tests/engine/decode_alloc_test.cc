@@ -1,0 +1,76 @@
+// A decode step allocates nothing: this program replaces the global operator new with a counting
+// one (so it is a test binary of its own) and runs steady-state decode steps of the engine with
+// evicting caches, every score source, 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <new>
+
+#include "squeezekv/engine/engine.h"
+#include "squeezekv/engine/random_model.h"
+
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace squeezekv {
+namespace {
+
+TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
+  RandomModelSpec spec;
+  spec.dim = 512;  // large enough that matmuls and attention use the pool
+  spec.n_layers = 2;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 2;
+  spec.ffn_dim = 1024;
+  spec.weight_type = TensorType::q8_0;
+  const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_decode_alloc_test.gguf").string();
+  write_random_model(path, spec);
+  const Model model = Model::load(path);
+  std::filesystem::remove(path);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
+  for (const char* method : {"window", "streaming", "h2o", "squeeze"}) {
+    for (ScoreSource score : {ScoreSource::key_proxy, ScoreSource::attention}) {
+      for (size_t threads : {1u, 2u}) {
+        SCOPED_TRACE(std::string(method) + " threads " + std::to_string(threads) +
+                     (score == ScoreSource::attention ? " attention" : " key-proxy"));
+        ThreadPool pool(threads);
+        Engine engine(model, &pool);
+        KVCacheConfig c;
+        c.method = method;
+        c.budget = 64;
+        c.score = score;
+        auto cache = engine.make_cache(c);
+        std::vector<float> logits;
+        engine.begin_prompt(*cache);
+        engine.forward(prompt, *cache, Logits::last, logits);
+        engine.end_prompt(*cache);
+        // Warm-up steps: buffers reach their steady size (the cache holds budget + 1 slots).
+        for (int step = 0; step < 4; ++step) {
+          const int32_t token = int32_t(5 + step);
+          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+        }
+        const int64_t before = g_allocations.load();
+        for (int step = 0; step < 16; ++step) {
+          const int32_t token = int32_t(20 + step);
+          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+        }
+        EXPECT_EQ(g_allocations.load() - before, 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace squeezekv

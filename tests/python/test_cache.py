@@ -1,0 +1,127 @@
+"""The seed's cache API on numpy: a whole-model update loop with budgets and accounting, the lone
+cache of KVCacheFactory.create, and shape errors."""
+import numpy as np
+import pytest
+
+import squeezekv
+from conftest import mock_layer_keys
+
+N_LAYERS, HEADS, D, PREFILL, BUDGET = 6, 2, 16, 96, 24
+
+
+def run_model(config, rng, decode=8, dtype=np.float32):
+    caches = squeezekv.KVCacheBuilder.for_model(N_LAYERS, config)
+    outputs = []
+    for layer, cache in enumerate(caches):
+        keys = mock_layer_keys(rng, layer, N_LAYERS, heads=HEADS, seq=PREFILL, head_dim=D).astype(dtype)
+        values = rng.standard_normal(keys.shape).astype(dtype)
+        outputs.append(cache.update_and_fetch(keys, values))
+    for _ in range(decode):
+        for layer, cache in enumerate(caches):
+            keys = mock_layer_keys(rng, layer, N_LAYERS, heads=HEADS, seq=1, head_dim=D).astype(dtype)
+            outputs[layer] = cache.update_and_fetch(keys, rng.standard_normal(keys.shape).astype(dtype))
+    return caches, outputs
+
+
+def squeeze(**changes):
+    return squeezekv.KVCacheConfig(method="squeeze", head_dim=D, squeeze_budget=BUDGET, **changes)
+
+
+def test_whole_model_loop_budgets_and_accounting():
+    caches, outputs = run_model(squeeze(), np.random.default_rng(0))
+    assert isinstance(caches, list) and len(caches) == N_LAYERS
+    assert caches.is_final
+    budgets = caches.budgets
+    assert sum(budgets) == N_LAYERS * BUDGET
+    assert budgets[0] > budgets[-1]  # the broad first layer gets more than the concentrated last
+    concentrations = caches.concentrations
+    assert all(a < b for a, b in zip(concentrations, concentrations[1:]))
+    assert budgets == squeezekv.squeeze_budgets(concentrations, BUDGET, 4, 1.0)
+    for layer, (cache, (keys, values)) in enumerate(zip(caches, outputs)):
+        assert keys.shape == values.shape == (1, HEADS, budgets[layer], D)
+        assert keys.dtype == np.float32
+        assert cache.layer_budget == budgets[layer] and cache.tokens_kept == budgets[layer]
+        assert cache.tokens_seen == cache.offset == PREFILL + 8
+        assert cache.full_bytes == 2 * HEADS * (PREFILL + 8) * D * 2  # K and V, fp16
+        assert cache.kept_bytes >= 2 * HEADS * budgets[layer] * D * 2
+        assert cache.compression_ratio == pytest.approx(cache.full_bytes / cache.kept_bytes)
+        _, _, positions = cache.fetch()
+        assert (positions[..., :4] == np.arange(4)).all()  # the sinks
+        assert (np.diff(positions, axis=-1) > 0).all()     # position order
+        if budgets[layer] - 4 >= 2:  # a recent window exists (recent = 0.5 of the non-sink rows)
+            assert (positions[..., -1] == PREFILL + 7).all()
+    assert caches.kept_bytes == sum(c.kept_bytes for c in caches)
+    assert caches.compression_ratio == pytest.approx(caches.full_bytes / caches.kept_bytes)
+
+
+def test_fetch_returns_the_rows_given():
+    cache = squeezekv.KVCacheFactory.create(squeezekv.KVCacheConfig(method="full", head_dim=4, kv_type="f32"))
+    keys = np.arange(2 * 3 * 5 * 4, dtype=np.float32).reshape(2, 3, 5, 4)
+    k, v = cache.update_and_fetch(keys, -keys)
+    np.testing.assert_array_equal(k, keys)
+    np.testing.assert_array_equal(v, -keys)
+
+
+def test_strength_zero_is_h2o():
+    _, squeezed = run_model(squeeze(squeeze_strength=0.0), np.random.default_rng(3))
+    _, h2o = run_model(squeezekv.KVCacheConfig(method="h2o", head_dim=D, squeeze_budget=BUDGET),
+                       np.random.default_rng(3))
+    for (a, b), (c, d) in zip(squeezed, h2o):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+
+
+def test_float16_input_matches_float32():
+    _, half = run_model(squeeze(), np.random.default_rng(5), dtype=np.float16)
+    _, single = run_model(squeeze(), np.random.default_rng(5), dtype=np.float32)
+    for (a, _), (b, _) in zip(half, single):
+        np.testing.assert_allclose(a, b, atol=2e-2)
+
+
+def test_lone_cache_uses_the_average_or_resolved_budget():
+    rng = np.random.default_rng(2)
+    keys = rng.standard_normal((1, 2, 50, D)).astype(np.float32)
+    lone = squeezekv.KVCacheFactory.create(squeeze())
+    assert lone.layer_budget == BUDGET and lone.tokens_kept == 0
+    k, _ = lone.update_and_fetch(keys, keys)
+    assert k.shape == (1, 2, BUDGET, D) and lone.budget_final
+    resolved = squeezekv.KVCacheFactory.create(squeeze(squeeze_resolved_budget=10))
+    assert resolved.layer_budget == 10
+    assert resolved.update_and_fetch(keys, keys)[0].shape == (1, 2, 10, D)
+
+
+def test_for_model_accepts_model_objects():
+    class MlxLike:
+        layers = [object()] * 3
+
+    class WithArgs:
+        class args:
+            n_layers = 2
+            n_kv_heads = 4
+
+    assert len(squeezekv.KVCacheBuilder.for_model(MlxLike(), squeeze())) == 3
+    assert len(squeezekv.KVCacheBuilder.for_model(WithArgs(), squeeze())) == 2
+    with pytest.raises(ValueError, match="model_or_layer_count"):
+        squeezekv.KVCacheBuilder.for_model("twelve", squeeze())
+    with pytest.raises(ValueError, match="n_layers = 0"):
+        squeezekv.KVCacheBuilder.for_model(0, squeeze())
+
+
+def test_bad_shapes_name_the_parameter():
+    caches = squeezekv.KVCacheBuilder.for_model(2, squeeze())
+    good = np.zeros((1, 2, 3, D), np.float32)
+    with pytest.raises(ValueError, match="keys.shape"):
+        caches[0].update_and_fetch(np.zeros((2, 3, D)), good)
+    with pytest.raises(ValueError, match="keys.head_dim = 8"):
+        caches[0].update_and_fetch(np.zeros((1, 2, 3, 8), np.float32), good)
+    caches[0].update_and_fetch(good + 1.0, good)
+    with pytest.raises(ValueError, match="keys.heads = 3"):
+        caches[1].update_and_fetch(np.ones((1, 3, 3, D), np.float32), np.ones((1, 3, 3, D), np.float32))
+    with pytest.raises(ValueError, match="values.seq"):
+        caches[1].update_and_fetch(good, np.zeros((1, 2, 4, D), np.float32))
+    with pytest.raises(ValueError, match="keys"):
+        bad = good.copy()
+        bad[0, 0, 0, 0] = np.nan
+        caches[1].update_and_fetch(bad, good)
+    with pytest.raises(ValueError, match="keys.dtype"):
+        caches[1].update_and_fetch(good.astype(np.int32), good)

@@ -1,0 +1,52 @@
+"""KVCacheConfig: the seed's names and defaults, and ValueError naming the parameter."""
+import pytest
+
+import squeezekv
+
+
+def test_seed_defaults():
+    c = squeezekv.KVCacheConfig()
+    assert (c.method, c.head_dim, c.squeeze_budget, c.squeeze_n_sink) == ("squeeze", 128, 512, 4)
+    assert c.squeeze_strength == 1.0 and c.squeeze_resolved_budget is None
+    assert (c.score, c.kv_type, c.importance) == ("key-proxy", "f16", "key-dispersion")
+
+
+def test_defaults_are_the_libraries():
+    native = squeezekv.KVCacheConfig().to_native()
+    fresh = squeezekv._native.NativeConfig()
+    for name in ("recent", "decay", "beta", "chunk_size", "window", "kernel", "squeeze_fraction"):
+        assert getattr(native, name) == getattr(fresh, name), name
+
+
+def test_every_method_builds():
+    ids = [m["id"] for m in squeezekv.methods()]
+    assert {"full", "h2o", "squeeze", "pyramidkv", "chunkkv", "tova", "streaming", "window", "snapkv"} <= set(ids)
+    for method in ids:
+        squeezekv.KVCacheConfig(method=method, head_dim=8, squeeze_budget=64)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"squeeze_budget": 4}, "squeeze_budget = 4"),
+    ({"squeeze_strength": 1.5}, "squeeze_strength = 1.5"),
+    ({"squeeze_n_sink": -1}, "squeeze_n_sink = -1"),
+    ({"squeeze_resolved_budget": 2}, "squeeze_resolved_budget = 2"),
+    ({"method": "nope"}, "nope"),
+    ({"kv_type": "bf16"}, "kv_type = bf16"),
+    ({"score": "magic"}, "score = magic"),
+    ({"beta": 0.5}, "beta = 0.5"),
+    ({"kernel": 4}, "kernel = 4"),
+    ({"head_dim": "128"}, "head_dim = '128'"),
+    ({"squeeze_budget": 12.5}, "squeeze_budget = 12.5"),
+    ({"decay": True}, "decay = True"),
+])
+def test_bad_values_name_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name.replace("(", r"\(")):
+        squeezekv.KVCacheConfig(**kwargs)
+
+
+def test_policy_and_allocator_override():
+    c = squeezekv.KVCacheConfig(method="h2o", allocator="pyramid", head_dim=8, squeeze_budget=32)
+    assert c.to_native().resolved_allocator == "pyramid"
+    assert c.replace(squeeze_budget=64).squeeze_budget == 64
+    with pytest.raises(ValueError, match="allocator"):
+        squeezekv.KVCacheConfig(method="h2o", allocator="none")

@@ -1,0 +1,73 @@
+"""The engine from Python on ../shared/models/stories260K.gguf: greedy generation's golden tokens,
+perplexity and a sweep of several configurations against one full pass."""
+import pytest
+
+import squeezekv
+from conftest import TEXT_PATH
+
+
+def test_model_shape(model):
+    assert (model.n_layers, model.n_kv_heads, model.head_dim, model.vocab) == (5, 4, 8, 512)
+    assert model.tokenize("Once upon a time") == [1, 403, 407, 261, 378]
+    assert model.detokenize([432, 383, 286, 261, 376, 298, 315, 421]) == ", there was a little girl"
+
+
+def test_greedy_generate_golden(model):
+    streamed = []
+    out = model.generate("Once upon a time", n_predict=8, temperature=0.0, on_token=streamed.append)
+    assert out["tokens"] == [432, 383, 286, 261, 376, 298, 315, 421]
+    assert streamed == out["tokens"]
+    assert out["text"] == ", there was a little girl"
+    assert out["prompt_tokens"] == [1, 403, 407, 261, 378]
+    assert out["layer_kept"] == [5 + 7] * 5  # the full cache keeps prompt and output
+    assert out["full_bytes"] == 5 * 4 * (5 + 7) * 8 * 2 * 2  # layers, KV heads, rows, D, K+V, fp16
+
+
+def test_generate_with_an_evicting_cache(model):
+    config = squeezekv.KVCacheConfig(method="squeeze", squeeze_budget=8, squeeze_n_sink=2)
+    out = model.generate("Once upon a time", config, n_predict=32, temperature=0.0)
+    assert len(out["tokens"]) == 32
+    assert sum(out["layer_budgets"]) == 5 * 8
+    assert out["layer_kept"] == out["layer_budgets"]
+    assert out["kept_bytes"] < out["full_bytes"]
+
+
+def test_sweep_against_one_full_pass(model):
+    tokens = model.tokenize_file(TEXT_PATH)[:600]
+    configs = [squeezekv.KVCacheConfig(method="full"),
+               squeezekv.KVCacheConfig(method="squeeze", squeeze_budget=16),
+               squeezekv.KVCacheConfig(method="h2o", squeeze_budget=16)]
+    results = model.sweep(tokens, configs, n_ctx=128, max_chunks=2, threads=1)
+    assert [r["config"] for r in results] == configs
+    full, squeezed, h2o = results
+    assert full["chunks"] == 2 and full["scored"] == 2 * 63
+    assert 1.0 < full["perplexity"] < 50.0
+    assert full["top1_agreement"] == 1.0 and full["mean_kl"] == pytest.approx(0.0, abs=1e-12)
+    for r in (squeezed, h2o):
+        assert r["mean_kl"] > 0.0 and r["peak_kept_bytes"] < r["peak_full_bytes"]
+        assert sum(r["layer_budgets"]) == 5 * 16
+    single = model.perplexity(tokens, n_ctx=128, max_chunks=2, threads=1)
+    assert single["perplexity"] == pytest.approx(full["perplexity"], rel=1e-12)
+
+
+def test_caches_for_a_loaded_model(model):
+    caches = squeezekv.KVCacheBuilder.for_model(model, squeezekv.KVCacheConfig(squeeze_budget=16))
+    assert len(caches) == 5 and caches.config.head_dim == 8
+    with pytest.raises(ValueError, match="heads"):
+        import numpy as np
+        caches[0].update_and_fetch(np.ones((1, 2, 4, 8), np.float32), np.ones((1, 2, 4, 8), np.float32))
+
+
+def test_missing_model_is_a_format_error():
+    with pytest.raises(squeezekv.FormatError, match="no-such.gguf") as error:
+        squeezekv.Model.load("no-such.gguf")
+    assert isinstance(error.value, OSError) and isinstance(error.value, ValueError)
+
+
+def test_bad_generate_options(model):
+    with pytest.raises(ValueError, match="n_predict"):
+        model.generate("Once", n_predict=-1)
+    with pytest.raises(ValueError, match="threads"):
+        model.generate("Once", threads=-2)
+    with pytest.raises(ValueError, match="configs"):
+        model.sweep("Once upon a time", [])
