@@ -7,7 +7,7 @@ include(CMakePackageConfigHelpers)
 set(SQUEEZEKV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/squeezekv)
 
 # Only include/ is public; headers under src/ stay internal.
-install(DIRECTORY include/squeezekv DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+install(DIRECTORY include/squeezekv DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 
 set_target_properties(squeezekv PROPERTIES EXPORT_NAME squeezekv_static)
 set(squeezekv_install_targets squeezekv)

@@ -1,7 +1,5 @@
 // `squeezekv perplexity`: llama-perplexity's protocol with any cache configuration, compared with
 // the full cache in the same run.
-#include <unistd.h>
-
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -9,6 +7,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/progress.h"
 #include "squeezekv/eval/perplexity.h"
 
 namespace squeezekv::cli {
@@ -42,12 +41,12 @@ void run(PerplexityArgs& a) {
   options.n_ctx = a.model.n_ctx;
   options.n_batch = a.model.n_batch;
   options.max_chunks = a.chunks;
-  const bool tty = isatty(STDERR_FILENO) != 0;
   const std::vector<KVCacheConfig> configs = {config};
-  const auto results = evaluate_perplexity(engine, tokens, configs, options, [&](int done, int total) {
-    if (tty) std::fprintf(stderr, "\rperplexity: %d/%d chunk passes", done, total);
-  });
-  if (tty) std::fprintf(stderr, "\n");
+  std::vector<PerplexityResult> results;
+  {
+    Progress progress("perplexity: chunk passes");
+    results = evaluate_perplexity(engine, tokens, configs, options, std::ref(progress));
+  }
   const PerplexityResult& r = results.front();
   if (a.json) {
     nlohmann::json out = to_json(r);

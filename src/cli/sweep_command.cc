@@ -1,9 +1,6 @@
 // `squeezekv sweep`: methods x budgets (x strengths, score sources, importances, fractions) on one
 // model and text, one full-cache pass shared by all; a table on stdout, JSON and CSV files, a
 // progress bar with ETA on stderr when it is a terminal.
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -12,6 +9,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/progress.h"
 #include "squeezekv/core/errors.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/method_registry.h"
@@ -79,19 +77,13 @@ void run(SweepArgs& a) {
   options.n_ctx = a.model.n_ctx;
   options.n_batch = a.model.n_batch;
   options.max_chunks = a.chunks;
-  const bool tty = isatty(STDERR_FILENO) != 0;
   std::fprintf(stderr, "sweep: %zu configurations, n_ctx %d, %s chunks\n", configs.size(), options.n_ctx,
                a.chunks > 0 ? std::to_string(a.chunks).c_str() : "all");
-  const auto start = std::chrono::steady_clock::now();
-  const auto results = evaluate_perplexity(engine, tokens, configs, options, [&](int done, int total) {
-    if (!tty) return;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double eta = elapsed / done * (total - done);
-    const int width = 30, filled = int(double(width) * done / total);
-    std::fprintf(stderr, "\r[%s%s] %d/%d passes, %.0f s elapsed, ETA %.0f s ", std::string(size_t(filled), '#').c_str(),
-                 std::string(size_t(width - filled), '.').c_str(), done, total, elapsed, eta);
-  });
-  if (tty) std::fprintf(stderr, "\n");
+  std::vector<PerplexityResult> results;
+  {
+    Progress progress("sweep: chunk passes");
+    results = evaluate_perplexity(engine, tokens, configs, options, std::ref(progress));
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (const PerplexityResult& r : results) rows.push_back(row(r));
   if (!a.json_path.empty()) {

@@ -1,6 +1,4 @@
 // `squeezekv synth`: the seed's synthetic sweep on a mock model, any method, readable or JSON.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +8,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "squeezekv/core/errors.h"
 #include "squeezekv/eval/synth.h"
 
@@ -40,13 +39,13 @@ nlohmann::json to_json(const SynthResult& r) {
 
 void run(SynthArgs& a) {
   a.synth.base = a.cache.resolve();
-  const bool tty = isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<SynthResult> results = run_synth(a.synth, [&](int done, int total) {
-    if (tty) std::fprintf(stderr, "\rsynth: %d/%d configurations", done, total);
-  });
+  std::vector<SynthResult> results;
+  {
+    Progress progress("synth: configurations");
+    results = run_synth(a.synth, std::ref(progress));
+  }
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (tty) std::fprintf(stderr, "\n");
 
   nlohmann::json doc = {{"kv_heads", a.synth.kv_heads},       {"head_dim", a.synth.base.head_dim},
                         {"n_sink", a.synth.base.n_sink},      {"decode_tokens", a.synth.decode_tokens},

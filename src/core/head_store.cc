@@ -13,11 +13,10 @@ void HeadStore::append(const float* keys, const float* values, int n, int64_t fi
   const int free_reused = std::min<int>(n, int(free_.size()));
   const int needed = n_slots_ + (n - free_reused);
   if (needed > capacity_) {
-    // Geometric growth keeps appends amortised O(1): an evicting head doubles up to its cap
-    // (budget + 1); an unbounded one (cap 0) grows by 1/8, so it holds at most 1/8 + 16 rows
-    // more than it needs.
-    const int grown = growth_cap > 0 ? std::min(2 * capacity_, growth_cap)
-                                     : capacity_ + std::max(capacity_ / 8, 16);
+    // Growth by 1/8 (at least 16 rows) keeps appends amortised O(1) while resident memory stays
+    // within 1/8 + 16 rows of what is held; an evicting head stops at its cap (budget + 1).
+    int grown = capacity_ + std::max(capacity_ / 8, 16);
+    if (growth_cap > 0) grown = std::min(grown, growth_cap);
     reallocate(std::max(needed, grown));
   }
   const size_t row = row_bytes();

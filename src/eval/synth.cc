@@ -52,7 +52,8 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point,
   std::vector<int> schedule;
   auto make = [&](int layer) {
     const float frac = L > 1 ? float(layer) / float(L - 1) : 0.0f;
-    const size_t offset = (size_t(layer) * 7919u * step) % (pool.size() - 2 * per_layer);
+    // Each layer reads its own window of the shared pool (a prime stride keeps windows apart).
+    const size_t offset = (size_t(layer) * 7919u * step) % (pool.size() - 2 * per_layer + 1);
     for (size_t i = 0; i < per_layer; ++i) {
       keys[i] = (1.0f - frac) * pool[offset + i] + 3.0f * frac;
       values[i] = pool[offset + per_layer + i];
@@ -124,8 +125,7 @@ std::vector<SynthResult> run_synth(const SynthOptions& options,
   for (int s : options.seq_lens) max_seq = std::max(max_seq, s);
   const size_t per_layer = size_t(options.kv_heads) * size_t(options.base.head_dim) *
                            size_t(max_seq + options.decode_tokens);
-  const std::vector<float> pool = gaussian_pool(4 * per_layer + 7919u * size_t(options.kv_heads) *
-                                                size_t(options.base.head_dim) + 1, options.seed);
+  const std::vector<float> pool = gaussian_pool(4 * per_layer, options.seed);
 
   std::vector<SynthResult> results(grid.size());
   std::atomic<size_t> next{0};

@@ -29,7 +29,12 @@ uint64_t StreamRead(const void* data, size_t bytes) {
     a2 = hn::Add(a2, hn::LoadU(d, words + i + 2 * lanes));
     a3 = hn::Add(a3, hn::LoadU(d, words + i + 3 * lanes));
   }
-  uint64_t sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  // Lanes summed here in uint64_t (wrapping): hwy's SumOfLanes reduces u64 with a signed
+  // intrinsic on AVX-512, which UBSan reports as overflow.
+  HWY_ALIGN uint64_t lane_sums[hn::MaxLanes(d)];
+  hn::Store(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), d, lane_sums);
+  uint64_t sum = 0;
+  for (size_t k = 0; k < lanes; ++k) sum += lane_sums[k];
   const auto* bytes_in = static_cast<const uint8_t*>(data);
   for (; i < n_words; ++i) {
     uint64_t w;

@@ -15,13 +15,32 @@ namespace {
 std::atomic<int64_t> g_allocations{0};
 }  // namespace
 
-void* operator new(size_t size) {
+// Every replaceable form but the aligned ones (nothing here asks for over-alignment), so that
+// each allocation is counted and every delete meets an allocation of its own kind. Not inlined:
+// GCC would otherwise pair an inlined delete's free() with `new` and warn.
+namespace {
+void* counted_malloc(size_t size) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  return std::malloc(size == 0 ? 1 : size);
+}
+}  // namespace
+
+[[gnu::noinline]] void* operator new(size_t size) {
+  if (void* p = counted_malloc(size)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void* operator new[](size_t size) {
+  if (void* p = counted_malloc(size)) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void* operator new(size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
+[[gnu::noinline]] void* operator new[](size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace squeezekv {
 namespace {

@@ -38,8 +38,8 @@ class HeadStore {
   bool live(int slot) const { return positions_[size_t(slot)] != kFree; }
 
   // Stores n rows (f32, [n, head_dim]) at positions first_pos.., free slots first; their slots are
-  // appended to `slots`. Grows the capacity to at least n_live + n: doubling up to growth_cap, or
-  // by 1/8 steps when growth_cap is 0 (no cap).
+  // appended to `slots`. Grows the capacity to at least n_live + n, in steps of 1/8 (at least 16
+  // rows), never past growth_cap when it is > 0.
   void append(const float* keys, const float* values, int n, int64_t first_pos, int growth_cap,
               std::vector<int>& slots);
   void evict(int slot);
