@@ -1,6 +1,8 @@
 // `squeezekv generate`: streams text to stdout; speed, per-layer budgets and kept rows and the
 // resident KV bytes against a full cache to stderr.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +20,7 @@ struct GenerateArgs {
   CacheOptions cache;
   GenerateOptions gen;
   std::string prompt = "Once upon a time";
+  std::string prompt_file;
   bool stats = false;
   bool json = false;
 };
@@ -30,6 +33,13 @@ std::string join(const std::vector<int>& v) {
 
 void run(GenerateArgs& a) {
   KVCacheConfig config = a.cache.resolve();
+  if (!a.prompt_file.empty()) {
+    std::ifstream file(a.prompt_file, std::ios::binary);
+    if (!file) throw InvalidArgument(invalid_value("--file", a.prompt_file, "cannot be opened"));
+    std::ostringstream text;
+    text << file.rdbuf();
+    a.prompt = text.str();
+  }
   const Model model = Model::load(a.model.model_path);
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
@@ -75,6 +85,7 @@ void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "generate text with any eviction method");
   add_model_options(*cmd, args->model);
   cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
+  cmd->add_option("-f,--file", args->prompt_file, "read the prompt from this file (instead of -p)");
   cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")->capture_default_str();
   cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size (0 = the model's)")->capture_default_str();
   cmd->add_option("--temp", args->gen.sampler.temperature, "temperature (0 = greedy)")->capture_default_str();

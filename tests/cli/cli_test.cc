@@ -95,6 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModel + " --temp -1", "temp = -1"},
         BadInput{"generate " + kModel + " -c 4 -n 8", "exceeds the context"},
         BadInput{"perplexity " + kModel + " -f no/such/text.txt", "no/such/text.txt"},
+        BadInput{"generate " + kModel + " -f no/such/prompt.txt", "--file = no/such/prompt.txt"},
         BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt -c 7", "n_ctx = 7"},
         BadInput{"info -m ../shared/data/tinystories_val.txt", "magic"},
         BadInput{"frobnicate", "frobnicate"}),
