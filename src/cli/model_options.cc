@@ -20,4 +20,19 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool with_batch) {
   }
 }
 
+PerplexityOptions TextEvalOptions::perplexity_options(const ModelOptions& model) const {
+  PerplexityOptions options;
+  options.n_ctx = model.n_ctx;
+  options.n_batch = model.n_batch;
+  options.max_chunks = chunks;
+  return options;
+}
+
+void add_text_eval_options(CLI::App& app, ModelOptions& model, TextEvalOptions& text) {
+  model.n_ctx = 512;
+  app.add_option("-f,--file", text.text_path, "text file")->required();
+  app.add_option("-c,--ctx-size", model.n_ctx, "tokens per chunk")->capture_default_str();
+  app.add_option("--chunks", text.chunks, "chunks to score (0 = all)")->capture_default_str();
+}
+
 }  // namespace squeezekv::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "squeezekv/engine/model.h"
+#include "squeezekv/eval/perplexity.h"
 #include "squeezekv/ops/thread_pool.h"
 
 namespace squeezekv::cli {
@@ -20,5 +21,15 @@ struct ModelOptions {
 };
 
 void add_model_options(CLI::App& app, ModelOptions& options, bool with_batch = true);
+
+// What the commands that score a text file share: -f, -c (default 512) and --chunks.
+struct TextEvalOptions {
+  std::string text_path;
+  int chunks = 0;  // 0 = every whole chunk
+
+  PerplexityOptions perplexity_options(const ModelOptions& model) const;
+};
+
+void add_text_eval_options(CLI::App& app, ModelOptions& model, TextEvalOptions& text);
 
 }  // namespace squeezekv::cli

@@ -16,8 +16,7 @@ namespace {
 struct PerplexityArgs {
   ModelOptions model;
   CacheOptions cache;
-  std::string text_path;
-  int chunks = 0;
+  TextEvalOptions text;
   bool json = false;
 };
 
@@ -36,11 +35,8 @@ void run(PerplexityArgs& a) {
   const Model model = Model::load(a.model.model_path);
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
-  const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text_path);
-  PerplexityOptions options;
-  options.n_ctx = a.model.n_ctx;
-  options.n_batch = a.model.n_batch;
-  options.max_chunks = a.chunks;
+  const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);
+  const PerplexityOptions options = a.text.perplexity_options(a.model);
   const std::vector<KVCacheConfig> configs = {config};
   std::vector<PerplexityResult> results;
   {
@@ -71,10 +67,7 @@ void register_perplexity(CLI::App& app) {
   auto args = std::make_shared<PerplexityArgs>();
   auto* cmd = app.add_subcommand("perplexity", "perplexity on a text file (llama-perplexity's protocol)");
   add_model_options(*cmd, args->model);
-  args->model.n_ctx = 512;
-  cmd->add_option("-f,--file", args->text_path, "text file")->required();
-  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "tokens per chunk")->capture_default_str();
-  cmd->add_option("--chunks", args->chunks, "chunks to score (0 = all)")->capture_default_str();
+  add_text_eval_options(*cmd, args->model, args->text);
   cmd->add_flag("--json", args->json, "print JSON, including per-layer values");
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.config.method = "full";

@@ -22,8 +22,8 @@ struct SweepArgs {
   CacheOptions cache;
   SweepSpec spec;
   std::vector<std::string> scores, importances;
-  std::string text_path, json_path, csv_path;
-  int chunks = 0;
+  TextEvalOptions text;
+  std::string json_path, csv_path;
 };
 
 nlohmann::json row(const PerplexityResult& r) {
@@ -72,13 +72,10 @@ void run(SweepArgs& a) {
   const Model model = Model::load(a.model.model_path);
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
-  const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text_path);
-  PerplexityOptions options;
-  options.n_ctx = a.model.n_ctx;
-  options.n_batch = a.model.n_batch;
-  options.max_chunks = a.chunks;
+  const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);
+  const PerplexityOptions options = a.text.perplexity_options(a.model);
   std::fprintf(stderr, "sweep: %zu configurations, n_ctx %d, %s chunks\n", configs.size(), options.n_ctx,
-               a.chunks > 0 ? std::to_string(a.chunks).c_str() : "all");
+               a.text.chunks > 0 ? std::to_string(a.text.chunks).c_str() : "all");
   std::vector<PerplexityResult> results;
   {
     Progress progress("sweep: chunk passes");
@@ -89,7 +86,7 @@ void run(SweepArgs& a) {
   if (!a.json_path.empty()) {
     std::ofstream out(a.json_path);
     if (!out) throw InvalidArgument(invalid_value("--json", a.json_path, "cannot open for writing"));
-    nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text_path}, {"text_tokens", tokens.size()},
+    nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text.text_path}, {"text_tokens", tokens.size()},
                           {"n_ctx", options.n_ctx}, {"n_batch", options.n_batch}, {"results", rows}};
     out << doc.dump(2) << "\n";
   }
@@ -109,11 +106,8 @@ void register_sweep(CLI::App& app) {
   auto args = std::make_shared<SweepArgs>();
   auto* cmd = app.add_subcommand("sweep", "compare methods at equal memory: perplexity, KL and top-1 against the full cache");
   add_model_options(*cmd, args->model);
-  args->model.n_ctx = 512;
   SweepSpec& s = args->spec;
-  cmd->add_option("-f,--file", args->text_path, "text file")->required();
-  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "tokens per chunk")->capture_default_str();
-  cmd->add_option("--chunks", args->chunks, "chunks to score (0 = all)")->capture_default_str();
+  add_text_eval_options(*cmd, args->model, args->text);
   cmd->add_option("--methods", s.methods, "method ids")->delimiter(',')->capture_default_str();
   cmd->add_option("--budgets", s.budgets, "average budgets")->delimiter(',')->capture_default_str();
   cmd->add_option("--strengths", s.strengths, "squeeze strengths; default: the single cache option")->delimiter(',');
