@@ -9,6 +9,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/core/errors.h"
 #include "squeezekv/engine/generate.h"
 
@@ -25,9 +26,13 @@ struct GenerateArgs {
   bool json = false;
 };
 
+// Budgets as text; "all" for a layer that never evicts.
 std::string join(const std::vector<int>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ' ';
+    s += v[i] >= kUnbounded ? std::string("all") : std::to_string(v[i]);
+  }
   return s;
 }
 
