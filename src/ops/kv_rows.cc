@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/kv_rows.cc"
@@ -150,17 +151,23 @@ HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* r
   }
 }
 
+// Calls pass(std::integral_constant<size_t, G>, first) over n queries: blocks of G = 4, then one
+// block of the 1 to 3 left, so the passes keep G accumulators in registers.
+template <class Pass>
+HWY_INLINE void InBlocksOfFour(size_t n, const Pass& pass) {
+  size_t g = 0;
+  for (; g + 4 <= n; g += 4) pass(std::integral_constant<size_t, 4>(), g);
+  if (n - g == 3) pass(std::integral_constant<size_t, 3>(), g);
+  if (n - g == 2) pass(std::integral_constant<size_t, 2>(), g);
+  if (n - g == 1) pass(std::integral_constant<size_t, 1>(), g);
+}
+
 template <class D>
 void RowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
                    size_t n_rows, size_t dim, float* out, size_t ld_out) {
-  size_t g = 0;
-  for (; g + 4 <= n_q; g += 4) RowDotsGroupPass<4>(d, q + g * ld_q, ld_q, rows, type, n_rows, dim, out + g * ld_out, ld_out);
-  const size_t rest = n_q - g;
-  q += g * ld_q;
-  out += g * ld_out;
-  if (rest == 3) RowDotsGroupPass<3>(d, q, ld_q, rows, type, n_rows, dim, out, ld_out);
-  if (rest == 2) RowDotsGroupPass<2>(d, q, ld_q, rows, type, n_rows, dim, out, ld_out);
-  if (rest == 1) RowDotsGroupPass<1>(d, q, ld_q, rows, type, n_rows, dim, out, ld_out);
+  InBlocksOfFour(n_q, [&](auto block, size_t g) {
+    RowDotsGroupPass<decltype(block)::value>(d, q + g * ld_q, ld_q, rows, type, n_rows, dim, out + g * ld_out, ld_out);
+  });
 }
 
 void RowDotsGroup(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
@@ -207,16 +214,9 @@ HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const voi
 template <class D>
 void WeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
                        size_t n_rows, size_t dim, float* out, size_t ld_out) {
-  size_t g = 0;
-  for (; g + 4 <= n_w; g += 4) {
-    WeightedSumGroupPass<4>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, out + g * ld_out, ld_out);
-  }
-  const size_t rest = n_w - g;
-  w += g * ld_w;
-  out += g * ld_out;
-  if (rest == 3) WeightedSumGroupPass<3>(d, w, ld_w, rows, type, n_rows, dim, out, ld_out);
-  if (rest == 2) WeightedSumGroupPass<2>(d, w, ld_w, rows, type, n_rows, dim, out, ld_out);
-  if (rest == 1) WeightedSumGroupPass<1>(d, w, ld_w, rows, type, n_rows, dim, out, ld_out);
+  InBlocksOfFour(n_w, [&](auto block, size_t g) {
+    WeightedSumGroupPass<decltype(block)::value>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, out + g * ld_out, ld_out);
+  });
 }
 
 void WeightedSumGroup(const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,

@@ -4,7 +4,8 @@
 // (when such chunks alone exceed the budget, their other rows go one by one). chunk_size 1 is
 // exactly h2o.
 #include <algorithm>
-#include <map>
+#include <utility>
+#include <vector>
 
 #include "policy/cumulative_policy.h"
 #include "policy/policies.h"
@@ -24,47 +25,50 @@ class ChunkedPolicy final : public CumulativePolicy {
   }
 
  private:
+  // A run of live rows sharing one chunk index, as a range of `rows_` (ordered by slot within it).
   struct Chunk {
-    double sum = 0.0;
-    int rows = 0;
-    bool protected_ = false;
-    std::vector<int> slots;
+    float mean;
+    int64_t index;
+    size_t begin, end;
   };
 
-  void evict_head(HeadStore& head, int budget, Protection protect) const {
+  // Allocation-free after the first call: rows_ and chunks_ keep their capacity across steps.
+  void evict_head(HeadStore& head, int budget, Protection protect) {
     if (head.n_live() <= budget) return;
-    std::map<int64_t, Chunk> chunks;  // ordered by chunk index = age
     const int64_t* pos = head.positions();
+    rows_.clear();
     for (int s = 0; s < head.n_slots(); ++s) {
-      if (pos[s] == HeadStore::kFree) continue;
-      Chunk& chunk = chunks[pos[s] / chunk_size_];
-      chunk.sum += head.scores()[s];
-      ++chunk.rows;
-      chunk.protected_ |= protect.covers(pos[s]);
-      chunk.slots.push_back(s);
+      if (pos[s] != HeadStore::kFree) rows_.push_back({pos[s] / chunk_size_, s});
     }
-    struct Candidate {
-      float mean;
-      int64_t index;
-      const Chunk* chunk;
-    };
-    std::vector<Candidate> order;
-    for (const auto& [index, chunk] : chunks) {
+    // By chunk (oldest first), then slot: the order the score sum is taken in.
+    std::sort(rows_.begin(), rows_.end());
+    chunks_.clear();
+    for (size_t begin = 0; begin < rows_.size();) {
+      size_t end = begin;
+      double sum = 0.0;
+      bool protected_chunk = false;
+      for (; end < rows_.size() && rows_[end].first == rows_[begin].first; ++end) {
+        sum += head.scores()[rows_[end].second];
+        protected_chunk |= protect.covers(pos[rows_[end].second]);
+      }
       // The mean is taken in float so that a one-row chunk compares exactly like its row (h2o).
-      if (!chunk.protected_) order.push_back({float(chunk.sum / chunk.rows), index, &chunk});
+      if (!protected_chunk) chunks_.push_back({float(sum / double(end - begin)), rows_[begin].first, begin, end});
+      begin = end;
     }
-    std::sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) {
+    std::sort(chunks_.begin(), chunks_.end(), [](const Chunk& a, const Chunk& b) {
       return a.mean != b.mean ? a.mean < b.mean : a.index < b.index;
     });
-    for (const Candidate& candidate : order) {
+    for (const Chunk& chunk : chunks_) {
       if (head.n_live() <= budget) break;
-      evict_slots(head, candidate.chunk->slots);
+      for (size_t i = chunk.begin; i < chunk.end; ++i) head.evict(rows_[i].second);
     }
     // Chunks that hold a sink or a recent row can together exceed a small budget; the budget is
     // a promise, so the remaining unprotected rows in them go one by one, lowest score first.
-    if (head.n_live() > budget) evict_slots(head, select_lowest(head, budget, protect, head.scores()));
+    if (head.n_live() > budget) evict_lowest(head, budget, protect, head.scores());
   }
 
+  std::vector<std::pair<int64_t, int>> rows_;  // (chunk index, slot) of the live rows
+  std::vector<Chunk> chunks_;                  // evictable chunks
   int chunk_size_;
 };
 

@@ -10,9 +10,6 @@ Protection cumulative_protection(int64_t tokens_seen, int budget, int n_sink, do
   return Protection{n_sink, tokens_seen - recent_rows};
 }
 
-namespace {
-
-// select_lowest into `out` (cleared), `candidates` as scratch: no allocation once both have grown.
 void select_lowest_into(const HeadStore& head, int budget, Protection protect, const float* scores,
                         std::vector<int>& candidates, std::vector<int>& out) {
   out.clear();
@@ -39,7 +36,6 @@ void select_lowest_into(const HeadStore& head, int budget, Protection protect, c
   out.assign(candidates.begin(), candidates.begin() + excess);
 }
 
-}  // namespace
 
 std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect,
                                const float* scores) {

@@ -27,6 +27,10 @@ Protection cumulative_protection(int64_t tokens_seen, int budget, int n_sink, do
 std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect,
                                const float* scores);
 
+// select_lowest into `out` (cleared), `candidates` as scratch: no allocation once both have grown.
+void select_lowest_into(const HeadStore& head, int budget, Protection protect, const float* scores,
+                        std::vector<int>& candidates, std::vector<int>& out);
+
 void evict_slots(HeadStore& head, std::span<const int> slots);
 
 // evict_slots(head, select_lowest(...)) with reused scratch, so a decode step allocates nothing.

@@ -50,10 +50,10 @@ class TovaPolicy final : public TokenPolicy {
     for (int b = 0; b < layer.n_batch; ++b) {
       HeadStore& first = layer.heads[size_t(b * layer.n_kv_heads)];
       const float* scores = first.n_slots() == n_slots_ ? shared_.data() + size_t(b) * size_t(n_slots_) : nullptr;
-      const std::vector<int> slots = select_lowest(first, budget, Protection{n_sink_}, scores);
+      select_lowest_into(first, budget, Protection{n_sink_}, scores, candidates_, chosen_);
       // Every head of the batch item appended and evicted alike, so slots match across heads.
       for (int h = 0; h < layer.n_kv_heads; ++h) {
-        evict_slots(layer.heads[size_t(b * layer.n_kv_heads + h)], slots);
+        evict_slots(layer.heads[size_t(b * layer.n_kv_heads + h)], chosen_);
       }
     }
   }
@@ -70,6 +70,7 @@ class TovaPolicy final : public TokenPolicy {
   std::vector<float> shared_;  // [n_batch, n_slots]: this update's head-averaged attention
   std::vector<float> logits_;
   std::vector<uint8_t> mask_;
+  std::vector<int> candidates_, chosen_;  // eviction scratch, reused every step
 };
 
 }  // namespace

@@ -59,7 +59,9 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
   std::filesystem::remove(path);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 100; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
-  for (const char* method : {"window", "streaming", "h2o", "squeeze"}) {
+  // (pyramidkv runs h2o's decode path; its first layer's budget exceeds this prompt, so it is still
+  // legitimately growing during these steps.)
+  for (const char* method : {"window", "streaming", "h2o", "squeeze", "chunkkv", "tova"}) {
     for (ScoreSource score : {ScoreSource::key_proxy, ScoreSource::attention}) {
       for (size_t threads : {1u, 2u}) {
         SCOPED_TRACE(std::string(method) + " threads " + std::to_string(threads) +
