@@ -10,8 +10,9 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
   const auto n = static_cast<size_t>(n_tok * n_cols);
   const size_t n_blocks = n / activation_block;
   q.resize(n);
+  q8.resize(n);
   scale.resize(n_blocks);
-  sum.resize(n_blocks);
+  scaled_sum.resize(n_blocks);
   for (size_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * activation_block;
     float amax = 0.0f;
@@ -23,10 +24,11 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
       // Clamp guards against inv * amax rounding just above 127.
       const auto v = static_cast<int16_t>(std::clamp(std::lround(xb[i] * inv), -127L, 127L));
       q[b * activation_block + static_cast<size_t>(i)] = v;
+      q8[b * activation_block + static_cast<size_t>(i)] = static_cast<int8_t>(v);
       total += v;
     }
     scale[b] = s;
-    sum[b] = total;
+    scaled_sum[b] = s * static_cast<float>(total);
   }
 }
 

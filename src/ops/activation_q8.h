@@ -13,8 +13,9 @@ struct QuantizedActivations {
   // x[i] ~= scale[i / 32] * q[i], |q| <= 127; q is widened to int16 once here so kernels load
   // it directly. scale = max |x| / 127 over the block, kept in f32.
   std::vector<int16_t> q;    // [n_tok * n_cols]
+  std::vector<int8_t> q8;    // the same values as bytes, for kernels that multiply bytes
   std::vector<float> scale;  // [n_tok * n_cols / 32]
-  std::vector<int32_t> sum;  // [n_tok * n_cols / 32]: sum of q over the block (for Q4_K mins)
+  std::vector<float> scaled_sum;  // [n_tok * n_cols / 32]: scale * (sum of q over the block), for Q4_K mins
 
   // n_cols is a multiple of 32. Keeps capacity across calls.
   void assign(const float* x, int64_t n_tok, int64_t n_cols);

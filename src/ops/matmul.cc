@@ -87,6 +87,20 @@ HWY_INLINE float DotHalf(const uint8_t* row, const float* x, int64_t n) {
 
 // ------------------------------ quantised weights (integer dots with quantised x)
 
+// One token's quantised activations, as the multi-token kernels see them.
+struct TokenQ8 {
+  const int16_t* q;
+  const int8_t* q8;
+  const float* scale;
+  const float* scaled_sum;
+};
+
+HWY_INLINE TokenQ8 token_q8(const detail::QuantizedActivations& xq, int64_t t, int64_t n) {
+  const int64_t blocks = n / detail::activation_block;
+  return {xq.q.data() + t * n, xq.q8.data() + t * n, xq.scale.data() + t * blocks,
+          xq.scaled_sum.data() + t * blocks};
+}
+
 HWY_INLINE float DotQ8_0(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
   const D16 d16;
   const D32 d32;
@@ -111,8 +125,7 @@ HWY_INLINE float DotQ8_0(const uint8_t* row, const int16_t* xq, const float* xs,
 // DotQ8_0 for 4 tokens at once: each weight block is loaded and widened once and used 4 times
 // (prompt processing is bound by that decoding, not by memory). Per token the arithmetic is
 // exactly DotQ8_0's, so results are bit-identical to it.
-HWY_INLINE void DotQ8_0x4(const uint8_t* row, const int16_t* const xq[4], const float* const xs[4], int64_t n,
-                          float* out) {
+HWY_INLINE void DotQ8_0x4(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   const D16 d16;
   const D32 d32;
   const DW dw;
@@ -127,12 +140,12 @@ HWY_INLINE void DotQ8_0x4(const uint8_t* row, const int16_t* const xq[4], const 
     for (size_t j = 0; j < 32; j += lanes) {
       const auto w = hn::PromoteTo(d16, hn::LoadU(DI8(), qw + j));
       for (int k = 0; k < 4; ++k) {
-        sum0[k] = hn::ReorderWidenMulAccumulate(d32, w, hn::LoadU(d16, xq[k] + b * 32 + j), sum0[k], sum1[k]);
+        sum0[k] = hn::ReorderWidenMulAccumulate(d32, w, hn::LoadU(d16, x[k].q + b * 32 + j), sum0[k], sum1[k]);
       }
     }
     for (int k = 0; k < 4; ++k) {
       const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0[k], sum1[k]));
-      acc[k] = hn::MulAdd(dot, hn::Set(dw, d * xs[k][b]), acc[k]);
+      acc[k] = hn::MulAdd(dot, hn::Set(dw, d * x[k].scale[b]), acc[k]);
     }
   }
   for (int k = 0; k < 4; ++k) out[k] = Sum(acc[k]);
@@ -163,43 +176,121 @@ HWY_INLINE float DotQ4_0(const uint8_t* row, const int16_t* xq, const float* xs,
   return Sum(acc);
 }
 
-HWY_INLINE float DotQ4_K(const uint8_t* row, const int16_t* xq, const float* xs, const int32_t* xsum,
-                         int64_t n) {
-  const D16 d16;
-  const D32 d32;
-  const DW dw;
-  const size_t lanes = hn::Lanes(d16);
+// Sum of adjacent int16 products widened to int32 (vpmaddwd on x86).
+template <class D32, class V16>
+HWY_INLINE hn::Vec<D32> PairDot(D32 d32, V16 a, V16 b) {
+  auto odd = hn::Zero(d32);
+  const auto even = hn::ReorderWidenMulAccumulate(d32, a, b, hn::Zero(d32), odd);
+  return hn::RearrangeToOddPlusEven(even, odd);
+}
+
+// Q4_K's nibbles dotted with one group (64 elements: 32 bytes whose low nibbles are sub-block
+// 2g and high nibbles 2g + 1), adding factor_lo/hi * (integer dot) per token into acc_lo/hi.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// x86: nibbles stay bytes and meet int8 activations in vpmaddubsw (u8 x s8 pairs to int16, at
+// most 2 * 15 * 127, so never saturating) then vpmaddwd by 1 (pairs to int32): half the work of
+// widening both sides to int16, and Highway 1.0 has no op for it.
+using DQ4 = hn::Full256<float>;
+
+HWY_INLINE hn::Vec<DQ4> NibbleDot(__m256i nibbles, const int8_t* x) {
+  const __m256i pairs = _mm256_maddubs_epi16(nibbles, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  return hn::Vec<DQ4>{_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))};
+}
+
+template <int K>
+HWY_INLINE void Q4_KGroup(const uint8_t* qs, const int8_t* const* x8, const int16_t* const* /*x16*/,
+                          const float (*factor)[8], int sub, hn::Vec<DQ4>* acc_lo, hn::Vec<DQ4>* acc_hi) {
+  const DQ4 df;
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+  const __m256i lo = _mm256_and_si256(packed, low_mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+  for (int k = 0; k < K; ++k) {
+    acc_lo[k] = hn::MulAdd(NibbleDot(lo, x8[k]), hn::Set(df, factor[k][sub]), acc_lo[k]);
+    acc_hi[k] = hn::MulAdd(NibbleDot(hi, x8[k] + 32), hn::Set(df, factor[k][sub + 1]), acc_hi[k]);
+  }
+}
+#else
+// Elsewhere: nibbles and activations widened to int16 (32 lanes decode a group per load on
+// 512-bit vectors; narrower ones loop).
+using DG16 = hn::CappedTag<int16_t, 32>;
+using DQ4 = hn::Repartition<float, DG16>;
+
+template <int K>
+HWY_INLINE void Q4_KGroup(const uint8_t* qs, const int8_t* const* /*x8*/, const int16_t* const* x16,
+                          const float (*factor)[8], int sub, hn::Vec<DQ4>* acc_lo, hn::Vec<DQ4>* acc_hi) {
+  const DG16 d16;
+  const hn::Repartition<int32_t, DG16> d32;
+  const DQ4 df;
   const auto low_mask = hn::Set(d16, 0xf);
-  auto acc = hn::Zero(dw);
-  float mins = 0.0f;  // sum over sub-blocks of dmin * min_s * (x block sum)
-  for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
-    const uint8_t* block = row + b * quant::q4_k_bytes;
-    const float d = LoadHalf(block);
-    const float dmin = LoadHalf(block + 2);
-    const uint8_t* packed_scales = block + quant::q4_k_scales_offset;
-    const uint8_t* qs = block + quant::q4_k_qs_offset;
-    for (int g = 0; g < 4; ++g) {
-      const int16_t* qx = xq + b * 256 + 64 * g;
-      auto lo0 = hn::Zero(d32), lo1 = hn::Zero(d32), hi0 = hn::Zero(d32), hi1 = hn::Zero(d32);
-      for (size_t j = 0; j < 32; j += lanes) {
-        const auto packed = LoadBytes(qs + 32 * g + j);
-        lo0 = hn::ReorderWidenMulAccumulate(d32, hn::And(packed, low_mask), hn::LoadU(d16, qx + j), lo0, lo1);
-        hi0 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(packed), hn::LoadU(d16, qx + 32 + j), hi0,
-                                            hi1);
-      }
-      const int64_t xb = b * 8 + 2 * g;  // x block of the low sub-block
-      int scale_lo = 0, min_lo = 0, scale_hi = 0, min_hi = 0;
-      quant::q4_k_scale_min(2 * g, packed_scales, scale_lo, min_lo);
-      quant::q4_k_scale_min(2 * g + 1, packed_scales, scale_hi, min_hi);
-      acc = hn::MulAdd(hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(lo0, lo1)),
-                       hn::Set(dw, d * static_cast<float>(scale_lo) * xs[xb]), acc);
-      acc = hn::MulAdd(hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(hi0, hi1)),
-                       hn::Set(dw, d * static_cast<float>(scale_hi) * xs[xb + 1]), acc);
-      mins += dmin * (static_cast<float>(min_lo) * xs[xb] * static_cast<float>(xsum[xb]) +
-                      static_cast<float>(min_hi) * xs[xb + 1] * static_cast<float>(xsum[xb + 1]));
+  for (size_t j = 0; j < 32; j += hn::Lanes(d16)) {
+    const auto packed = hn::BitCast(
+        d16, hn::PromoteTo(hn::RebindToUnsigned<DG16>(), hn::LoadU(hn::Rebind<uint8_t, DG16>(), qs + j)));
+    const auto lo = hn::And(packed, low_mask);
+    const auto hi = hn::ShiftRight<4>(packed);
+    for (int k = 0; k < K; ++k) {
+      acc_lo[k] = hn::MulAdd(hn::ConvertTo(df, PairDot(d32, lo, hn::LoadU(d16, x16[k] + j))),
+                             hn::Set(df, factor[k][sub]), acc_lo[k]);
+      acc_hi[k] = hn::MulAdd(hn::ConvertTo(df, PairDot(d32, hi, hn::LoadU(d16, x16[k] + 32 + j))),
+                             hn::Set(df, factor[k][sub + 1]), acc_hi[k]);
     }
   }
-  return Sum(acc) - mins;
+}
+#endif
+
+// The 8 sub-blocks of a super-block, one float lane each (two passes on 128-bit targets).
+using DS = hn::CappedTag<float, 8>;
+using DSI32 = hn::Rebind<int32_t, DS>;
+using DSU8 = hn::Rebind<uint8_t, DS>;
+
+// Q4_K rows dotted with K tokens: each group's nibbles are decoded once and used K times. The
+// per-token arithmetic does not depend on K, so every K gives bit-identical results.
+// value = d * scale_s * q - dmin * min_s, so a dot is sum_s d * scale_s * xs_s * (q . xq)_s minus
+// sum_s dmin * min_s * xs_s * (sum of xq)_s; the second part needs no nibbles at all.
+template <int K>
+HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  const DQ4 df;
+  const DS ds;
+  const size_t sub_lanes = hn::Lanes(ds);
+  hn::Vec<DQ4> acc_lo[K], acc_hi[K];  // two FMA chains per token
+  hn::Vec<DS> acc_min[K];             // the mins term, one lane per sub-block
+  for (int k = 0; k < K; ++k) {
+    acc_lo[k] = acc_hi[k] = hn::Zero(df);
+    acc_min[k] = hn::Zero(ds);
+  }
+  HWY_ALIGN float factor[K][8];  // d * scale_s * xs_s per token and sub-block
+  for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
+    const uint8_t* block = row + b * quant::q4_k_bytes;
+    const auto d = hn::Set(ds, LoadHalf(block));
+    const auto dmin = hn::Set(ds, LoadHalf(block + 2));
+    uint8_t scale[8], min[8];
+    quant::q4_k_unpack_scales(block + quant::q4_k_scales_offset, scale, min);
+    // The 8 sub-blocks' factors and mins as vectors: scalar conversions here would cost more
+    // than the nibbles.
+    for (size_t i = 0; i < 8; i += sub_lanes) {
+      const auto d_scale = hn::Mul(d, hn::ConvertTo(ds, hn::PromoteTo(DSI32(), hn::LoadU(DSU8(), scale + i))));
+      const auto d_min = hn::Mul(dmin, hn::ConvertTo(ds, hn::PromoteTo(DSI32(), hn::LoadU(DSU8(), min + i))));
+      for (int k = 0; k < K; ++k) {
+        const int64_t xb = b * 8 + static_cast<int64_t>(i);
+        hn::Store(hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + xb)), ds, factor[k] + i);
+        acc_min[k] = hn::MulAdd(d_min, hn::LoadU(ds, x[k].scaled_sum + xb), acc_min[k]);
+      }
+    }
+    const uint8_t* qs = block + quant::q4_k_qs_offset;
+    for (int g = 0; g < 4; ++g) {
+      const int8_t* x8[K];
+      const int16_t* x16[K];
+      for (int k = 0; k < K; ++k) {
+        x8[k] = x[k].q8 + b * quant::q4_k_elems + 64 * g;
+        x16[k] = x[k].q + b * quant::q4_k_elems + 64 * g;
+      }
+      Q4_KGroup<K>(qs + 32 * g, x8, x16, factor, 2 * g, acc_lo, acc_hi);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    out[k] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc_lo[k], acc_hi[k]))) -
+             hn::GetLane(hn::SumOfLanes(ds, acc_min[k]));
+  }
 }
 
 HWY_INLINE float DotQ6_K(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
@@ -275,16 +366,16 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
     for (int64_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = base + static_cast<size_t>(r) * stride;
       int64_t t = t0;
-      if (w.type == TensorType::q8_0) {
+      if (w.type == TensorType::q8_0 || w.type == TensorType::q4_k) {
         for (; t + 4 <= t1; t += 4) {
-          const int16_t* q4[4];
-          const float* s4[4];
+          TokenQ8 tokens[4];
           float dots[4];
-          for (int k = 0; k < 4; ++k) {
-            q4[k] = xq->q.data() + (t + k) * n;
-            s4[k] = xq->scale.data() + (t + k) * (n / 32);
+          for (int k = 0; k < 4; ++k) tokens[k] = token_q8(*xq, t + k, n);
+          if (w.type == TensorType::q8_0) {
+            DotQ8_0x4(row, tokens, n, dots);
+          } else {
+            DotQ4_K<4>(row, tokens, n, dots);
           }
-          DotQ8_0x4(row, q4, s4, n, dots);
           for (int k = 0; k < 4; ++k) y[(t + k) * w.n_rows + r] = dots[k];
         }
       }
@@ -308,9 +399,11 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
           case TensorType::q4_0:
             dot = DotQ4_0(row, q, s, n);
             break;
-          case TensorType::q4_k:
-            dot = DotQ4_K(row, q, s, xq->sum.data() + t * (n / 32), n);
+          case TensorType::q4_k: {
+            const TokenQ8 token = token_q8(*xq, t, n);
+            DotQ4_K<1>(row, &token, n, &dot);
             break;
+          }
           case TensorType::q6_k:
             dot = DotQ6_K(row, q, s, n);
             break;

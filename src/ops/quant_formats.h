@@ -3,7 +3,9 @@
 // Blocks are read through byte offsets, not structs, so any 1-byte-aligned pointer works.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace squeezekv::quant {
 
@@ -35,17 +37,19 @@ inline constexpr int64_t q6_k_qh_offset = 128;
 inline constexpr int64_t q6_k_scales_offset = 192;
 inline constexpr int64_t q6_k_d_offset = 208;
 
-// Unpacks sub-block s (0..7) of Q4_K's 12 packed bytes: ggml's get_scale_min_k4. Bytes 0-3 hold
-// scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; scales/mins 4-7 keep their low 4 bits
-// in bytes 8-11 and their top 2 bits in the spare top bits of bytes 0-3 / 4-7.
-inline void q4_k_scale_min(int s, const uint8_t* packed, int& scale, int& min) {
-  if (s < 4) {
-    scale = packed[s] & 63;
-    min = packed[s + 4] & 63;
-  } else {
-    scale = (packed[s + 4] & 0xf) | ((packed[s - 4] >> 6) << 4);
-    min = (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4);
-  }
+// Unpacks Q4_K's 12 packed bytes into the 8 sub-block scales and mins (ggml's get_scale_min_k4
+// for all 8 at once). Bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits;
+// scales/mins 4-7 keep their low 4 bits in the low/high nibbles of bytes 8-11 and their top 2
+// bits in the spare top bits of bytes 0-3 / 4-7. Works on 32-bit words, four sub-blocks at once.
+inline void q4_k_unpack_scales(const uint8_t* packed, uint8_t scale[8], uint8_t min[8]) {
+  static_assert(std::endian::native == std::endian::little, "GGUF blocks are little-endian");
+  uint32_t w[3];
+  std::memcpy(w, packed, sizeof w);
+  const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+  const uint32_t words[4] = {w[0] & low6, (w[2] & low4) | (((w[0] >> 6) & low2) << 4), w[1] & low6,
+                             ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4)};
+  std::memcpy(scale, words, 8);  // little-endian bytes: scales 0-3, then 4-7
+  std::memcpy(min, words + 2, 8);
 }
 
 // Row (de)quantisers; n is a multiple of the block size.

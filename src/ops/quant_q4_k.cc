@@ -15,12 +15,11 @@ void dequantize_q4_k(const uint8_t* src, float* dst, int64_t n) {
     const uint8_t* packed = block + q4_k_scales_offset;
     const uint8_t* qs = block + q4_k_qs_offset;
     float* y = dst + b * q4_k_elems;
+    uint8_t scale[8], min[8];
+    q4_k_unpack_scales(packed, scale, min);
     for (int g = 0; g < 4; ++g) {
-      int scale_lo = 0, min_lo = 0, scale_hi = 0, min_hi = 0;
-      q4_k_scale_min(2 * g, packed, scale_lo, min_lo);
-      q4_k_scale_min(2 * g + 1, packed, scale_hi, min_hi);
-      const float d_lo = d * static_cast<float>(scale_lo), m_lo = dmin * static_cast<float>(min_lo);
-      const float d_hi = d * static_cast<float>(scale_hi), m_hi = dmin * static_cast<float>(min_hi);
+      const float d_lo = d * static_cast<float>(scale[2 * g]), m_lo = dmin * static_cast<float>(min[2 * g]);
+      const float d_hi = d * static_cast<float>(scale[2 * g + 1]), m_hi = dmin * static_cast<float>(min[2 * g + 1]);
       for (int l = 0; l < 32; ++l) {
         y[64 * g + l] = d_lo * static_cast<float>(qs[32 * g + l] & 0xf) - m_lo;
         y[64 * g + 32 + l] = d_hi * static_cast<float>(qs[32 * g + l] >> 4) - m_hi;
