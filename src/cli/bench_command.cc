@@ -101,14 +101,17 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
                 gb(b.bytes_per_second.max));
   }
   std::printf("peak resident memory: %.1f MiB\n\n", double(peak_rss) / (1 << 20));
-  std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
-  std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | time vs 1st cache [min, max] | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
+  std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows) {
     const Derived d = derive(r, facts, bandwidth);
     const Spread& s = r.tokens_per_second;
-    std::printf("| %d | %s | %s | %d | %s ± %s | %s | %s | %s | %s | %s | %lld | %.1f |\n", r.threads, r.cache.c_str(),
-                r.test().c_str(), r.depth, fixed(s.median, 2).c_str(), fixed(s.stddev, 2).c_str(),
-                fixed(s.min, 2).c_str(), fixed(s.max, 2).c_str(), r.generation ? fixed(d.weight_gbps, 2).c_str() : "",
+    const Spread& v = r.time_vs_first_cache;
+    std::string relative = fixed(v.median, 3);  // appended piecewise: g++ 12 warns on chained +
+    relative.append(" [").append(fixed(v.min, 3)).append(", ").append(fixed(v.max, 3)).append("]");
+    std::printf("| %d | %s | %s | %d | %s ± %s | %s | %s | %s | %s | %s | %s | %lld | %.1f |\n", r.threads,
+                r.cache.c_str(), r.test().c_str(), r.depth, fixed(s.median, 2).c_str(), fixed(s.stddev, 2).c_str(),
+                fixed(s.min, 2).c_str(), fixed(s.max, 2).c_str(), relative.c_str(), r.generation ? fixed(d.weight_gbps, 2).c_str() : "",
                 d.share > 0 ? fixed(100 * d.share, 1).c_str() : "", r.generation ? "" : fixed(d.gflops, 1).c_str(),
                 static_cast<long long>(r.rows_per_layer), double(r.kv_kept_bytes) / (1 << 20));
   }
@@ -116,14 +119,16 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
 
 void print_csv(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows) {
   std::printf("model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
-              "min_tps,max_tps,weight_gbps,bandwidth_share,gflops,rows_per_layer,kv_kept_bytes\n");
+              "min_tps,max_tps,time_vs_first_median,time_vs_first_min,time_vs_first_max,weight_gbps,bandwidth_share,gflops,"
+              "rows_per_layer,kv_kept_bytes\n");
   for (const BenchRow& r : rows) {
     const Derived d = derive(r, facts, bandwidth);
     const Spread& s = r.tokens_per_second;
-    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu\n", facts.path.c_str(),
-                facts.weight_type.c_str(), r.threads, r.cache.c_str(), r.config.method.c_str(), r.config.budget,
-                to_string(r.config.score).c_str(), r.test().c_str(), r.depth, r.n_tokens, s.median, s.mean, s.stddev,
-                s.min, s.max, d.weight_gbps, d.share, d.gflops, static_cast<long long>(r.rows_per_layer),
+    const Spread& v = r.time_vs_first_cache;
+    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu\n",
+                facts.path.c_str(), facts.weight_type.c_str(), r.threads, r.cache.c_str(), r.config.method.c_str(),
+                r.config.budget, to_string(r.config.score).c_str(), r.test().c_str(), r.depth, r.n_tokens, s.median,
+                s.mean, s.stddev, s.min, s.max, v.median, v.min, v.max, d.weight_gbps, d.share, d.gflops, static_cast<long long>(r.rows_per_layer),
                 r.kv_kept_bytes);
   }
 }
@@ -151,6 +156,10 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
                               {"test", r.test()}, {"depth", r.depth}, {"n_tokens", r.n_tokens},
                               {"median_tps", s.median}, {"mean_tps", s.mean}, {"stddev_tps", s.stddev},
                               {"min_tps", s.min}, {"max_tps", s.max}, {"samples_tps", s.samples},
+                              {"time_vs_first_cache", {{"median", r.time_vs_first_cache.median},
+                                                       {"min", r.time_vs_first_cache.min},
+                                                       {"max", r.time_vs_first_cache.max},
+                                                       {"samples", r.time_vs_first_cache.samples}}},
                               {"weight_gbps", d.weight_gbps}, {"bandwidth_share", d.share}, {"gflops", d.gflops},
                               {"rows_per_layer", r.rows_per_layer}, {"kv_kept_bytes", r.kv_kept_bytes}});
   }
@@ -210,7 +219,9 @@ void register_bench(CLI::App& app) {
   add_cache_options(*cmd, args->cache);
   args->cache.config.method = "full";
   cmd->footer("--method and --score take comma lists (--method window,squeeze,full): every pair is one row,\n"
-              "measured side by side (repetitions outer, configurations inner).");
+              "measured side by side (repetitions outer, configurations inner; generation token by token).\n"
+              "'time vs 1st cache' is each row's time over the first configuration's at the same depth,\n"
+              "paired within every repetition: the figure to quote when comparing caches.");
   cmd->callback([args] { run(*args); });
 }
 

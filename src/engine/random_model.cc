@@ -118,6 +118,8 @@ void check_spec(const RandomModelSpec& s) {
   require((s.dim / s.n_heads) % 2 == 0, "head_dim", s.dim / s.n_heads, "must be even (RoPE)");
   require(s.ffn_dim > 0, "ffn_dim", s.ffn_dim, "must be > 0");
   require(s.vocab >= 259, "vocab", s.vocab, "must be at least 259 (3 special + 256 byte tokens)");
+  require(!s.k_quant_mix || s.weight_type == TensorType::q4_k, "k_quant_mix", "true",
+          "needs weight_type Q4_K (the Q4_K_M recipe)");
   int64_t block = block_layout(s.weight_type).block_elems;
   require(s.dim % block == 0, "dim", s.dim, "must be a multiple of the weight type's block size");
   require(s.ffn_dim % block == 0, "ffn_dim", s.ffn_dim,
@@ -195,15 +197,22 @@ GgufWriter random_model_writer(const RandomModelSpec& s) {
   const Fill norm{1.0f, 0.1f};
   const Fill bias{0.0f, 0.02f};
 
-  add_matrix("token_embd.weight", s.dim, s.vocab, s.weight_type);
+  // Q4_K_M: the output matrix (token_embd when tied) and some layers' attn_v / ffn_down in Q6_K.
+  const TensorType more_bits = s.k_quant_mix ? TensorType::q6_k : s.weight_type;
+  auto favoured = [&](int64_t l) {
+    const int64_t eighth = s.n_layers / 8;
+    return l < eighth || l >= 7 * s.n_layers / 8 || (l - eighth) % 3 == 2;
+  };
+  add_matrix("token_embd.weight", s.dim, s.vocab, s.tied_embeddings ? more_bits : s.weight_type);
   add_vector("output_norm.weight", s.dim, norm);
-  if (!s.tied_embeddings) add_matrix("output.weight", s.dim, s.vocab, s.weight_type);
+  if (!s.tied_embeddings) add_matrix("output.weight", s.dim, s.vocab, more_bits);
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    const TensorType v_down = favoured(l) ? more_bits : s.weight_type;
     add_vector(p + "attn_norm.weight", s.dim, norm);
     add_matrix(p + "attn_q.weight", s.dim, s.dim, s.weight_type);
     add_matrix(p + "attn_k.weight", s.dim, kv_dim, s.weight_type);
-    add_matrix(p + "attn_v.weight", s.dim, kv_dim, s.weight_type);
+    add_matrix(p + "attn_v.weight", s.dim, kv_dim, v_down);
     if (qwen) {
       add_vector(p + "attn_q.bias", s.dim, bias);
       add_vector(p + "attn_k.bias", kv_dim, bias);
@@ -213,13 +222,27 @@ GgufWriter random_model_writer(const RandomModelSpec& s) {
     add_vector(p + "ffn_norm.weight", s.dim, norm);
     add_matrix(p + "ffn_gate.weight", s.dim, s.ffn_dim, s.weight_type);
     add_matrix(p + "ffn_up.weight", s.dim, s.ffn_dim, s.weight_type);
-    add_matrix(p + "ffn_down.weight", s.ffn_dim, s.dim, s.weight_type);
+    add_matrix(p + "ffn_down.weight", s.ffn_dim, s.dim, v_down);
   }
   return w;
 }
 
 void write_random_model(const std::string& path, const RandomModelSpec& spec) {
   random_model_writer(spec).write(path);
+}
+
+RandomModelSpec llama_1b_spec(TensorType weight_type) {
+  RandomModelSpec s;
+  s.dim = 2048;
+  s.n_layers = 16;
+  s.n_heads = 32;
+  s.n_kv_heads = 8;
+  s.ffn_dim = 8192;
+  s.vocab = 128256;
+  s.weight_type = weight_type;
+  s.tied_embeddings = true;
+  s.context_length = 8192;
+  return s;
 }
 
 }  // namespace squeezekv

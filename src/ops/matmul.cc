@@ -87,6 +87,15 @@ HWY_INLINE float DotHalf(const uint8_t* row, const float* x, int64_t n) {
 
 // ------------------------------ quantised weights (integer dots with quantised x)
 
+// x86 targets with 256-bit integer ops multiply weight bytes by int8 activations directly
+// (vpmaddubsw), which Highway 1.0 has no op for; the others widen both sides to int16.
+#undef SQUEEZEKV_X86_BYTE_DOT
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define SQUEEZEKV_X86_BYTE_DOT 1
+#else
+#define SQUEEZEKV_X86_BYTE_DOT 0
+#endif
+
 // One token's quantised activations, as the multi-token kernels see them.
 struct TokenQ8 {
   const int16_t* q;
@@ -186,7 +195,7 @@ HWY_INLINE hn::Vec<D32> PairDot(D32 d32, V16 a, V16 b) {
 
 // Q4_K's nibbles dotted with one group (64 elements: 32 bytes whose low nibbles are sub-block
 // 2g and high nibbles 2g + 1), adding factor_lo/hi * (integer dot) per token into acc_lo/hi.
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if SQUEEZEKV_X86_BYTE_DOT
 // x86: nibbles stay bytes and meet int8 activations in vpmaddubsw (u8 x s8 pairs to int16, at
 // most 2 * 15 * 127, so never saturating) then vpmaddwd by 1 (pairs to int32): half the work of
 // widening both sides to int16, and Highway 1.0 has no op for it.
@@ -293,7 +302,8 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
   }
 }
 
-HWY_INLINE float DotQ6_K(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
+// Q6_K, one token, on int16 lanes (every target; the x86 targets use DotQ6_K below instead).
+HWY_INLINE float DotQ6_KWide(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
   const D16 d16;
   const D32 d32;
   const DW dw;
@@ -348,6 +358,71 @@ HWY_INLINE float DotQ6_K(const uint8_t* row, const int16_t* xq, const float* xs,
   return Sum(acc);
 }
 
+#if SQUEEZEKV_X86_BYTE_DOT
+// Q6_K rows dotted with K tokens on x86: each half super-block (128 elements) is 4 streams of 32
+// 6-bit values (elements l, l + 32, l + 64, l + 96 for l < 32, each one x block), rebuilt as bytes
+// from ql and qh with shifts and masks, then vpmaddubsw against int8 activations. The -32 offset
+// is vpmaddubsw(32, x) subtracted in int16 (|pairs| <= 2 * 32 * 127), and the two int8 sub-block
+// scales of a stream enter through vpmaddwd (lanes 0-7: elements 0-15, 8-15: elements 16-31).
+// Per-token arithmetic does not depend on K.
+template <int K>
+HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  const DQ4 df;
+  const DS ds;
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
+  const __m256i offset = _mm256_set1_epi8(32);
+  // pshufb controls: bytes [s x 8, s + 1 x 8] for sub-block pair s = 0, 2, ..., 14.
+  __m128i pair_ctrl[8];
+  for (int p = 0; p < 8; ++p) {
+    pair_ctrl[p] = _mm_set_epi64x(static_cast<int64_t>(0x0101010101010101ull * static_cast<uint64_t>(2 * p + 1)),
+                                  static_cast<int64_t>(0x0101010101010101ull * static_cast<uint64_t>(2 * p)));
+  }
+  hn::Vec<DQ4> acc[K][2];  // two FMA chains per token (streams 0-1, 2-3)
+  for (int k = 0; k < K; ++k) acc[k][0] = acc[k][1] = hn::Zero(df);
+  HWY_ALIGN float factor[K][8];  // d * xs per token and x block of the super-block
+  for (int64_t b = 0; b < n / quant::q6_k_elems; ++b) {
+    const uint8_t* block = row + b * quant::q6_k_bytes;
+    const auto d = hn::Set(ds, LoadHalf(block + quant::q6_k_d_offset));
+    for (int k = 0; k < K; ++k) {
+      for (size_t i = 0; i < 8; i += hn::Lanes(ds)) {
+        hn::Store(hn::Mul(d, hn::LoadU(ds, x[k].scale + b * 8 + static_cast<int64_t>(i))), ds, factor[k] + i);
+      }
+    }
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + quant::q6_k_scales_offset));
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = block + 64 * h;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i high =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quant::q6_k_qh_offset + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(high, 4), bits45)),
+          _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(high, 2), bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(high, bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                          _mm256_and_si256(_mm256_srli_epi16(high, 2), bits45))};
+      for (int j = 0; j < 4; ++j) {
+        const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pair_ctrl[4 * h + j]));
+        for (int k = 0; k < K; ++k) {
+          const int8_t* xj = x[k].q8 + b * quant::q6_k_elems + 128 * h + 32 * j;
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xj));
+          const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[j], xv), _mm256_maddubs_epi16(offset, xv));
+          const auto dot = hn::Vec<DQ4>{_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, scale))};
+          acc[k][j >> 1] = hn::MulAdd(dot, hn::Set(df, factor[k][4 * h + j]), acc[k][j >> 1]);
+        }
+      }
+    }
+  }
+  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc[k][0], acc[k][1])));
+}
+#else
+template <int K>
+HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  for (int k = 0; k < K; ++k) out[k] = DotQ6_KWide(row, x[k].q, x[k].scale, n);
+}
+#endif
+
 // ------------------------------ rows x tokens
 
 // Tokens per tile: their quantised activations (16 x n_cols int16) stay in L2 while each weight
@@ -366,15 +441,17 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
     for (int64_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = base + static_cast<size_t>(r) * stride;
       int64_t t = t0;
-      if (w.type == TensorType::q8_0 || w.type == TensorType::q4_k) {
+      if (w.type == TensorType::q8_0 || w.type == TensorType::q4_k || w.type == TensorType::q6_k) {
         for (; t + 4 <= t1; t += 4) {
           TokenQ8 tokens[4];
           float dots[4];
           for (int k = 0; k < 4; ++k) tokens[k] = token_q8(*xq, t + k, n);
           if (w.type == TensorType::q8_0) {
             DotQ8_0x4(row, tokens, n, dots);
-          } else {
+          } else if (w.type == TensorType::q4_k) {
             DotQ4_K<4>(row, tokens, n, dots);
+          } else {
+            DotQ6_K<4>(row, tokens, n, dots);
           }
           for (int k = 0; k < 4; ++k) y[(t + k) * w.n_rows + r] = dots[k];
         }
@@ -404,9 +481,11 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
             DotQ4_K<1>(row, &token, n, &dot);
             break;
           }
-          case TensorType::q6_k:
-            dot = DotQ6_K(row, q, s, n);
+          case TensorType::q6_k: {
+            const TokenQ8 token = token_q8(*xq, t, n);
+            DotQ6_K<1>(row, &token, n, &dot);
             break;
+          }
         }
         y[t * w.n_rows + r] = dot;
       }

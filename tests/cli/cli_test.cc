@@ -66,6 +66,40 @@ TEST(Cli, GenerateGreedyOnTheRealModel) {
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
 }
 
+TEST(Cli, BenchTablesInEveryFormat) {
+  const std::string args = "bench " + kModel + " -p 8 -n 4 -r 2 -t 1,2 -d 0,16 --method window,full --budget 8 --bandwidth-mib 4";
+  const CliRun md = run(args);
+  ASSERT_EQ(md.status, 0) << md.out;
+  EXPECT_NE(md.out.find("| threads | cache | test | depth |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("memory bandwidth, streaming read of 4 MiB, 2 thread(s)"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| 2 | full | tg4 | 16 |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| 1 | window b8 | pp8 | 0 |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("1.000 [1.000, 1.000]"), std::string::npos) << md.out;  // the first cache against itself
+  const CliRun csv = run(args + " -o csv");
+  ASSERT_EQ(csv.status, 0) << csv.out;
+  EXPECT_EQ(csv.out.rfind("model,weight_type,threads,cache,", 0), 0u) << csv.out;
+  size_t lines = 0;
+  for (char c : csv.out) lines += c == '\n';
+  EXPECT_EQ(lines, 1u + 2u * 2u * 2u * 2u);  // header + threads x tests x depths x caches
+  const CliRun json = run(args + " -o json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  EXPECT_NE(json.out.find("\"time_vs_first_cache\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"weight_bytes_per_token\""), std::string::npos) << json.out;
+}
+
+TEST(Cli, RandomModelWritesAModelTheEngineRuns) {
+  const std::string path = testing::TempDir() + "cli_random_q4_k_m.gguf";
+  const CliRun w = run("random-model -o " + path + " --type q4_k_m --dim 256 --ffn 256 --vocab 300 --layers 8");
+  ASSERT_EQ(w.status, 0) << w.out;
+  EXPECT_NE(w.out.find("dim 256, 8 layers"), std::string::npos) << w.out;
+  const CliRun info = run("info -m " + path + " --tensors");
+  ASSERT_EQ(info.status, 0) << info.out;
+  EXPECT_NE(info.out.find("output.weight                    Q6_K"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("blk.1.ffn_down.weight            Q4_K"), std::string::npos) << info.out;
+  const CliRun gen = run("generate -m " + path + " -p hello -n 4 --temp 0 -t 2");
+  EXPECT_EQ(gen.status, 0) << gen.out;
+}
+
 struct BadInput {
   std::string args, expected;
 };
@@ -98,6 +132,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModel + " -f no/such/prompt.txt", "--file = no/such/prompt.txt"},
         BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt -c 7", "n_ctx = 7"},
         BadInput{"info -m ../shared/data/tinystories_val.txt", "magic"},
+        BadInput{"bench " + kModel + " -o xml", "-o = xml"},
+        BadInput{"bench " + kModel + " -r 0", "repetitions = 0"},
+        BadInput{"bench " + kModel + " -d -5", "depth = -5"},
+        BadInput{"bench " + kModel + " --bandwidth-mib -1", "--bandwidth-mib = -1"},
+        BadInput{"bench " + kModel + " --method window,h3o", "method = h3o"},
+        BadInput{"random-model -o x.gguf --type q5_k", "--type = q5_k"},
+        BadInput{"random-model -o x.gguf --preset huge", "--preset = huge"},
+        BadInput{"random-model -o x.gguf --type q4_k --dim 128", "dim = 128"},
+        BadInput{"random-model -o no/such/dir/x.gguf", "no/such/dir/x.gguf"},
         BadInput{"frobnicate", "frobnicate"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
 

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -469,6 +470,48 @@ TEST(gguf, RandomQwen2ModelTied) {
   EXPECT_EQ(f.find_tensor("blk.1.attn_v.bias")->ne[0], 32);
   EXPECT_EQ(f.find_tensor("token_embd.weight")->type(), TensorType::f16);
   EXPECT_EQ(f.tensors().size(), 2u + 2 * 12);
+}
+
+// llama.cpp's Q4_K_M recipe over 16 layers: Q6_K attn_v / ffn_down in layers 0-1 and 14-15 (the
+// first and last eighth) and 4, 7, 10, 13 (every third between); the tied embedding in Q6_K.
+TEST(gguf, RandomModelQ4_KMRecipe) {
+  RandomModelSpec spec;
+  spec.dim = 256;
+  spec.ffn_dim = 256;
+  spec.n_layers = 16;
+  spec.vocab = 300;
+  spec.weight_type = TensorType::q4_k;
+  spec.k_quant_mix = true;
+  spec.tied_embeddings = true;
+  GgufFile f = GgufFile::from_bytes(random_model_writer(spec).to_bytes());
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->type(), TensorType::q6_k);
+  const std::set<int> favoured = {0, 1, 4, 7, 10, 13, 14, 15};
+  for (int l = 0; l < 16; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const TensorType expected = favoured.count(l) ? TensorType::q6_k : TensorType::q4_k;
+    EXPECT_EQ(f.find_tensor(p + "attn_v.weight")->type(), expected) << l;
+    EXPECT_EQ(f.find_tensor(p + "ffn_down.weight")->type(), expected) << l;
+    EXPECT_EQ(f.find_tensor(p + "attn_q.weight")->type(), TensorType::q4_k) << l;
+    EXPECT_EQ(f.find_tensor(p + "ffn_up.weight")->type(), TensorType::q4_k) << l;
+  }
+  spec.tied_embeddings = false;
+  f = GgufFile::from_bytes(random_model_writer(spec).to_bytes());
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->type(), TensorType::q4_k);
+  EXPECT_EQ(f.find_tensor("output.weight")->type(), TensorType::q6_k);
+  spec.weight_type = TensorType::q8_0;  // the recipe is for Q4_K only
+  EXPECT_THROW(random_model_writer(spec), InvalidArgument);
+}
+
+TEST(gguf, Llama1BSpecIsLlama32Shaped) {
+  const RandomModelSpec s = llama_1b_spec(TensorType::q8_0);
+  EXPECT_EQ(s.dim, 2048);
+  EXPECT_EQ(s.n_layers, 16);
+  EXPECT_EQ(s.n_heads, 32);
+  EXPECT_EQ(s.n_kv_heads, 8);
+  EXPECT_EQ(s.ffn_dim, 8192);
+  EXPECT_EQ(s.vocab, 128256);
+  EXPECT_TRUE(s.tied_embeddings);
+  EXPECT_EQ(s.weight_type, TensorType::q8_0);
 }
 
 TEST(gguf, RandomModelSpecChecked) {

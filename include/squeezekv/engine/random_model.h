@@ -19,6 +19,10 @@ struct RandomModelSpec {
   int64_t ffn_dim = 128;
   int64_t vocab = 512;  // at least 259: <unk>, <s>, </s> and the 256 byte tokens
   TensorType weight_type = TensorType::f32;  // matrices and token_embd; norms/biases stay F32
+  // llama.cpp's Q4_K_M recipe on top of weight_type: Q6_K for token_embd / output and for
+  // attn_v and ffn_down in the layers it gives more bits (the first and last eighth, and every
+  // third layer between), so a random model reads as many bytes per token as a real Q4_K_M file.
+  bool k_quant_mix = false;
   bool tied_embeddings = false;              // true: no output.weight
   uint64_t seed = 1;
   uint32_t context_length = 2048;
@@ -30,5 +34,9 @@ struct RandomModelSpec {
 GgufWriter random_model_writer(const RandomModelSpec& spec);
 
 void write_random_model(const std::string& path, const RandomModelSpec& spec);
+
+// The shape of Llama-3.2-1B (dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256,
+// tied embeddings, context 8192), with the given weight type: the benchmarks' 1B model.
+RandomModelSpec llama_1b_spec(TensorType weight_type);
 
 }  // namespace squeezekv

@@ -4,8 +4,9 @@
 // generation speed can be read as weight bytes per second against what the machine can stream.
 //
 // Side by side: for one thread count, repetitions are the outer loop and the (depth, cache
-// configuration) pairs the inner one, so a noisy neighbour slows every configuration alike and their
-// ratios stay meaningful.
+// configuration) pairs the inner one (in generation, token by token), so a noisy neighbour slows
+// every configuration alike; each row also reports its time relative to the first configuration
+// at the same depth, per repetition (a paired ratio), which is what comparisons should quote.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,7 @@ struct BenchRow {
   bool generation = false;  // tg (true) or pp
   int n_tokens = 0;
   Spread tokens_per_second;
+  Spread time_vs_first_cache;  // this row's time / the first configuration's at this depth, per repetition
   size_t kv_kept_bytes = 0;  // after the last repetition
   int64_t rows_per_layer = 0;  // average rows held per layer and KV head after the last repetition
   std::string test() const { return (generation ? "tg" : "pp") + std::to_string(n_tokens); }

@@ -1,0 +1,86 @@
+// `squeezekv random-model -o FILE`: writes a random-weight GGUF model of any Llama/Qwen2 shape and
+// weight type (deterministic for a seed), so speed can be measured at real sizes without
+// downloading weights: `--preset llama-1b --type q4_k_m` is the benchmarks' 1B model.
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/engine/random_model.h"
+
+namespace squeezekv::cli {
+namespace {
+
+struct RandomModelArgs {
+  std::string output;
+  std::string preset = "tiny";
+  std::string type = "f32";
+  RandomModelSpec shape;  // flags given on the command line override the preset
+  bool tied = false;
+  CLI::Option* dim = nullptr;
+  CLI::Option* layers = nullptr;
+  CLI::Option* heads = nullptr;
+  CLI::Option* kv_heads = nullptr;
+  CLI::Option* ffn = nullptr;
+  CLI::Option* vocab = nullptr;
+  CLI::Option* context = nullptr;
+  CLI::Option* tied_flag = nullptr;
+};
+
+const std::map<std::string, TensorType> kTypes = {
+    {"f32", TensorType::f32},   {"f16", TensorType::f16},   {"bf16", TensorType::bf16}, {"q8_0", TensorType::q8_0},
+    {"q4_0", TensorType::q4_0}, {"q4_k", TensorType::q4_k}, {"q4_k_m", TensorType::q4_k}, {"q6_k", TensorType::q6_k}};
+
+void run(const RandomModelArgs& a) {
+  require(a.preset == "tiny" || a.preset == "llama-1b", "--preset", a.preset, "must be tiny or llama-1b");
+  const auto type = kTypes.find(a.type);
+  require(type != kTypes.end(), "--type", a.type, "must be one of f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q6_k");
+  RandomModelSpec spec = a.preset == "llama-1b" ? llama_1b_spec(type->second) : RandomModelSpec{};
+  spec.weight_type = type->second;
+  spec.k_quant_mix = a.type == "q4_k_m";
+  spec.arch = a.shape.arch;
+  spec.seed = a.shape.seed;
+  if (a.dim->count() > 0) spec.dim = a.shape.dim;
+  if (a.layers->count() > 0) spec.n_layers = a.shape.n_layers;
+  if (a.heads->count() > 0) spec.n_heads = a.shape.n_heads;
+  if (a.kv_heads->count() > 0) spec.n_kv_heads = a.shape.n_kv_heads;
+  if (a.ffn->count() > 0) spec.ffn_dim = a.shape.ffn_dim;
+  if (a.vocab->count() > 0) spec.vocab = a.shape.vocab;
+  if (a.context->count() > 0) spec.context_length = a.shape.context_length;
+  if (a.tied_flag->count() > 0) spec.tied_embeddings = a.tied;
+  write_random_model(a.output, spec);
+  std::printf("wrote %s: %s, dim %lld, %lld layers, %lld/%lld heads, FFN %lld, vocab %lld, %s, %s embeddings\n",
+              a.output.c_str(), spec.arch.c_str(), static_cast<long long>(spec.dim),
+              static_cast<long long>(spec.n_layers), static_cast<long long>(spec.n_heads),
+              static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.ffn_dim),
+              static_cast<long long>(spec.vocab), a.type.c_str(), spec.tied_embeddings ? "tied" : "separate");
+}
+
+}  // namespace
+
+void register_random_model(CLI::App& app) {
+  auto a = std::make_shared<RandomModelArgs>();
+  auto* cmd = app.add_subcommand("random-model", "write a random-weight GGUF model of any shape and weight type");
+  cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
+  cmd->add_option("--preset", a->preset, "starting shape: tiny (dim 64, 2 layers) or llama-1b (Llama-3.2-1B)")
+      ->capture_default_str();
+  cmd->add_option("--type", a->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m (Q6_K where llama.cpp's "
+                                     "Q4_K_M puts it), q6_k")
+      ->capture_default_str();
+  cmd->add_option("--arch", a->shape.arch, "llama or qwen2")->capture_default_str();
+  cmd->add_option("--seed", a->shape.seed, "weights' seed")->capture_default_str();
+  a->dim = cmd->add_option("--dim", a->shape.dim, "embedding width (overrides the preset)");
+  a->layers = cmd->add_option("--layers", a->shape.n_layers, "layers");
+  a->heads = cmd->add_option("--heads", a->shape.n_heads, "query heads");
+  a->kv_heads = cmd->add_option("--kv-heads", a->shape.n_kv_heads, "KV heads");
+  a->ffn = cmd->add_option("--ffn", a->shape.ffn_dim, "feed-forward width");
+  a->vocab = cmd->add_option("--vocab", a->shape.vocab, "vocabulary size (>= 259)");
+  a->context = cmd->add_option("--context", a->shape.context_length, "context length written to the metadata");
+  a->tied_flag = cmd->add_flag("--tied,!--untied", a->tied, "tie the output matrix to the token embedding");
+  cmd->footer("Example: squeezekv random-model --preset llama-1b --type q4_k_m -o build/llama1b-q4_k_m.gguf");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace squeezekv::cli
