@@ -1,7 +1,7 @@
 // `squeezekv bench`: llama-bench for squeezekv. Prompt processing and generation speed over
 // repetitions, thread counts, starting depths and cache configurations (comma lists in --method
-// and --score give one row each, measured side by side), with the memory-bandwidth probe beside
-// generation. Tables go to stdout (md, csv or json); progress to stderr when it is a terminal.
+// and --score give one row each, measured side by side), with the memory-bandwidth probe run
+// after every generation repetition. Tables go to stdout (md, csv or json); progress to stderr when it is a terminal.
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,16 +74,12 @@ struct Derived {
   double gflops = 0;       // pp: matmul GFLOP/s
 };
 
-Derived derive(const BenchRow& row, const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth) {
+Derived derive(const BenchRow& row, const ModelFacts& facts) {
   Derived d;
   const double tps = row.tokens_per_second.median;
   if (row.generation) {
     d.weight_gbps = gb(double(facts.weight_bytes_per_token) * tps);
-    for (const BandwidthResult& b : bandwidth) {
-      if (b.threads == row.threads && b.bytes_per_second.median > 0) {
-        d.share = double(facts.weight_bytes_per_token) * tps / b.bytes_per_second.median;
-      }
-    }
+    d.share = row.bandwidth_share.median;  // the median of the per-repetition ratios
   } else {
     d.gflops = 2.0 * double(facts.matmul_macs_per_token) * tps / 1e9;
   }
@@ -92,11 +88,12 @@ Derived derive(const BenchRow& row, const ModelFacts& facts, const std::vector<B
 
 void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows,
               uint64_t peak_rss) {
-  std::printf("model: %s (%s, %.1f MiB, %.3f B params; a decode step reads %.4f GB of weights)\n",
+  std::printf("model: %s (%s, %.1f MiB, %.3f M params; a decode step reads %.4f GB of weights)\n",
               facts.path.c_str(), facts.weight_type.c_str(), double(facts.file_bytes) / (1u << 20),
-              double(facts.n_params) / 1e9, gb(double(facts.weight_bytes_per_token)));
+              double(facts.n_params) / 1e6, gb(double(facts.weight_bytes_per_token)));
   for (const BandwidthResult& b : bandwidth) {
-    std::printf("memory bandwidth, streaming read of %zu MiB, %d thread(s): %.1f GB/s (median, min %.1f, max %.1f)\n",
+    std::printf("memory bandwidth, streaming read of %zu MiB after each generation repetition, %d thread(s): "
+                "%.1f GB/s (median, min %.1f, max %.1f)\n",
                 b.bytes >> 20, b.threads, gb(b.bytes_per_second.median), gb(b.bytes_per_second.min),
                 gb(b.bytes_per_second.max));
   }
@@ -104,7 +101,7 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
   std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | time vs 1st cache [min, max] | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
   std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows) {
-    const Derived d = derive(r, facts, bandwidth);
+    const Derived d = derive(r, facts);
     const Spread& s = r.tokens_per_second;
     const Spread& v = r.time_vs_first_cache;
     std::string relative = fixed(v.median, 3);  // appended piecewise: g++ 12 warns on chained +
@@ -117,12 +114,12 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
   }
 }
 
-void print_csv(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows) {
+void print_csv(const ModelFacts& facts, const std::vector<BenchRow>& rows) {
   std::printf("model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
               "min_tps,max_tps,time_vs_first_median,time_vs_first_min,time_vs_first_max,weight_gbps,bandwidth_share,gflops,"
               "rows_per_layer,kv_kept_bytes\n");
   for (const BenchRow& r : rows) {
-    const Derived d = derive(r, facts, bandwidth);
+    const Derived d = derive(r, facts);
     const Spread& s = r.tokens_per_second;
     const Spread& v = r.time_vs_first_cache;
     std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu\n",
@@ -149,7 +146,7 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
   }
   out["results"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
-    const Derived d = derive(r, facts, bandwidth);
+    const Derived d = derive(r, facts);
     const Spread& s = r.tokens_per_second;
     out["results"].push_back({{"threads", r.threads}, {"cache", r.cache}, {"method", r.config.method},
                               {"budget", r.config.budget}, {"score", to_string(r.config.score)},
@@ -160,7 +157,9 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
                                                        {"min", r.time_vs_first_cache.min},
                                                        {"max", r.time_vs_first_cache.max},
                                                        {"samples", r.time_vs_first_cache.samples}}},
-                              {"weight_gbps", d.weight_gbps}, {"bandwidth_share", d.share}, {"gflops", d.gflops},
+                              {"weight_gbps", d.weight_gbps}, {"bandwidth_share", d.share},
+                              {"bandwidth_share_samples", r.bandwidth_share.samples},
+                              {"probe_bytes_per_second_samples", r.bandwidth.samples}, {"gflops", d.gflops},
                               {"rows_per_layer", r.rows_per_layer}, {"kv_kept_bytes", r.kv_kept_bytes}});
   }
   std::printf("%s\n", out.dump(2).c_str());
@@ -176,23 +175,13 @@ void run(BenchArgs& a) {
   auto progress = [tty](const std::string& line) {
     if (tty) std::fprintf(stderr, "bench: %s\n", line.c_str());
   };
-  const std::vector<BenchRow> rows = run_bench(model, a.bench, progress);
-  const uint64_t peak_rss = peak_rss_bytes();  // before the probe's buffer
-  std::vector<BandwidthResult> bandwidth;
-  if (a.bandwidth_mib > 0) {
-    std::vector<int> counts = a.bench.threads;
-    counts.insert(counts.begin(), 1);
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (int t : counts) {
-      ThreadPool pool{size_t(t)};
-      bandwidth.push_back(measure_read_bandwidth(size_t(a.bandwidth_mib) << 20, &pool, 5));
-      progress("bandwidth with " + std::to_string(t) + " thread(s): " +
-               fixed(gb(bandwidth.back().bytes_per_second.median), 1) + " GB/s");
-    }
-  }
+  a.bench.bandwidth_bytes = size_t(a.bandwidth_mib) << 20;
+  const BenchReport report = run_bench(model, a.bench, progress);
+  const std::vector<BenchRow>& rows = report.rows;
+  const uint64_t peak_rss = report.peak_rss_bytes;  // before the probe's buffer
+  const std::vector<BandwidthResult>& bandwidth = report.bandwidth;
   if (a.output == "md") print_md(facts, bandwidth, rows, peak_rss);
-  if (a.output == "csv") print_csv(facts, bandwidth, rows);
+  if (a.output == "csv") print_csv(facts, rows);
   if (a.output == "json") print_json(facts, bandwidth, rows, peak_rss);
 }
 
@@ -213,7 +202,8 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')->capture_default_str();
   cmd->add_option("-b,--batch-size", b.n_batch, "prompt tokens per forward call")->capture_default_str();
   cmd->add_option("-o,--output", args->output, "output format: md, csv or json")->capture_default_str();
-  cmd->add_option("--bandwidth-mib", args->bandwidth_mib, "memory-bandwidth probe buffer in MiB (0 = no probe)")
+  cmd->add_option("--bandwidth-mib", args->bandwidth_mib,
+                  "memory-bandwidth probe buffer in MiB, read after every generation repetition (0 = no probe)")
       ->capture_default_str();
   cmd->add_option("--seed", b.seed, "seed of the token ids fed in")->capture_default_str();
   add_cache_options(*cmd, args->cache);

@@ -128,8 +128,8 @@ ModelFacts model_facts(const Model& model, const std::string& path) {
   return f;
 }
 
-std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
-                                const std::function<void(const std::string&)>& progress) {
+BenchReport run_bench(const Model& model, const BenchOptions& o,
+                      const std::function<void(const std::string&)>& progress) {
   require(o.repetitions >= 1, "repetitions", o.repetitions, "must be >= 1");
   require(o.n_batch >= 1, "n_batch", o.n_batch, "must be >= 1");
   require(!o.threads.empty(), "threads", "[]", "give at least one thread count");
@@ -142,8 +142,12 @@ std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
     configs.emplace_back();
     configs.back().method = "full";
   }
+  if (o.bandwidth_bytes > 0) require(o.bandwidth_bytes >= 4096, "bandwidth_bytes", o.bandwidth_bytes, "must be 0 or >= 4096");
   const int vocab = model.config().vocab;
-  std::vector<BenchRow> rows;
+  const double weight_bytes = double(model_facts(model, "").weight_bytes_per_token);
+  BenchReport report;
+  std::vector<BenchRow>& rows = report.rows;
+  std::unique_ptr<BandwidthProbe> probe;  // allocated at the first generation test
   std::vector<int32_t> tokens;
   std::vector<float> logits;
   TokenStream stream(o.seed, vocab);
@@ -164,6 +168,7 @@ std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
       std::unique_ptr<ModelCache> cache;
     };
     std::vector<Slot> slots;
+    std::vector<double> probe_samples;  // every probe read at this thread count
     for (int depth : o.depths) {
       for (size_t k = 0; k < configs.size(); ++k) {
         slots.push_back({depth, k, engine.make_cache(configs[k])});
@@ -184,8 +189,12 @@ std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
     auto run_tests = [&](const std::vector<int>& sizes, bool generation) {
       for (int size : sizes) {
         if (size == 0) continue;
-        std::vector<std::vector<double>> samples(slots.size()), ratios(slots.size());
-        std::vector<double> seconds(slots.size());
+        std::vector<std::vector<double>> samples(slots.size()), ratios(slots.size()), shares(slots.size());
+        std::vector<double> seconds(slots.size()), probed;
+        if (generation && o.bandwidth_bytes > 0 && !probe) {
+          report.peak_rss_bytes = peak_rss_bytes();
+          probe = std::make_unique<BandwidthProbe>(o.bandwidth_bytes);
+        }
         for (int rep = 0; rep < o.repetitions; ++rep) {
           stream.fill(tokens, size);
           for (size_t k = 0; k < slots.size(); ++k) {
@@ -207,10 +216,15 @@ std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
               seconds[k] = seconds_since(start);
             }
           }
+          if (generation && probe) {
+            probed.push_back(probe->bytes_per_second(&pool));
+            probe_samples.push_back(probed.back());
+          }
           for (size_t k = 0; k < slots.size(); ++k) {
             samples[k].push_back(double(size) / seconds[k]);
             const size_t first = k - slots[k].config;  // configuration 0 at the same depth
             ratios[k].push_back(seconds[k] / seconds[first]);
+            if (!probed.empty()) shares[k].push_back(weight_bytes * samples[k].back() / probed.back());
           }
         }
         for (size_t k = 0; k < slots.size(); ++k) {
@@ -223,6 +237,8 @@ std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
           row.n_tokens = size;
           row.tokens_per_second = Spread::of(samples[k]);
           row.time_vs_first_cache = Spread::of(ratios[k]);
+          row.bandwidth = Spread::of(probed);
+          row.bandwidth_share = Spread::of(shares[k]);
           row.kv_kept_bytes = slots[k].cache->kept_bytes();
           row.rows_per_layer = mean_rows(*slots[k].cache);
           if (progress) {
@@ -235,41 +251,50 @@ std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& o,
     };
     run_tests(o.n_prompt, false);
     run_tests(o.n_gen, true);
+    if (!probe_samples.empty()) report.bandwidth.push_back({threads, o.bandwidth_bytes, Spread::of(probe_samples)});
   }
-  return rows;
+  if (!probe) report.peak_rss_bytes = peak_rss_bytes();
+  return report;
 }
 
-BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repetitions) {
+BandwidthProbe::BandwidthProbe(size_t bytes) {
   require(bytes >= 4096, "bytes", bytes, "the probe needs a buffer of at least 4 KiB");
-  require(repetitions >= 1, "repetitions", repetitions, "must be >= 1");
-  std::vector<uint8_t> buffer(bytes);
-  for (size_t i = 0; i < bytes; i += 4096) buffer[i] = uint8_t(i >> 12);  // every page resident
+  buffer_.resize(bytes);
+  for (size_t i = 0; i < bytes; i += 4096) buffer_[i] = uint8_t(i >> 12);  // every page resident
+}
+
+double BandwidthProbe::bytes_per_second(ThreadPool* pool) {
+  const size_t bytes = buffer_.size();
   const size_t workers = pool ? pool->num_workers() : 1;
   // Contiguous chunks, several per worker, aligned to 4 KiB.
   const size_t n_chunks = workers * 8;
   const size_t chunk = (bytes / n_chunks + 4095) / 4096 * 4096;
-  std::vector<uint64_t> sums(n_chunks);
-  std::vector<double> samples;
-  uint64_t checksum = 0;
-  for (int rep = 0; rep < repetitions; ++rep) {
-    const auto start = Clock::now();
-    auto task = [&](size_t i, size_t) {
-      const size_t begin = std::min(bytes, i * chunk);
-      sums[i] = stream_read(buffer.data() + begin, std::min(bytes, begin + chunk) - begin);
-    };
-    if (pool) {
-      pool->parallel_for(n_chunks, task);
-    } else {
-      for (size_t i = 0; i < n_chunks; ++i) task(i, 0);
-    }
-    samples.push_back(double(bytes) / seconds_since(start));
-    checksum += std::accumulate(sums.begin(), sums.end(), uint64_t{0});
+  sums_.assign(n_chunks, 0);
+  auto task = [&](size_t i, size_t) {
+    const size_t begin = std::min(bytes, i * chunk);
+    sums_[i] = stream_read(buffer_.data() + begin, std::min(bytes, begin + chunk) - begin);
+  };
+  const auto start = Clock::now();
+  if (pool) {
+    pool->parallel_for(n_chunks, task);
+  } else {
+    for (size_t i = 0; i < n_chunks; ++i) task(i, 0);
   }
-  // The checksum is stored, so no compiler can drop the reads.
-  volatile uint64_t sink = checksum;
+  const double seconds = seconds_since(start);
+  // The checksum is kept and stored, so no compiler can drop the reads.
+  checksum_ += std::accumulate(sums_.begin(), sums_.end(), uint64_t{0});
+  volatile uint64_t sink = checksum_;
   (void)sink;
+  return double(bytes) / seconds;
+}
+
+BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repetitions) {
+  require(repetitions >= 1, "repetitions", repetitions, "must be >= 1");
+  BandwidthProbe probe(bytes);
+  std::vector<double> samples;
+  for (int rep = 0; rep < repetitions; ++rep) samples.push_back(probe.bytes_per_second(pool));
   BandwidthResult r;
-  r.threads = int(workers);
+  r.threads = pool ? int(pool->num_workers()) : 1;
   r.bytes = bytes;
   r.bytes_per_second = Spread::of(samples);
   return r;

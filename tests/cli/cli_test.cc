@@ -71,7 +71,7 @@ TEST(Cli, BenchTablesInEveryFormat) {
   const CliRun md = run(args);
   ASSERT_EQ(md.status, 0) << md.out;
   EXPECT_NE(md.out.find("| threads | cache | test | depth |"), std::string::npos) << md.out;
-  EXPECT_NE(md.out.find("memory bandwidth, streaming read of 4 MiB, 2 thread(s)"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("memory bandwidth, streaming read of 4 MiB after each generation repetition, 2 thread(s)"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("| 2 | full | tg4 | 16 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("| 1 | window b8 | pp8 | 0 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("1.000 [1.000, 1.000]"), std::string::npos) << md.out;  // the first cache against itself

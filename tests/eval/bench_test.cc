@@ -35,8 +35,11 @@ TEST(Bench, OneRowPerCombinationWithOneSamplePerRepetition) {
   o.repetitions = 3;
   o.n_batch = 5;
   o.caches = {cache("window", 8), cache("squeeze", 8), cache("full", 8)};
+  o.bandwidth_bytes = 1 << 20;
   std::vector<std::string> progress;
-  const std::vector<BenchRow> rows = run_bench(stories(), o, [&](const std::string& line) { progress.push_back(line); });
+  const BenchReport report = run_bench(stories(), o, [&](const std::string& line) { progress.push_back(line); });
+  const std::vector<BenchRow>& rows = report.rows;
+  const double weight_bytes = double(model_facts(stories(), "").weight_bytes_per_token);
   ASSERT_EQ(rows.size(), 2u * 2u * 2u * 3u);  // threads x tests x depths x caches
   size_t i = 0;
   for (int threads : {1, 2}) {
@@ -59,6 +62,19 @@ TEST(Bench, OneRowPerCombinationWithOneSamplePerRepetition) {
             for (double ratio : r.time_vs_first_cache.samples) EXPECT_EQ(ratio, 1.0);
           }
           for (double ratio : r.time_vs_first_cache.samples) EXPECT_GT(ratio, 0.0);
+          // The probe runs after each generation repetition; each share pairs that repetition's
+          // weight bytes per second with that probe read.
+          if (generation) {
+            ASSERT_EQ(r.bandwidth.samples.size(), 3u);
+            ASSERT_EQ(r.bandwidth_share.samples.size(), 3u);
+            for (size_t rep = 0; rep < 3; ++rep) {
+              const double expected = weight_bytes * r.tokens_per_second.samples[rep] / r.bandwidth.samples[rep];
+              EXPECT_DOUBLE_EQ(r.bandwidth_share.samples[rep], expected);
+            }
+          } else {
+            EXPECT_TRUE(r.bandwidth.samples.empty());
+            EXPECT_TRUE(r.bandwidth_share.samples.empty());
+          }
           // What each cache holds after the row's last repetition.
           int64_t expected_rows = 8;  // a bounded cache at its budget
           if (r.config.method == "full") {
@@ -83,6 +99,11 @@ TEST(Bench, OneRowPerCombinationWithOneSamplePerRepetition) {
   EXPECT_EQ(rows[0].cache, "window b8");
   EXPECT_EQ(rows[2].cache, "full");
   EXPECT_FALSE(progress.empty());
+  ASSERT_EQ(report.bandwidth.size(), 2u);  // one summary per thread count, 3 probe reads each
+  EXPECT_EQ(report.bandwidth[1].threads, 2);
+  EXPECT_EQ(report.bandwidth[1].bytes, size_t(1) << 20);
+  EXPECT_EQ(report.bandwidth[1].bytes_per_second.samples.size(), 3u);
+  EXPECT_GT(report.peak_rss_bytes, 0u);
 }
 
 TEST(Bench, RejectsBadOptionsByName) {
@@ -108,6 +129,9 @@ TEST(Bench, RejectsBadOptionsByName) {
   o.threads = {1};
   o.n_batch = 0;
   expect_named(o, "n_batch");
+  o.n_batch = 1;
+  o.bandwidth_bytes = 100;
+  expect_named(o, "bandwidth_bytes");
 }
 
 TEST(Bench, SpreadOfSamples) {

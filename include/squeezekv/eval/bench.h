@@ -35,6 +35,10 @@ struct BenchOptions {
   std::vector<KVCacheConfig> caches;       // one result row per configuration (empty: full)
   uint64_t seed = 1;                       // the token ids fed in (pseudo-random, deterministic)
   bool warmup = true;                      // one untimed token before the first test
+  // > 0: after every repetition of a generation test, a streaming read of this many bytes with
+  // the same threads (the memory-bandwidth probe), so each generation row's share of the
+  // bandwidth is a ratio of two measurements taken moments apart.
+  size_t bandwidth_bytes = 0;
 };
 
 // Summary of repeated measurements (tokens/s or bytes/s).
@@ -53,6 +57,10 @@ struct BenchRow {
   int n_tokens = 0;
   Spread tokens_per_second;
   Spread time_vs_first_cache;  // this row's time / the first configuration's at this depth, per repetition
+  // Generation rows with the probe on: the probe's bytes/s after each repetition, and the weight
+  // bytes read per second in that repetition divided by it.
+  Spread bandwidth;
+  Spread bandwidth_share;
   size_t kv_kept_bytes = 0;  // after the last repetition
   int64_t rows_per_layer = 0;  // average rows held per layer and KV head after the last repetition
   std::string test() const { return (generation ? "tg" : "pp") + std::to_string(n_tokens); }
@@ -75,13 +83,32 @@ struct ModelFacts {
 
 ModelFacts model_facts(const Model& model, const std::string& path);
 
+struct BenchReport {
+  std::vector<BenchRow> rows;
+  std::vector<BandwidthResult> bandwidth;  // the probe's samples per thread count (when it ran)
+  uint64_t peak_rss_bytes = 0;  // this process's peak resident memory before the probe's buffer
+};
+
 // Measures every (threads, depth, test, cache) combination. progress (may be empty) receives one
 // line per finished measurement.
-std::vector<BenchRow> run_bench(const Model& model, const BenchOptions& options,
-                                const std::function<void(const std::string&)>& progress = {});
+BenchReport run_bench(const Model& model, const BenchOptions& options,
+                      const std::function<void(const std::string&)>& progress = {});
 
-// Streaming read of a `bytes` buffer (allocated and touched once, outside the timing), split
-// across `pool` (null: the calling thread), `repetitions` times.
+// The memory-bandwidth probe: a buffer allocated and touched once, then read whole (split into
+// page-aligned chunks across a pool's workers) as often as asked.
+class BandwidthProbe {
+ public:
+  explicit BandwidthProbe(size_t bytes);  // at least 4 KiB
+  double bytes_per_second(ThreadPool* pool);  // one timed read; null pool: the calling thread
+  size_t bytes() const { return buffer_.size(); }
+
+ private:
+  std::vector<uint8_t> buffer_;
+  std::vector<uint64_t> sums_;
+  uint64_t checksum_ = 0;
+};
+
+// `repetitions` reads with a fresh probe of `bytes`.
 BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repetitions);
 
 // Peak resident set of this process so far (getrusage), bytes.
