@@ -24,6 +24,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kProbeReads = 5;  // probe reads after each generation repetition
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -217,7 +219,10 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
             }
           }
           if (generation && probe) {
-            probed.push_back(probe->bytes_per_second(&pool));
+            // The median of a few reads: one read is a 30 ms snapshot of a shared machine.
+            std::vector<double> reads(kProbeReads);
+            for (double& r : reads) r = probe->bytes_per_second(&pool);
+            probed.push_back(Spread::of(reads).median);
             probe_samples.push_back(probed.back());
           }
           for (size_t k = 0; k < slots.size(); ++k) {

@@ -35,9 +35,9 @@ struct BenchOptions {
   std::vector<KVCacheConfig> caches;       // one result row per configuration (empty: full)
   uint64_t seed = 1;                       // the token ids fed in (pseudo-random, deterministic)
   bool warmup = true;                      // one untimed token before the first test
-  // > 0: after every repetition of a generation test, a streaming read of this many bytes with
-  // the same threads (the memory-bandwidth probe), so each generation row's share of the
-  // bandwidth is a ratio of two measurements taken moments apart.
+  // > 0: after every repetition of a generation test, streaming reads of this many bytes with
+  // the same threads (the memory-bandwidth probe; the median of 5 reads), so each generation
+  // row's share of the bandwidth is a ratio of two measurements taken moments apart.
   size_t bandwidth_bytes = 0;
 };
 
@@ -57,8 +57,8 @@ struct BenchRow {
   int n_tokens = 0;
   Spread tokens_per_second;
   Spread time_vs_first_cache;  // this row's time / the first configuration's at this depth, per repetition
-  // Generation rows with the probe on: the probe's bytes/s after each repetition, and the weight
-  // bytes read per second in that repetition divided by it.
+  // Generation rows with the probe on: the probe's bytes/s after each repetition (median of its
+  // reads), and the weight bytes read per second in that repetition divided by it.
   Spread bandwidth;
   Spread bandwidth_share;
   size_t kv_kept_bytes = 0;  // after the last repetition
