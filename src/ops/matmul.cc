@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "hwy/cache_control.h"
 #include "ops/activation_q8.h"
 #include "ops/quant_formats.h"
 #include "squeezekv/ops/matmul.h"
@@ -86,6 +87,10 @@ HWY_INLINE float DotHalf(const uint8_t* row, const float* x, int64_t n) {
 }
 
 // ------------------------------ quantised weights (integer dots with quantised x)
+
+// Software prefetch distance in the weight stream (the hardware prefetcher alone leaves the
+// K-quant kernels waiting on loads).
+constexpr int64_t kPrefetchBytes = 1024;
 
 // x86 targets with 256-bit integer ops multiply weight bytes by int8 activations directly
 // (vpmaddubsw), which Highway 1.0 has no op for; the others widen both sides to int16.
@@ -193,31 +198,75 @@ HWY_INLINE hn::Vec<D32> PairDot(D32 d32, V16 a, V16 b) {
   return hn::RearrangeToOddPlusEven(even, odd);
 }
 
-// Q4_K's nibbles dotted with one group (64 elements: 32 bytes whose low nibbles are sub-block
-// 2g and high nibbles 2g + 1), adding factor_lo/hi * (integer dot) per token into acc_lo/hi.
+// The 8 sub-blocks of a super-block, one float lane each (two passes on 128-bit targets).
+using DS = hn::CappedTag<float, 8>;
+using DSI32 = hn::Rebind<int32_t, DS>;
+using DSU8 = hn::Rebind<uint8_t, DS>;
+
+// d * (8 unsigned 6-bit values), one lane per sub-block.
+HWY_INLINE hn::Vec<DS> ScaledBytes(hn::Vec<DS> d, const uint8_t* bytes, size_t i) {
+  return hn::Mul(d, hn::ConvertTo(DS(), hn::PromoteTo(DSI32(), hn::LoadU(DSU8(), bytes + i))));
+}
+
+// Q4_K (value = d * scale_s * q - dmin * min_s) rows dotted with K tokens: a dot is
+// sum_s d * scale_s * xs_s * (q . xq)_s minus sum_s dmin * min_s * xs_s * (sum of xq)_s, and the
+// second part needs no nibbles at all. Each super-block's nibbles are decoded once and used K
+// times; the per-token arithmetic does not depend on K, so every K gives bit-identical results.
 #if SQUEEZEKV_X86_BYTE_DOT
 // x86: nibbles stay bytes and meet int8 activations in vpmaddubsw (u8 x s8 pairs to int16, at
-// most 2 * 15 * 127, so never saturating) then vpmaddwd by 1 (pairs to int32): half the work of
-// widening both sides to int16, and Highway 1.0 has no op for it.
-using DQ4 = hn::Full256<float>;
+// most 2 * 15 * 127, so never saturating) and vpmaddwd by 1 (pairs to int32). The 8 sub-blocks'
+// int32 vectors are then reduced together into one vector, lane s = sub-block s, so a super-block
+// costs one conversion and one FMA per token against its 8-lane factor vector, with no broadcasts.
 
-HWY_INLINE hn::Vec<DQ4> NibbleDot(__m256i nibbles, const int8_t* x) {
-  const __m256i pairs = _mm256_maddubs_epi16(nibbles, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-  return hn::Vec<DQ4>{_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))};
+// Lane s of the result = the sum of v[s]'s 8 lanes.
+HWY_INLINE __m256i SumEachOf8(const __m256i* v) {
+  const __m256i v01 = _mm256_hadd_epi32(v[0], v[1]);  // per 128-bit half: v0 pairs, v1 pairs
+  const __m256i v23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i v45 = _mm256_hadd_epi32(v[4], v[5]);
+  const __m256i v67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i v0123 = _mm256_hadd_epi32(v01, v23);  // [v0..v3 low-half sums | v0..v3 high-half sums]
+  const __m256i v4567 = _mm256_hadd_epi32(v45, v67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(v0123, v4567, 0x20),
+                          _mm256_permute2x128_si256(v0123, v4567, 0x31));
 }
 
 template <int K>
-HWY_INLINE void Q4_KGroup(const uint8_t* qs, const int8_t* const* x8, const int16_t* const* /*x16*/,
-                          const float (*factor)[8], int sub, hn::Vec<DQ4>* acc_lo, hn::Vec<DQ4>* acc_hi) {
-  const DQ4 df;
-  const __m256i low_mask = _mm256_set1_epi8(0x0f);
-  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
-  const __m256i lo = _mm256_and_si256(packed, low_mask);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
-  for (int k = 0; k < K; ++k) {
-    acc_lo[k] = hn::MulAdd(NibbleDot(lo, x8[k]), hn::Set(df, factor[k][sub]), acc_lo[k]);
-    acc_hi[k] = hn::MulAdd(NibbleDot(hi, x8[k] + 32), hn::Set(df, factor[k][sub + 1]), acc_hi[k]);
+HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  static_assert(hn::MaxLanes(DS()) == 8, "one 256-bit vector per sub-block set");
+  const DS ds;
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  hn::Vec<DS> acc[K], acc_min[K];  // the two terms in separate FMA chains
+  for (int k = 0; k < K; ++k) acc[k] = acc_min[k] = hn::Zero(ds);
+  for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
+    const uint8_t* block = row + b * quant::q4_k_bytes;
+    hwy::Prefetch(block + kPrefetchBytes);
+    hwy::Prefetch(block + kPrefetchBytes + 64);
+    hwy::Prefetch(block + kPrefetchBytes + 128);
+    uint8_t scale[8], min[8];
+    quant::q4_k_unpack_scales(block + quant::q4_k_scales_offset, scale, min);
+    const auto d_scale = ScaledBytes(hn::Set(ds, LoadHalf(block)), scale, 0);
+    const auto d_min = ScaledBytes(hn::Set(ds, LoadHalf(block + 2)), min, 0);
+    const uint8_t* qs = block + quant::q4_k_qs_offset;
+    __m256i nibbles[8];  // sub-block s: group s / 2, low (even s) or high (odd s) nibbles
+    for (int g = 0; g < 4; ++g) {
+      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
+      nibbles[2 * g] = _mm256_and_si256(packed, low4);
+      nibbles[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+    }
+    for (int k = 0; k < K; ++k) {
+      const int8_t* xk = x[k].q8 + b * quant::q4_k_elems;
+      __m256i dots[8];
+      for (int s = 0; s < 8; ++s) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * s));
+        dots[s] = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles[s], xv), ones);
+      }
+      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
+      acc[k] = hn::MulAdd(sums, hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + b * 8)), acc[k]);
+      acc_min[k] = hn::MulAdd(d_min, hn::LoadU(ds, x[k].scaled_sum + b * 8), acc_min[k]);
+    }
   }
+  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(ds, hn::Sub(acc[k], acc_min[k])));
 }
 #else
 // Elsewhere: nibbles and activations widened to int16 (32 lanes decode a group per load on
@@ -226,8 +275,8 @@ using DG16 = hn::CappedTag<int16_t, 32>;
 using DQ4 = hn::Repartition<float, DG16>;
 
 template <int K>
-HWY_INLINE void Q4_KGroup(const uint8_t* qs, const int8_t* const* /*x8*/, const int16_t* const* x16,
-                          const float (*factor)[8], int sub, hn::Vec<DQ4>* acc_lo, hn::Vec<DQ4>* acc_hi) {
+HWY_INLINE void Q4_KGroup(const uint8_t* qs, const int16_t* const* x16, const float (*factor)[8], int sub,
+                          hn::Vec<DQ4>* acc_lo, hn::Vec<DQ4>* acc_hi) {
   const DG16 d16;
   const hn::Repartition<int32_t, DG16> d32;
   const DQ4 df;
@@ -245,17 +294,7 @@ HWY_INLINE void Q4_KGroup(const uint8_t* qs, const int8_t* const* /*x8*/, const 
     }
   }
 }
-#endif
 
-// The 8 sub-blocks of a super-block, one float lane each (two passes on 128-bit targets).
-using DS = hn::CappedTag<float, 8>;
-using DSI32 = hn::Rebind<int32_t, DS>;
-using DSU8 = hn::Rebind<uint8_t, DS>;
-
-// Q4_K rows dotted with K tokens: each group's nibbles are decoded once and used K times. The
-// per-token arithmetic does not depend on K, so every K gives bit-identical results.
-// value = d * scale_s * q - dmin * min_s, so a dot is sum_s d * scale_s * xs_s * (q . xq)_s minus
-// sum_s dmin * min_s * xs_s * (sum of xq)_s; the second part needs no nibbles at all.
 template <int K>
 HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   const DQ4 df;
@@ -274,11 +313,9 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
     const auto dmin = hn::Set(ds, LoadHalf(block + 2));
     uint8_t scale[8], min[8];
     quant::q4_k_unpack_scales(block + quant::q4_k_scales_offset, scale, min);
-    // The 8 sub-blocks' factors and mins as vectors: scalar conversions here would cost more
-    // than the nibbles.
     for (size_t i = 0; i < 8; i += sub_lanes) {
-      const auto d_scale = hn::Mul(d, hn::ConvertTo(ds, hn::PromoteTo(DSI32(), hn::LoadU(DSU8(), scale + i))));
-      const auto d_min = hn::Mul(dmin, hn::ConvertTo(ds, hn::PromoteTo(DSI32(), hn::LoadU(DSU8(), min + i))));
+      const auto d_scale = ScaledBytes(d, scale, i);
+      const auto d_min = ScaledBytes(dmin, min, i);
       for (int k = 0; k < K; ++k) {
         const int64_t xb = b * 8 + static_cast<int64_t>(i);
         hn::Store(hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + xb)), ds, factor[k] + i);
@@ -287,13 +324,9 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
     }
     const uint8_t* qs = block + quant::q4_k_qs_offset;
     for (int g = 0; g < 4; ++g) {
-      const int8_t* x8[K];
       const int16_t* x16[K];
-      for (int k = 0; k < K; ++k) {
-        x8[k] = x[k].q8 + b * quant::q4_k_elems + 64 * g;
-        x16[k] = x[k].q + b * quant::q4_k_elems + 64 * g;
-      }
-      Q4_KGroup<K>(qs + 32 * g, x8, x16, factor, 2 * g, acc_lo, acc_hi);
+      for (int k = 0; k < K; ++k) x16[k] = x[k].q + b * quant::q4_k_elems + 64 * g;
+      Q4_KGroup<K>(qs + 32 * g, x16, factor, 2 * g, acc_lo, acc_hi);
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -301,6 +334,7 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
              hn::GetLane(hn::SumOfLanes(ds, acc_min[k]));
   }
 }
+#endif
 
 // Q6_K, one token, on int16 lanes (every target; the x86 targets use DotQ6_K below instead).
 HWY_INLINE float DotQ6_KWide(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
@@ -364,57 +398,60 @@ HWY_INLINE float DotQ6_KWide(const uint8_t* row, const int16_t* xq, const float*
 // from ql and qh with shifts and masks, then vpmaddubsw against int8 activations. The -32 offset
 // is vpmaddubsw(32, x) subtracted in int16 (|pairs| <= 2 * 32 * 127), and the two int8 sub-block
 // scales of a stream enter through vpmaddwd (lanes 0-7: elements 0-15, 8-15: elements 16-31).
-// Per-token arithmetic does not depend on K.
+// The 8 streams' int32 vectors are reduced together (lane = x block), so a super-block costs one
+// conversion and one FMA per token. Per-token arithmetic does not depend on K.
 template <int K>
 HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
-  const DQ4 df;
+  static_assert(hn::MaxLanes(DS()) == 8, "one 256-bit vector per super-block's x blocks");
   const DS ds;
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i bits45 = _mm256_set1_epi8(0x30);
   const __m256i offset = _mm256_set1_epi8(32);
-  // pshufb controls: bytes [s x 8, s + 1 x 8] for sub-block pair s = 0, 2, ..., 14.
+  // pshufb controls: bytes [2p x 8, 2p + 1 x 8] for the sub-block pair of stream p.
   __m128i pair_ctrl[8];
   for (int p = 0; p < 8; ++p) {
     pair_ctrl[p] = _mm_set_epi64x(static_cast<int64_t>(0x0101010101010101ull * static_cast<uint64_t>(2 * p + 1)),
                                   static_cast<int64_t>(0x0101010101010101ull * static_cast<uint64_t>(2 * p)));
   }
-  hn::Vec<DQ4> acc[K][2];  // two FMA chains per token (streams 0-1, 2-3)
-  for (int k = 0; k < K; ++k) acc[k][0] = acc[k][1] = hn::Zero(df);
-  HWY_ALIGN float factor[K][8];  // d * xs per token and x block of the super-block
+  hn::Vec<DS> acc[K];
+  for (int k = 0; k < K; ++k) acc[k] = hn::Zero(ds);
   for (int64_t b = 0; b < n / quant::q6_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q6_k_bytes;
+    hwy::Prefetch(block + kPrefetchBytes);
+    hwy::Prefetch(block + kPrefetchBytes + 64);
+    hwy::Prefetch(block + kPrefetchBytes + 128);
+    hwy::Prefetch(block + kPrefetchBytes + 192);
     const auto d = hn::Set(ds, LoadHalf(block + quant::q6_k_d_offset));
-    for (int k = 0; k < K; ++k) {
-      for (size_t i = 0; i < 8; i += hn::Lanes(ds)) {
-        hn::Store(hn::Mul(d, hn::LoadU(ds, x[k].scale + b * 8 + static_cast<int64_t>(i))), ds, factor[k] + i);
-      }
-    }
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + quant::q6_k_scales_offset));
+    __m256i q[8], scale[8];  // stream 4h + j: its 32 values as bytes, and its two scales as int16
     for (int h = 0; h < 2; ++h) {
       const uint8_t* ql = block + 64 * h;
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
       const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
       const __m256i high =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quant::q6_k_qh_offset + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(high, 4), bits45)),
-          _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(high, 2), bits45)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(high, bits45)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
-                          _mm256_and_si256(_mm256_srli_epi16(high, 2), bits45))};
-      for (int j = 0; j < 4; ++j) {
-        const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pair_ctrl[4 * h + j]));
-        for (int k = 0; k < K; ++k) {
-          const int8_t* xj = x[k].q8 + b * quant::q6_k_elems + 128 * h + 32 * j;
-          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xj));
-          const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[j], xv), _mm256_maddubs_epi16(offset, xv));
-          const auto dot = hn::Vec<DQ4>{_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, scale))};
-          acc[k][j >> 1] = hn::MulAdd(dot, hn::Set(df, factor[k][4 * h + j]), acc[k][j >> 1]);
-        }
+      q[4 * h] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(high, 4), bits45));
+      q[4 * h + 1] =
+          _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(high, 2), bits45));
+      q[4 * h + 2] =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(high, bits45));
+      q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                                     _mm256_and_si256(_mm256_srli_epi16(high, 2), bits45));
+    }
+    for (int p = 0; p < 8; ++p) scale[p] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pair_ctrl[p]));
+    for (int k = 0; k < K; ++k) {
+      const int8_t* xk = x[k].q8 + b * quant::q6_k_elems;
+      __m256i dots[8];
+      for (int p = 0; p < 8; ++p) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * p));
+        const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[p], xv), _mm256_maddubs_epi16(offset, xv));
+        dots[p] = _mm256_madd_epi16(pairs, scale[p]);
       }
+      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
+      acc[k] = hn::MulAdd(sums, hn::Mul(d, hn::LoadU(ds, x[k].scale + b * 8)), acc[k]);
     }
   }
-  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc[k][0], acc[k][1])));
+  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(ds, acc[k]));
 }
 #else
 template <int K>
