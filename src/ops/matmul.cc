@@ -9,6 +9,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <cstring>
 
 #include "hwy/cache_control.h"
 #include "ops/activation_q8.h"
@@ -336,6 +337,71 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
 }
 #endif
 
+// Q8_0 rows dotted with K tokens (K = 1 or 4); per-token arithmetic does not depend on K.
+template <int K>
+HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+#if SQUEEZEKV_X86_BYTE_DOT
+  // x86: vpmaddubsw multiplies unsigned by signed bytes, so |w| meets x with w's sign moved onto
+  // it (vpsignb, which also zeroes x where w is 0); pairs stay below 2 * 128 * 127. Each run of 8
+  // blocks is reduced together as in DotQ4_K: one conversion and one FMA per token, against the
+  // 8 blocks' d (converted in one instruction) times the token's 8 block scales.
+  const DS ds;
+  const hn::Rebind<hwy::float16_t, DS> dh;
+  const __m256i ones = _mm256_set1_epi16(1);
+  hn::Vec<DS> acc[K];
+  float tail[K];
+  for (int k = 0; k < K; ++k) {
+    acc[k] = hn::Zero(ds);
+    tail[k] = 0.0f;
+  }
+  const int64_t n_blocks = n / quant::q8_0_elems;
+  int64_t b = 0;
+  for (; b + 8 <= n_blocks; b += 8) {
+    HWY_ALIGN uint16_t d_bits[8];
+    __m256i w[8];
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* block = row + (b + i) * quant::q8_0_bytes;
+      std::memcpy(&d_bits[i], block, 2);
+      w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+    }
+    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes);
+    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 64);
+    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 128);
+    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 192);
+    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 256);
+    const auto d = hn::PromoteTo(ds, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(d_bits)));
+    for (int k = 0; k < K; ++k) {
+      const int8_t* xk = x[k].q8 + b * quant::q8_0_elems;
+      __m256i dots[8];
+      for (int i = 0; i < 8; ++i) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i));
+        dots[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w[i]), _mm256_sign_epi8(xv, w[i])), ones);
+      }
+      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
+      acc[k] = hn::MulAdd(sums, hn::Mul(d, hn::LoadU(ds, x[k].scale + b)), acc[k]);
+    }
+  }
+  for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
+    const uint8_t* block = row + b * quant::q8_0_bytes;
+    const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+    const float d = LoadHalf(block);
+    for (int k = 0; k < K; ++k) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q8_0_elems));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wb), _mm256_sign_epi8(xv, wb)), ones);
+      const auto sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{dot}));
+      tail[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
+    }
+  }
+  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(ds, acc[k])) + tail[k];
+#else
+  if constexpr (K == 4) {
+    DotQ8_0x4(row, x, n, out);
+  } else {
+    for (int k = 0; k < K; ++k) out[k] = DotQ8_0(row, x[k].q, x[k].scale, n);
+  }
+#endif
+}
+
 // Q6_K, one token, on int16 lanes (every target; the x86 targets use DotQ6_K below instead).
 HWY_INLINE float DotQ6_KWide(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
   const D16 d16;
@@ -484,7 +550,7 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
           float dots[4];
           for (int k = 0; k < 4; ++k) tokens[k] = token_q8(*xq, t + k, n);
           if (w.type == TensorType::q8_0) {
-            DotQ8_0x4(row, tokens, n, dots);
+            DotQ8_0Tokens<4>(row, tokens, n, dots);
           } else if (w.type == TensorType::q4_k) {
             DotQ4_K<4>(row, tokens, n, dots);
           } else {
@@ -507,9 +573,11 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
           case TensorType::bf16:
             dot = DotHalf<hwy::bfloat16_t>(row, in.x + t * n, n);
             break;
-          case TensorType::q8_0:
-            dot = DotQ8_0(row, q, s, n);
+          case TensorType::q8_0: {
+            const TokenQ8 token = token_q8(*xq, t, n);
+            DotQ8_0Tokens<1>(row, &token, n, &dot);
             break;
+          }
           case TensorType::q4_0:
             dot = DotQ4_0(row, q, s, n);
             break;
