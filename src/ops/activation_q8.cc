@@ -20,11 +20,15 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
     const float s = amax / 127.0f;
     const float inv = s != 0.0f ? 1.0f / s : 0.0f;
     int32_t total = 0;
+    int16_t* qb = q.data() + b * activation_block;
+    int8_t* q8b = q8.data() + b * activation_block;
     for (int64_t i = 0; i < activation_block; ++i) {
-      // Clamp guards against inv * amax rounding just above 127.
-      const auto v = static_cast<int16_t>(std::clamp(std::lround(xb[i] * inv), -127L, 127L));
-      q[b * activation_block + static_cast<size_t>(i)] = v;
-      q8[b * activation_block + static_cast<size_t>(i)] = static_cast<int8_t>(v);
+      // Round half away from zero with a truncating conversion (vectorises, unlike lround); the
+      // clamp guards against inv * amax rounding just above 127.
+      const float r = xb[i] * inv;
+      const int v = std::clamp(static_cast<int>(r + std::copysign(0.5f, r)), -127, 127);
+      qb[i] = static_cast<int16_t>(v);
+      q8b[i] = static_cast<int8_t>(v);
       total += v;
     }
     scale[b] = s;
