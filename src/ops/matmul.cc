@@ -231,19 +231,33 @@ HWY_INLINE __m256i SumEachOf8(const __m256i* v) {
                           _mm256_permute2x128_si256(v0123, v4567, 0x31));
 }
 
+// Unsigned bytes times signed bytes, summed in fours into 8 int32 lanes (pairs never saturate for
+// the callers' ranges: |u| <= 128, |s| <= 127 gives at most 2 * 128 * 127 per pair).
+HWY_INLINE __m256i ByteDot(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+// Signed weight bytes times signed activation bytes: |w| times x with w's sign moved onto x
+// (vpsignb, which also zeroes x where w is 0).
+HWY_INLINE __m256i SignedByteDot(__m256i w, __m256i x) {
+  return ByteDot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+
+// Prefetches the weight stream kPrefetchBytes ahead of p, `bytes` of it (whole cache lines).
+HWY_INLINE void PrefetchAhead(const uint8_t* p, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) hwy::Prefetch(p + kPrefetchBytes + line);
+}
+
 template <int K>
 HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   static_assert(hn::MaxLanes(DS()) == 8, "one 256-bit vector per sub-block set");
   const DS ds;
   const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
   hn::Vec<DS> acc[K], acc_min[K];  // the two terms in separate FMA chains
   for (int k = 0; k < K; ++k) acc[k] = acc_min[k] = hn::Zero(ds);
   for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q4_k_bytes;
-    hwy::Prefetch(block + kPrefetchBytes);
-    hwy::Prefetch(block + kPrefetchBytes + 64);
-    hwy::Prefetch(block + kPrefetchBytes + 128);
+    PrefetchAhead(block, quant::q4_k_bytes);
     uint8_t scale[8], min[8];
     quant::q4_k_unpack_scales(block + quant::q4_k_scales_offset, scale, min);
     const auto d_scale = ScaledBytes(hn::Set(ds, LoadHalf(block)), scale, 0);
@@ -260,7 +274,7 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
       __m256i dots[8];
       for (int s = 0; s < 8; ++s) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * s));
-        dots[s] = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles[s], xv), ones);
+        dots[s] = ByteDot(nibbles[s], xv);
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
       acc[k] = hn::MulAdd(sums, hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + b * 8)), acc[k]);
@@ -347,7 +361,6 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
   // 8 blocks' d (converted in one instruction) times the token's 8 block scales.
   const DS ds;
   const hn::Rebind<hwy::float16_t, DS> dh;
-  const __m256i ones = _mm256_set1_epi16(1);
   hn::Vec<DS> acc[K];
   float tail[K];
   for (int k = 0; k < K; ++k) {
@@ -364,18 +377,14 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
       std::memcpy(&d_bits[i], block, 2);
       w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
     }
-    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes);
-    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 64);
-    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 128);
-    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 192);
-    hwy::Prefetch(row + (b + 8) * quant::q8_0_bytes + kPrefetchBytes + 256);
+    PrefetchAhead(row + b * quant::q8_0_bytes, 8 * quant::q8_0_bytes);
     const auto d = hn::PromoteTo(ds, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(d_bits)));
     for (int k = 0; k < K; ++k) {
       const int8_t* xk = x[k].q8 + b * quant::q8_0_elems;
       __m256i dots[8];
       for (int i = 0; i < 8; ++i) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i));
-        dots[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w[i]), _mm256_sign_epi8(xv, w[i])), ones);
+        dots[i] = SignedByteDot(w[i], xv);
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
       acc[k] = hn::MulAdd(sums, hn::Mul(d, hn::LoadU(ds, x[k].scale + b)), acc[k]);
@@ -387,7 +396,7 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
     const float d = LoadHalf(block);
     for (int k = 0; k < K; ++k) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q8_0_elems));
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wb), _mm256_sign_epi8(xv, wb)), ones);
+      const __m256i dot = SignedByteDot(wb, xv);
       const auto sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{dot}));
       tail[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
     }
@@ -483,10 +492,7 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
   for (int k = 0; k < K; ++k) acc[k] = hn::Zero(ds);
   for (int64_t b = 0; b < n / quant::q6_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q6_k_bytes;
-    hwy::Prefetch(block + kPrefetchBytes);
-    hwy::Prefetch(block + kPrefetchBytes + 64);
-    hwy::Prefetch(block + kPrefetchBytes + 128);
-    hwy::Prefetch(block + kPrefetchBytes + 192);
+    PrefetchAhead(block, quant::q6_k_bytes);
     const auto d = hn::Set(ds, LoadHalf(block + quant::q6_k_d_offset));
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + quant::q6_k_scales_offset));
     __m256i q[8], scale[8];  // stream 4h + j: its 32 values as bytes, and its two scales as int16
