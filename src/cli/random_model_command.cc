@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -17,16 +18,13 @@ struct RandomModelArgs {
   std::string output;
   std::string preset = "tiny";
   std::string type = "f32";
-  RandomModelSpec shape;  // flags given on the command line override the preset
+  std::string arch = "llama";
+  uint64_t seed = 1;
+  // Shape flags: given ones override the preset.
+  std::optional<int64_t> dim, layers, heads, kv_heads, ffn, vocab;
+  std::optional<uint32_t> context;
   bool tied = false;
-  CLI::Option* dim = nullptr;
-  CLI::Option* layers = nullptr;
-  CLI::Option* heads = nullptr;
-  CLI::Option* kv_heads = nullptr;
-  CLI::Option* ffn = nullptr;
-  CLI::Option* vocab = nullptr;
-  CLI::Option* context = nullptr;
-  CLI::Option* tied_flag = nullptr;
+  CLI::Option* tied_flag = nullptr;  // given: --tied / --untied overrides the preset
 };
 
 const std::map<std::string, TensorType> kTypes = {
@@ -40,15 +38,15 @@ void run(const RandomModelArgs& a) {
   RandomModelSpec spec = a.preset == "llama-1b" ? llama_1b_spec(type->second) : RandomModelSpec{};
   spec.weight_type = type->second;
   spec.k_quant_mix = a.type == "q4_k_m";
-  spec.arch = a.shape.arch;
-  spec.seed = a.shape.seed;
-  if (a.dim->count() > 0) spec.dim = a.shape.dim;
-  if (a.layers->count() > 0) spec.n_layers = a.shape.n_layers;
-  if (a.heads->count() > 0) spec.n_heads = a.shape.n_heads;
-  if (a.kv_heads->count() > 0) spec.n_kv_heads = a.shape.n_kv_heads;
-  if (a.ffn->count() > 0) spec.ffn_dim = a.shape.ffn_dim;
-  if (a.vocab->count() > 0) spec.vocab = a.shape.vocab;
-  if (a.context->count() > 0) spec.context_length = a.shape.context_length;
+  spec.arch = a.arch;
+  spec.seed = a.seed;
+  spec.dim = a.dim.value_or(spec.dim);
+  spec.n_layers = a.layers.value_or(spec.n_layers);
+  spec.n_heads = a.heads.value_or(spec.n_heads);
+  spec.n_kv_heads = a.kv_heads.value_or(spec.n_kv_heads);
+  spec.ffn_dim = a.ffn.value_or(spec.ffn_dim);
+  spec.vocab = a.vocab.value_or(spec.vocab);
+  spec.context_length = a.context.value_or(spec.context_length);
   if (a.tied_flag->count() > 0) spec.tied_embeddings = a.tied;
   write_random_model(a.output, spec);
   std::printf("wrote %s: %s, dim %lld, %lld layers, %lld/%lld heads, FFN %lld, vocab %lld, %s, %s embeddings\n",
@@ -69,15 +67,15 @@ void register_random_model(CLI::App& app) {
   cmd->add_option("--type", a->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m (Q6_K where llama.cpp's "
                                      "Q4_K_M puts it), q6_k")
       ->capture_default_str();
-  cmd->add_option("--arch", a->shape.arch, "llama or qwen2")->capture_default_str();
-  cmd->add_option("--seed", a->shape.seed, "weights' seed")->capture_default_str();
-  a->dim = cmd->add_option("--dim", a->shape.dim, "embedding width (overrides the preset)");
-  a->layers = cmd->add_option("--layers", a->shape.n_layers, "layers");
-  a->heads = cmd->add_option("--heads", a->shape.n_heads, "query heads");
-  a->kv_heads = cmd->add_option("--kv-heads", a->shape.n_kv_heads, "KV heads");
-  a->ffn = cmd->add_option("--ffn", a->shape.ffn_dim, "feed-forward width");
-  a->vocab = cmd->add_option("--vocab", a->shape.vocab, "vocabulary size (>= 259)");
-  a->context = cmd->add_option("--context", a->shape.context_length, "context length written to the metadata");
+  cmd->add_option("--arch", a->arch, "llama or qwen2")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "weights' seed")->capture_default_str();
+  cmd->add_option("--dim", a->dim, "embedding width (overrides the preset)");
+  cmd->add_option("--layers", a->layers, "layers");
+  cmd->add_option("--heads", a->heads, "query heads");
+  cmd->add_option("--kv-heads", a->kv_heads, "KV heads");
+  cmd->add_option("--ffn", a->ffn, "feed-forward width");
+  cmd->add_option("--vocab", a->vocab, "vocabulary size (>= 259)");
+  cmd->add_option("--context", a->context, "context length written to the metadata");
   a->tied_flag = cmd->add_flag("--tied,!--untied", a->tied, "tie the output matrix to the token embedding");
   cmd->footer("Example: squeezekv random-model --preset llama-1b --type q4_k_m -o build/llama1b-q4_k_m.gguf");
   cmd->callback([a] { run(*a); });

@@ -116,54 +116,35 @@ HWY_INLINE TokenQ8 token_q8(const detail::QuantizedActivations& xq, int64_t t, i
           xq.scaled_sum.data() + t * blocks};
 }
 
-HWY_INLINE float DotQ8_0(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
+// Q8_0 rows dotted with K tokens on int16 lanes (every target; the x86 ones use the byte path in
+// DotQ8_0Tokens): each weight block is loaded and widened once and used K times. Per-token
+// arithmetic does not depend on K.
+template <int K>
+HWY_INLINE void DotQ8_0Wide(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   const D16 d16;
   const D32 d32;
   const DW dw;
   const size_t lanes = hn::Lanes(d16);
-  auto acc = hn::Zero(dw);
-  for (int64_t b = 0; b < n / quant::q8_0_elems; ++b) {
-    const uint8_t* block = row + b * quant::q8_0_bytes;
-    const auto* qw = reinterpret_cast<const int8_t*>(block + 2);
-    const int16_t* qx = xq + b * 32;
-    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
-    for (size_t j = 0; j < 32; j += lanes) {
-      const auto w = hn::PromoteTo(d16, hn::LoadU(DI8(), qw + j));
-      sum0 = hn::ReorderWidenMulAccumulate(d32, w, hn::LoadU(d16, qx + j), sum0, sum1);
-    }
-    const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0, sum1));
-    acc = hn::MulAdd(dot, hn::Set(dw, LoadHalf(block) * xs[b]), acc);
-  }
-  return Sum(acc);
-}
-
-// DotQ8_0 for 4 tokens at once: each weight block is loaded and widened once and used 4 times
-// (prompt processing is bound by that decoding, not by memory). Per token the arithmetic is
-// exactly DotQ8_0's, so results are bit-identical to it.
-HWY_INLINE void DotQ8_0x4(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
-  const D16 d16;
-  const D32 d32;
-  const DW dw;
-  const size_t lanes = hn::Lanes(d16);
-  hn::Vec<DW> acc[4] = {hn::Zero(dw), hn::Zero(dw), hn::Zero(dw), hn::Zero(dw)};
+  hn::Vec<DW> acc[K];
+  for (int k = 0; k < K; ++k) acc[k] = hn::Zero(dw);
   for (int64_t b = 0; b < n / quant::q8_0_elems; ++b) {
     const uint8_t* block = row + b * quant::q8_0_bytes;
     const auto* qw = reinterpret_cast<const int8_t*>(block + 2);
     const float d = LoadHalf(block);
-    hn::Vec<D32> sum0[4], sum1[4];
-    for (int k = 0; k < 4; ++k) sum0[k] = sum1[k] = hn::Zero(d32);
+    hn::Vec<D32> sum0[K], sum1[K];
+    for (int k = 0; k < K; ++k) sum0[k] = sum1[k] = hn::Zero(d32);
     for (size_t j = 0; j < 32; j += lanes) {
       const auto w = hn::PromoteTo(d16, hn::LoadU(DI8(), qw + j));
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < K; ++k) {
         sum0[k] = hn::ReorderWidenMulAccumulate(d32, w, hn::LoadU(d16, x[k].q + b * 32 + j), sum0[k], sum1[k]);
       }
     }
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < K; ++k) {
       const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0[k], sum1[k]));
       acc[k] = hn::MulAdd(dot, hn::Set(dw, d * x[k].scale[b]), acc[k]);
     }
   }
-  for (int k = 0; k < 4; ++k) out[k] = Sum(acc[k]);
+  for (int k = 0; k < K; ++k) out[k] = Sum(acc[k]);
 }
 
 HWY_INLINE float DotQ4_0(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
@@ -403,11 +384,7 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
   }
   for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(ds, acc[k])) + tail[k];
 #else
-  if constexpr (K == 4) {
-    DotQ8_0x4(row, x, n, out);
-  } else {
-    for (int k = 0; k < K; ++k) out[k] = DotQ8_0(row, x[k].q, x[k].scale, n);
-  }
+  DotQ8_0Wide<K>(row, x, n, out);
 #endif
 }
 
@@ -539,66 +516,58 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
 constexpr int64_t kTokenTile = 16;
 
 // y[t * n_rows + r] for rows [row_begin, row_end) and every token.
+// One row of a quantised type dotted with K tokens. Every kernel's per-token arithmetic is
+// independent of K, so the 4-token prompt path and the 1-token path agree bit for bit.
+template <int K>
+HWY_INLINE void QuantizedDots(TensorType type, const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  switch (type) {
+    case TensorType::q8_0:
+      return DotQ8_0Tokens<K>(row, x, n, out);
+    case TensorType::q4_k:
+      return DotQ4_K<K>(row, x, n, out);
+    case TensorType::q6_k:
+      return DotQ6_K<K>(row, x, n, out);
+    default:  // q4_0: one token at a time
+      for (int k = 0; k < K; ++k) out[k] = DotQ4_0(row, x[k].q, x[k].scale, n);
+  }
+}
+
+HWY_INLINE float FloatDot(TensorType type, const uint8_t* row, const float* x, int64_t n) {
+  switch (type) {
+    case TensorType::f16:
+      return DotHalf<hwy::float16_t>(row, x, n);
+    case TensorType::bf16:
+      return DotHalf<hwy::bfloat16_t>(row, x, n);
+    default:  // f32
+      return DotF32(row, x, n);
+  }
+}
+
 void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
                 float* HWY_RESTRICT y) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const size_t stride = row_bytes(w.type, w.n_cols);
   const int64_t n = w.n_cols;
-  const detail::QuantizedActivations* xq = in.quantized;
+  const bool quantized = block_layout(w.type).block_elems > 1;
   for (int64_t t0 = 0; t0 < in.n_tok; t0 += kTokenTile) {
     const int64_t t1 = std::min(in.n_tok, t0 + kTokenTile);
     for (int64_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = base + static_cast<size_t>(r) * stride;
       int64_t t = t0;
-      if (w.type == TensorType::q8_0 || w.type == TensorType::q4_k || w.type == TensorType::q6_k) {
-        for (; t + 4 <= t1; t += 4) {
+      if (quantized) {
+        for (; t + 4 <= t1; t += 4) {  // each weight block decoded once for 4 tokens
           TokenQ8 tokens[4];
           float dots[4];
-          for (int k = 0; k < 4; ++k) tokens[k] = token_q8(*xq, t + k, n);
-          if (w.type == TensorType::q8_0) {
-            DotQ8_0Tokens<4>(row, tokens, n, dots);
-          } else if (w.type == TensorType::q4_k) {
-            DotQ4_K<4>(row, tokens, n, dots);
-          } else {
-            DotQ6_K<4>(row, tokens, n, dots);
-          }
+          for (int k = 0; k < 4; ++k) tokens[k] = token_q8(*in.quantized, t + k, n);
+          QuantizedDots<4>(w.type, row, tokens, n, dots);
           for (int k = 0; k < 4; ++k) y[(t + k) * w.n_rows + r] = dots[k];
         }
-      }
-      for (; t < t1; ++t) {
-        const int16_t* q = xq != nullptr ? xq->q.data() + t * n : nullptr;
-        const float* s = xq != nullptr ? xq->scale.data() + t * (n / 32) : nullptr;
-        float dot = 0.0f;
-        switch (w.type) {
-          case TensorType::f32:
-            dot = DotF32(row, in.x + t * n, n);
-            break;
-          case TensorType::f16:
-            dot = DotHalf<hwy::float16_t>(row, in.x + t * n, n);
-            break;
-          case TensorType::bf16:
-            dot = DotHalf<hwy::bfloat16_t>(row, in.x + t * n, n);
-            break;
-          case TensorType::q8_0: {
-            const TokenQ8 token = token_q8(*xq, t, n);
-            DotQ8_0Tokens<1>(row, &token, n, &dot);
-            break;
-          }
-          case TensorType::q4_0:
-            dot = DotQ4_0(row, q, s, n);
-            break;
-          case TensorType::q4_k: {
-            const TokenQ8 token = token_q8(*xq, t, n);
-            DotQ4_K<1>(row, &token, n, &dot);
-            break;
-          }
-          case TensorType::q6_k: {
-            const TokenQ8 token = token_q8(*xq, t, n);
-            DotQ6_K<1>(row, &token, n, &dot);
-            break;
-          }
+        for (; t < t1; ++t) {
+          const TokenQ8 token = token_q8(*in.quantized, t, n);
+          QuantizedDots<1>(w.type, row, &token, n, y + t * w.n_rows + r);
         }
-        y[t * w.n_rows + r] = dot;
+      } else {
+        for (; t < t1; ++t) y[t * w.n_rows + r] = FloatDot(w.type, row, in.x + t * n, n);
       }
     }
   }
@@ -636,10 +605,7 @@ void check_shape(const WeightMatrix& w, int64_t n_tok) {
           "must point at the matrix");
 }
 
-bool is_quantized(TensorType type) {
-  return type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::q4_k ||
-         type == TensorType::q6_k;
-}
+bool is_quantized(TensorType type) { return block_layout(type).block_elems > 1; }
 
 }  // namespace
 
