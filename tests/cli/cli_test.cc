@@ -100,6 +100,20 @@ TEST(Cli, RandomModelWritesAModelTheEngineRuns) {
   EXPECT_EQ(gen.status, 0) << gen.out;
 }
 
+// Flags override the preset only when given: llama-1b's tied embedding stays unless --untied.
+TEST(Cli, RandomModelFlagsOverrideThePresetOnlyWhenGiven) {
+  const std::string path = testing::TempDir() + "cli_random_preset.gguf";
+  const std::string small = "random-model -o " + path +
+                            " --preset llama-1b --dim 256 --ffn 256 --vocab 300 --layers 2 --heads 4 --kv-heads 2";
+  const CliRun tied = run(small);
+  ASSERT_EQ(tied.status, 0) << tied.out;
+  EXPECT_NE(tied.out.find("dim 256, 2 layers, 4/2 heads, FFN 256, vocab 300, f32, tied embeddings"), std::string::npos)
+      << tied.out;
+  const CliRun untied = run(small + " --untied");
+  ASSERT_EQ(untied.status, 0) << untied.out;
+  EXPECT_NE(untied.out.find("separate embeddings"), std::string::npos) << untied.out;
+}
+
 struct BadInput {
   std::string args, expected;
 };
