@@ -12,7 +12,7 @@
 
 #include "squeezekv/alloc/concentration.h"
 #include "squeezekv/core/model_cache.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 namespace {

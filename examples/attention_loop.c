@@ -8,7 +8,7 @@
 
 #include "squeezekv/c/squeezekv.h"
 
-enum { LAYERS = 4, HEADS = 2, DIM = 32, PROMPT = 64, TOKENS = 200, MAX_SLOTS = 256 };
+enum { LAYERS = 4, HEADS = 2, DIM = 32, PROMPT = 64, TOKENS = 200, MAX_SLOTS = 256, BUDGET = 48 /* average rows per layer and head */ };
 
 static float noise(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f; }
 
@@ -49,12 +49,17 @@ static int attend(squeezekv_cache* cache, int layer, int n, int pos0) {
 }
 
 int main(void) {
-  squeezekv_cache_params params = squeezekv_cache_default_params();
-  params.method = "squeeze";
-  params.head_dim = DIM;
-  params.budget = 48; /* average rows per layer and head */
-  params.score = SQUEEZEKV_SCORE_ATTENTION;
-  squeezekv_cache* cache = squeezekv_cache_init(&params, LAYERS, HEADS, 1);
+  /* Every parameter by name (`squeezekv methods` lists them); each value is range-checked at once. */
+  squeezekv_cache_params* params = squeezekv_cache_params_new();
+  if (!params || squeezekv_cache_params_set(params, "method", "squeeze") != SQUEEZEKV_STATUS_OK ||
+      squeezekv_cache_params_set_int(params, "head_dim", DIM) != SQUEEZEKV_STATUS_OK ||
+      squeezekv_cache_params_set_int(params, "budget", BUDGET) != SQUEEZEKV_STATUS_OK ||
+      squeezekv_cache_params_set(params, "score", "attention") != SQUEEZEKV_STATUS_OK) {
+    fprintf(stderr, "squeezekv: %s\n", squeezekv_last_error());
+    return 1;
+  }
+  squeezekv_cache* cache = squeezekv_cache_init(params, LAYERS, HEADS, 1);
+  squeezekv_cache_params_free(params);
   if (!cache) {
     fprintf(stderr, "squeezekv: %s\n", squeezekv_last_error());
     return 1;
@@ -93,5 +98,5 @@ int main(void) {
          squeezekv_cache_compression_ratio(cache));
   squeezekv_cache_free(cache);
   /* The schedule conserves the total and gives the broad first layer more than the last. */
-  return total == LAYERS * params.budget && budgets[0] > budgets[LAYERS - 1] ? 0 : 1;
+  return total == LAYERS * BUDGET && budgets[0] > budgets[LAYERS - 1] ? 0 : 1;
 }

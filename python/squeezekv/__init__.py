@@ -8,7 +8,7 @@ The engine: ``Model.load(path).generate(...)``, ``.perplexity(...)`` and ``.swee
 """
 from ._native import FormatError
 from .cache import KVCacheBuilder, KVCacheFactory, LayerCache, ModelCaches
-from .config import KVCacheConfig, methods
+from .config import KVCacheConfig, methods, parameters
 from .engine import Model, load_model
 from .functions import concentration_score, pyramid_budgets, squeeze_budgets
 
@@ -23,6 +23,7 @@ __all__ = [
     "concentration_score",
     "load_model",
     "methods",
+    "parameters",
     "pyramid_budgets",
     "squeeze_budgets",
 ]

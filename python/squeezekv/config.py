@@ -1,14 +1,16 @@
-"""KVCacheConfig: the seed's configuration names (squeeze_budget, squeeze_n_sink, ...) over the
-C++ KVCacheConfig. Checked at construction; a bad value raises ValueError naming the parameter."""
+"""KVCacheConfig: every parameter of the C++ registry as a keyword, with the reference library's
+names where they differ (squeeze_budget, squeeze_n_sink, ...). Defaults come from the registry;
+checked at construction; a bad value raises ValueError naming the parameter."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Optional
 
 from . import _native
 
-# Python (seed) name -> C++ field, where they differ.
+# Python (reference library) name -> C++ name, where they differ.
 _NATIVE_NAMES = {
     "squeeze_budget": "budget",
     "squeeze_n_sink": "n_sink",
@@ -16,10 +18,19 @@ _NATIVE_NAMES = {
     "squeeze_resolved_budget": "resolved_budget",
 }
 _SEED_NAMES = {native: seed for seed, native in _NATIVE_NAMES.items()}
-_INT_FIELDS = {"head_dim", "squeeze_budget", "squeeze_n_sink", "chunk_size", "window", "kernel"}
-_FLOAT_FIELDS = {"squeeze_strength", "recent", "decay", "beta", "squeeze_fraction"}
-_STR_FIELDS = {"method", "score", "kv_type", "policy", "allocator", "importance"}
-_DEFAULTS = _native.NativeConfig()  # the defaults live in one place: the C++ KVCacheConfig
+_PARAMS = _native.parameters()  # the registry: the only list of names and defaults
+_KINDS = {p["name"]: p["kind"] for p in _PARAMS}
+
+
+def _python_default(param: dict):
+    text, kind = param["default"], param["kind"]
+    if param["optional"] and text == "none":
+        return None
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    return text
 
 
 def _seed_message(message: str) -> str:
@@ -28,43 +39,25 @@ def _seed_message(message: str) -> str:
                   lambda m: _SEED_NAMES[m.group(1)], message)
 
 
-@dataclasses.dataclass
-class KVCacheConfig:
-    """One cache configuration: a method id (a token policy and a layer allocator) and its
-    parameters. Defaults are read from the C++ library's; see ``methods()`` for what each method
-    reads."""
-
-    method: str = _DEFAULTS.method
-    head_dim: int = _DEFAULTS.head_dim
-    squeeze_budget: int = _DEFAULTS.budget             # average rows per layer and KV head
-    squeeze_n_sink: int = _DEFAULTS.n_sink             # first positions never evicted; floor n_sink + 1
-    squeeze_strength: float = _DEFAULTS.strength       # 0 = uniform (== h2o), 1 = full reallocation
-    squeeze_resolved_budget: Optional[int] = None      # explicit budget for a lone cache
-    recent: float = _DEFAULTS.recent                   # share of (budget - n_sink) kept as the newest rows
-    decay: float = _DEFAULTS.decay                     # scores = decay * scores + a, in (0, 1]; 1 = off
-    score: str = _DEFAULTS.score                       # "key-proxy" | "attention"
-    kv_type: str = _DEFAULTS.kv_type                   # "f16" | "f32": how rows are stored
-    policy: str = ""                                   # override the method's token policy
-    allocator: str = ""                                # override the method's layer allocator
-    beta: float = _DEFAULTS.beta                       # pyramidkv taper, >= 1
-    chunk_size: int = _DEFAULTS.chunk_size             # chunkkv chunk, >= 1
-    window: int = _DEFAULTS.window                     # snapkv observation window, < budget
-    kernel: int = _DEFAULTS.kernel                     # snapkv pooling width, odd
-    importance: str = _DEFAULTS.importance             # "key-dispersion" | "hidden-cosine"
-    squeeze_fraction: float = _DEFAULTS.squeeze_fraction  # hidden-cosine: share of the least important group
+class _ConfigMethods:
+    """Checks and conversion shared by the generated KVCacheConfig dataclass."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            name = field.name
-            if name in _INT_FIELDS or (name == "squeeze_resolved_budget" and value is not None):
+            name, value = field.name, getattr(self, field.name)
+            kind = _KINDS[_NATIVE_NAMES.get(name, name)]
+            if value is None and field.default is None:
+                continue
+            if kind == "int":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"{name} = {value!r}: must be an int")
-            elif name in _FLOAT_FIELDS:
+            elif kind == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError(f"{name} = {value!r}: must be a number")
+                if isinstance(value, int) and not -2**53 <= value <= 2**53:
+                    raise ValueError(f"{name} = {value!r}: too large to be read as a float exactly")
                 setattr(self, name, float(value))
-            elif name in _STR_FIELDS and not isinstance(value, str):
+            elif not isinstance(value, str):
                 raise ValueError(f"{name} = {value!r}: must be a str")
         for name in ("score", "importance"):  # accept key_proxy as well as key-proxy
             setattr(self, name, getattr(self, name).replace("_", "-"))
@@ -75,7 +68,12 @@ class KVCacheConfig:
         native = _native.NativeConfig()
         try:
             for field in dataclasses.fields(self):
-                setattr(native, _NATIVE_NAMES.get(field.name, field.name), getattr(self, field.name))
+                value = getattr(self, field.name)
+                if isinstance(value, float):
+                    text = repr(value) if math.isfinite(value) else str(value)
+                else:
+                    text = "none" if value is None else str(value)
+                native.set(_NATIVE_NAMES.get(field.name, field.name), text)
             native.validate()
         except ValueError as error:
             raise ValueError(_seed_message(str(error))) from None
@@ -89,6 +87,32 @@ class KVCacheConfig:
         return dataclasses.asdict(self)
 
 
+def _fields() -> list:
+    fields = []
+    for param in _PARAMS:
+        name = _SEED_NAMES.get(param["name"], param["name"])
+        kind = {"int": int, "float": float}.get(param["kind"], str)
+        default = _python_default(param)
+        fields.append((name, Optional[int] if default is None else kind,
+                       dataclasses.field(default=default, metadata={"help": param["help"]})))
+    return fields
+
+
+KVCacheConfig = dataclasses.make_dataclass(  # pylint: disable=invalid-name
+    "KVCacheConfig", _fields(), bases=(_ConfigMethods,),
+    namespace={"__doc__": "One cache configuration: a method id (a token policy and a layer allocator) "
+                          "and its parameters, one keyword per registered parameter. Defaults are the "
+                          "C++ registry's; see ``methods()`` and ``parameters()``."})
+
+
 def methods() -> list:
     """Every method id with its policy, allocator, parameters and when to use it."""
     return _native.methods()
+
+
+def parameters() -> list:
+    """Every registered parameter: name (C++), kind, default, help and the components that own it."""
+    return _native.parameters()
+
+
+KVCacheConfig.__module__ = __name__

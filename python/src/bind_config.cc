@@ -1,45 +1,72 @@
-// NativeConfig: the C++ KVCacheConfig field by field (C++ names); the Python KVCacheConfig with
-// the seed's names converts to it. Enums travel as the command line's strings.
+// NativeConfig: the C++ KVCacheConfig (C++ names), every registered parameter by name; the Python
+// KVCacheConfig with the reference library's names converts to it. `parameters()` is the registry
+// the Python keywords are generated from.
 #include <pybind11/stl.h>
 
 #include "bindings.h"
 #include "squeezekv/core/kv_cache_config.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/methods/registry.h"
 
 namespace py = pybind11;
 
 namespace squeezekv::python {
+namespace {
+
+py::object to_python(const ParamValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return py::int_(*i);
+  if (const auto* d = std::get_if<double>(&value)) return py::float_(*d);
+  return py::str(std::get<std::string>(value));
+}
+
+const char* kind_name(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::integer: return "int";
+    case ParamKind::real: return "float";
+    case ParamKind::choice: return "choice";
+    case ParamKind::text: return "str";
+  }
+  return "str";
+}
+
+}  // namespace
 
 void bind_config(py::module_& m) {
   py::class_<KVCacheConfig>(m, "NativeConfig")
       .def(py::init<>())
-      .def_readwrite("method", &KVCacheConfig::method)
-      .def_readwrite("head_dim", &KVCacheConfig::head_dim)
-      .def_readwrite("budget", &KVCacheConfig::budget)
-      .def_readwrite("n_sink", &KVCacheConfig::n_sink)
-      .def_readwrite("strength", &KVCacheConfig::strength)
-      .def_readwrite("resolved_budget", &KVCacheConfig::resolved_budget)
-      .def_readwrite("recent", &KVCacheConfig::recent)
-      .def_readwrite("decay", &KVCacheConfig::decay)
-      .def_property(
-          "score", [](const KVCacheConfig& c) { return to_string(c.score); },
-          [](KVCacheConfig& c, const std::string& s) { c.score = parse_score_source(s); })
-      .def_property(
-          "kv_type", [](const KVCacheConfig& c) { return to_string(c.kv_type); },
-          [](KVCacheConfig& c, const std::string& s) { c.kv_type = parse_kv_type(s); })
-      .def_readwrite("policy", &KVCacheConfig::policy)
-      .def_readwrite("allocator", &KVCacheConfig::allocator)
-      .def_readwrite("beta", &KVCacheConfig::beta)
-      .def_readwrite("chunk_size", &KVCacheConfig::chunk_size)
-      .def_readwrite("window", &KVCacheConfig::window)
-      .def_readwrite("kernel", &KVCacheConfig::kernel)
-      .def_property(
-          "importance", [](const KVCacheConfig& c) { return to_string(c.importance); },
-          [](KVCacheConfig& c, const std::string& s) { c.importance = parse_importance(s); })
-      .def_readwrite("squeeze_fraction", &KVCacheConfig::squeeze_fraction)
+      // set(name, text): the value as text, parsed and range-checked by the parameter's spec.
+      .def("set", [](KVCacheConfig& c, const std::string& name, const std::string& text) { c.set(name, text); })
+      .def("get", [](const KVCacheConfig& c, const std::string& name) {
+        const ParamValue v = c.get(name);
+        if (name == "resolved_budget" && std::holds_alternative<std::string>(v)) return py::object(py::none());
+        return to_python(v);
+      })
+      .def("__getattr__", [](const KVCacheConfig& c, const std::string& name) {
+        if (find_param(name) == nullptr) throw py::attribute_error("NativeConfig has no parameter " + name);
+        const ParamValue v = c.get(name);
+        if (name == "resolved_budget" && std::holds_alternative<std::string>(v)) return py::object(py::none());
+        return to_python(v);
+      })
       .def("validate", &KVCacheConfig::validate)
       .def_property_readonly("resolved_policy", [](const KVCacheConfig& c) { return resolved_policy(c); })
       .def_property_readonly("resolved_allocator", [](const KVCacheConfig& c) { return resolved_allocator(c); });
+
+  m.def("parameters", [] {
+    py::list out;
+    for (const ParamSpec* spec : all_params()) {
+      py::dict d;
+      d["name"] = std::string(spec->name);
+      d["kind"] = kind_name(spec->kind);
+      d["default"] = std::string(spec->default_value);
+      d["help"] = std::string(spec->help);
+      d["optional"] = spec->optional;
+      py::list owners;
+      for (const std::string& o : param_owners(spec->name)) owners.append(o);
+      d["owners"] = owners;
+      out.append(d);
+    }
+    return out;
+  }, "Every registered parameter: name, kind, default (text), help, owners.");
 
   m.def("methods", [] {
     py::list out;
@@ -49,7 +76,15 @@ void bind_config(py::module_& m) {
       d["policy"] = std::string(info.policy);
       d["allocator"] = std::string(info.allocator);
       d["summary"] = std::string(info.summary);
-      d["parameters"] = std::string(info.parameters);
+      std::string params;
+      py::dict defaults;
+      for (const ParamSpec* spec : method_params(info)) {
+        const std::string value = method_default(info, *spec);
+        params += (params.empty() ? "" : " ") + std::string(spec->name) + "=" + value;
+        defaults[py::str(std::string(spec->name))] = value;
+      }
+      d["parameters"] = params.empty() ? std::string("none") : params;
+      d["defaults"] = defaults;
       d["when_to_use"] = std::string(info.when_to_use);
       out.append(d);
     }

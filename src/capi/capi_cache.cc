@@ -1,11 +1,11 @@
-// The cache half of the C API: parameters <-> KVCacheConfig, building caches, updates, reading
+// The cache half of the C API: parameters by name (the registry's), building caches, updates, reading
 // rows, budgets and accounting.
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "capi/capi_internal.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kv_rows.h"
 
 using squeezekv::capi::guarded;
@@ -24,10 +24,6 @@ const squeezekv::LayerCache& squeezekv_cache::layer(int32_t l) const {
 
 namespace squeezekv::capi {
 namespace {
-
-std::string text_or(const char* text, const char* fallback) {
-  return text != nullptr && *text != '\0' ? text : fallback;
-}
 
 void check_head(const LayerCache& layer, int32_t head) {
   require(head >= 0 && head < layer.n_heads(), "head", head,
@@ -56,50 +52,10 @@ int32_t copy_rows(const HeadStore& store, const std::vector<int>& slots, float* 
   return n;
 }
 
-// A C caller may store any int in an enum field, which C++ may not load as the enum type: read the
-// bytes as an integer instead (C enums are int-sized on every ABI this builds for).
-template <typename Enum>
-int32_t raw_enum(const Enum& e) {
-  static_assert(sizeof(Enum) == sizeof(int32_t));
-  int32_t value = 0;
-  std::memcpy(&value, &e, sizeof value);
-  return value;
-}
-
 }  // namespace
 
-KVCacheConfig to_config(const squeezekv_cache_params* params) {
-  const squeezekv_cache_params& p = require_handle(params, "params");
-  KVCacheConfig c;
-  c.method = text_or(p.method, "squeeze");
-  c.head_dim = p.head_dim;
-  c.budget = p.budget;
-  c.n_sink = p.n_sink;
-  c.strength = p.strength;
-  require(p.resolved_budget == -1 || p.resolved_budget >= 1, "resolved_budget", p.resolved_budget,
-          "must be -1 (none) or >= 1");
-  if (p.resolved_budget >= 1) c.resolved_budget = p.resolved_budget;
-  c.recent = p.recent;
-  c.decay = p.decay;
-  const int32_t score = raw_enum(p.score), kv_type = raw_enum(p.kv_type), importance = raw_enum(p.importance);
-  require(score == SQUEEZEKV_SCORE_KEY_PROXY || score == SQUEEZEKV_SCORE_ATTENTION, "score", score,
-          "must be SQUEEZEKV_SCORE_KEY_PROXY (0) or SQUEEZEKV_SCORE_ATTENTION (1)");
-  c.score = score == SQUEEZEKV_SCORE_ATTENTION ? ScoreSource::attention : ScoreSource::key_proxy;
-  require(kv_type == SQUEEZEKV_KV_TYPE_F16 || kv_type == SQUEEZEKV_KV_TYPE_F32, "kv_type", kv_type,
-          "must be SQUEEZEKV_KV_TYPE_F16 (0) or SQUEEZEKV_KV_TYPE_F32 (1)");
-  c.kv_type = kv_type == SQUEEZEKV_KV_TYPE_F32 ? KVType::f32 : KVType::f16;
-  c.policy = text_or(p.policy, "");
-  c.allocator = text_or(p.allocator, "");
-  c.beta = p.beta;
-  c.chunk_size = p.chunk_size;
-  c.window = p.window;
-  c.kernel = p.kernel;
-  require(importance == SQUEEZEKV_IMPORTANCE_KEY_DISPERSION || importance == SQUEEZEKV_IMPORTANCE_HIDDEN_COSINE,
-          "importance", importance,
-          "must be SQUEEZEKV_IMPORTANCE_KEY_DISPERSION (0) or SQUEEZEKV_IMPORTANCE_HIDDEN_COSINE (1)");
-  c.importance = importance == SQUEEZEKV_IMPORTANCE_HIDDEN_COSINE ? Importance::hidden_cosine
-                                                                   : Importance::key_dispersion;
-  c.squeeze_fraction = p.squeeze_fraction;
+const KVCacheConfig& to_config(const squeezekv_cache_params* params) {
+  const KVCacheConfig& c = require_handle(params, "params").config;
   c.validate();
   return c;
 }
@@ -108,32 +64,86 @@ KVCacheConfig to_config(const squeezekv_cache_params* params) {
 
 extern "C" {
 
-squeezekv_cache_params squeezekv_cache_default_params(void) {
-  const squeezekv::KVCacheConfig c;  // the defaults live in one place: the C++ struct
-  squeezekv_cache_params p;
-  p.method = "squeeze";
-  p.head_dim = c.head_dim;
-  p.budget = c.budget;
-  p.n_sink = c.n_sink;
-  p.strength = c.strength;
-  p.resolved_budget = -1;
-  p.recent = c.recent;
-  p.decay = c.decay;
-  p.score = SQUEEZEKV_SCORE_KEY_PROXY;
-  p.kv_type = c.kv_type == squeezekv::KVType::f32 ? SQUEEZEKV_KV_TYPE_F32 : SQUEEZEKV_KV_TYPE_F16;
-  p.policy = nullptr;
-  p.allocator = nullptr;
-  p.beta = c.beta;
-  p.chunk_size = c.chunk_size;
-  p.window = c.window;
-  p.kernel = c.kernel;
-  p.importance = SQUEEZEKV_IMPORTANCE_KEY_DISPERSION;
-  p.squeeze_fraction = c.squeeze_fraction;
-  return p;
+squeezekv_cache_params* squeezekv_cache_params_new(void) {
+  return new (std::nothrow) squeezekv_cache_params{};
+}
+
+squeezekv_cache_params* squeezekv_cache_params_copy(const squeezekv_cache_params* params) {
+  squeezekv_cache_params* out = nullptr;
+  guarded(__func__, [&] { out = new squeezekv_cache_params(require_handle(params, "params")); });
+  return out;
+}
+
+void squeezekv_cache_params_free(squeezekv_cache_params* params) { delete params; }
+
+squeezekv_status squeezekv_cache_params_set(squeezekv_cache_params* params, const char* name, const char* value) {
+  return guarded(__func__, [&] {
+    squeezekv::require(name != nullptr, "name", "NULL", "a parameter name is required");
+    squeezekv::require(value != nullptr, name, "NULL", "a value is required");
+    squeezekv::KVCacheConfig c = require_handle(params, "params").config;
+    c.set(name, value);  // on a copy: a refused value leaves the configuration unchanged
+    params->config = std::move(c);
+  });
+}
+
+squeezekv_status squeezekv_cache_params_set_int(squeezekv_cache_params* params, const char* name, int64_t value) {
+  return guarded(__func__, [&] {
+    squeezekv::require(name != nullptr, "name", "NULL", "a parameter name is required");
+    squeezekv::KVCacheConfig c = require_handle(params, "params").config;
+    c.set(name, squeezekv::ParamValue(value));
+    params->config = std::move(c);
+  });
+}
+
+squeezekv_status squeezekv_cache_params_set_double(squeezekv_cache_params* params, const char* name,
+                                                   double value) {
+  return guarded(__func__, [&] {
+    squeezekv::require(name != nullptr, "name", "NULL", "a parameter name is required");
+    squeezekv::KVCacheConfig c = require_handle(params, "params").config;
+    c.set(name, squeezekv::ParamValue(value));
+    params->config = std::move(c);
+  });
+}
+
+int32_t squeezekv_cache_params_get(const squeezekv_cache_params* params, const char* name, char* buf,
+                                   int32_t capacity) {
+  return guarded_count(__func__, [&]() -> int32_t {
+    squeezekv::require(name != nullptr, "name", "NULL", "a parameter name is required");
+    const std::string text = require_handle(params, "params").config.get_text(name);
+    const auto n = int32_t(text.size());
+    if (buf == nullptr || capacity < n + 1) return -(n + 1);
+    std::memcpy(buf, text.c_str(), text.size() + 1);
+    return n;
+  });
 }
 
 squeezekv_status squeezekv_cache_params_validate(const squeezekv_cache_params* params) {
   return guarded(__func__, [&] { squeezekv::capi::to_config(params); });
+}
+
+int32_t squeezekv_param_count(void) { return int32_t(squeezekv::all_params().size()); }
+
+namespace {
+// The registry's strings are literals, so data() is NUL-terminated.
+const squeezekv::ParamSpec* param_at(int32_t i) {
+  static const std::vector<const squeezekv::ParamSpec*> params = squeezekv::all_params();
+  return i >= 0 && size_t(i) < params.size() ? params[size_t(i)] : nullptr;
+}
+}  // namespace
+
+const char* squeezekv_param_name(int32_t i) {
+  const auto* p = param_at(i);
+  return p ? p->name.data() : nullptr;
+}
+
+const char* squeezekv_param_default(int32_t i) {
+  const auto* p = param_at(i);
+  return p ? p->default_value.data() : nullptr;
+}
+
+const char* squeezekv_param_help(int32_t i) {
+  const auto* p = param_at(i);
+  return p ? p->help.data() : nullptr;
 }
 
 int32_t squeezekv_method_count(void) { return int32_t(squeezekv::all_methods().size()); }

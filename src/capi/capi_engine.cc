@@ -53,11 +53,10 @@ squeezekv_cache* squeezekv_cache_init_for_model(const squeezekv_model* model, co
   squeezekv_cache* out = nullptr;
   guarded(__func__, [&] {
     const squeezekv::ModelConfig& c = require_handle(model, "model").model.config();
-    squeezekv_cache_params shaped = require_handle(params, "params");
+    squeezekv::KVCacheConfig shaped = require_handle(params, "params").config;
     shaped.head_dim = c.head_dim;
     auto cache = std::make_unique<squeezekv_cache>();
-    cache->model = squeezekv::KVCacheBuilder::for_model(c.n_layers, squeezekv::capi::to_config(&shaped),
-                                                        c.n_kv_heads);
+    cache->model = squeezekv::KVCacheBuilder::for_model(c.n_layers, shaped, c.n_kv_heads);
     out = cache.release();
   });
   return out;
@@ -138,7 +137,7 @@ squeezekv_perplexity_params squeezekv_perplexity_default_params(void) {
 }
 
 squeezekv_status squeezekv_perplexity(const squeezekv_model* model, const int32_t* tokens, int32_t n_tokens,
-                                    const squeezekv_cache_params* configs, int32_t n_configs,
+                                    const squeezekv_cache_params* const* configs, int32_t n_configs,
                                     const squeezekv_perplexity_params* params,
                                     squeezekv_perplexity_result* results) {
   return guarded(__func__, [&] {
@@ -150,9 +149,10 @@ squeezekv_status squeezekv_perplexity(const squeezekv_model* model, const int32_
                        "must be >= 1 with config and result arrays");
     std::vector<squeezekv::KVCacheConfig> list;
     for (int32_t i = 0; i < n_configs; ++i) {
-      squeezekv_cache_params shaped = configs[i];
+      squeezekv::KVCacheConfig shaped = require_handle(configs[i], "configs[i]").config;
       shaped.head_dim = m.config().head_dim;
-      list.push_back(squeezekv::capi::to_config(&shaped));
+      shaped.validate();
+      list.push_back(std::move(shaped));
     }
     squeezekv::PerplexityOptions options;
     options.n_ctx = p.n_ctx;

@@ -22,6 +22,10 @@ struct squeezekv_cache {
   const squeezekv::LayerCache& layer(int32_t l) const;
 };
 
+struct squeezekv_cache_params {
+  squeezekv::KVCacheConfig config;  // every default until set by name
+};
+
 struct squeezekv_model {
   squeezekv::Model model;
 };
@@ -64,6 +68,7 @@ const T& require_handle(const T* handle, const char* name) {
   return *handle;
 }
 
-KVCacheConfig to_config(const squeezekv_cache_params* params);
+// The configuration behind a handle, validated (InvalidArgument naming the first bad parameter).
+const KVCacheConfig& to_config(const squeezekv_cache_params* params);
 
 }  // namespace squeezekv::capi

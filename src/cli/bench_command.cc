@@ -44,19 +44,16 @@ std::vector<std::string> split(const std::string& text) {
 // policy never reads attention gets one row, not one per score source.
 std::vector<KVCacheConfig> cache_configs(const CacheOptions& options) {
   std::vector<KVCacheConfig> out;
-  for (const std::string& method : split(options.config.method)) {
+  for (const std::string& method : split(options.text("method"))) {
     bool first = true;
-    for (const std::string& score : split(options.score)) {
-      CacheOptions one = options;
-      one.config.method = method;
-      one.score = score;
-      const KVCacheConfig config = one.resolve();
+    for (const std::string& score : split(options.text("score"))) {
+      const KVCacheConfig config = options.resolve({{"method", method}, {"score", score}});
       const bool scored = config.score == ScoreSource::key_proxy || KVCacheFactory::create(config, 1)->wants_attention();
       if (first || scored) out.push_back(config);
       first = false;
     }
   }
-  require(!out.empty(), "--method", options.config.method, "names no method");
+  require(!out.empty(), "--method", options.text("method"), "names no method");
   return out;
 }
 
@@ -207,7 +204,7 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", b.seed, "seed of the token ids fed in")->capture_default_str();
   add_cache_options(*cmd, args->cache);
-  args->cache.config.method = "full";
+  args->cache.command_defaults["method"] = "full";
   cmd->footer("--method and --score take comma lists (--method window,squeeze,full): every pair is one row,\n"
               "measured side by side (repetitions outer, configurations inner; generation token by token).\n"
               "'time vs 1st cache' is each row's time over the first configuration's at the same depth,\n"

@@ -1,55 +1,78 @@
 #include "cli/cache_options.h"
 
-namespace squeezekv::cli {
+#include <algorithm>
 
-KVCacheConfig CacheOptions::resolve() const {
-  KVCacheConfig c = config;
-  c.score = parse_score_source(score);
-  c.kv_type = parse_kv_type(kv_type);
-  c.importance = parse_importance(importance);
+#include "squeezekv/methods/registry.h"
+
+namespace squeezekv::cli {
+namespace {
+
+std::string owner_note(std::string_view name) {
+  std::string note;
+  for (const std::string& owner : param_owners(name)) {
+    if (owner == "cache") continue;
+    note += note.empty() ? " [" : ", ";
+    note += owner;
+  }
+  return note.empty() ? note : note + "]";
+}
+
+std::string id_list(std::string_view name) {
+  std::string out;
+  auto add = [&out](std::string_view id) {
+    if (!out.empty()) out += ", ";
+    out += id;
+  };
+  if (name == "method") for (const MethodInfo& m : all_methods()) add(m.id);
+  if (name == "policy") for (const PolicyInfo* p : all_policies()) add(p->id);
+  if (name == "allocator") for (const AllocatorInfo* a : all_allocators()) add(a->id);
+  return out;
+}
+
+}  // namespace
+
+std::string CacheOptions::text(std::string_view name) const {
+  if (auto it = given.find(name); it != given.end()) {
+    const auto option = options.find(name);
+    if (option == options.end() || option->second->count() > 0) return it->second;
+  }
+  if (auto it = command_defaults.find(name); it != command_defaults.end()) return it->second;
+  return std::string(require_param(name).default_value);
+}
+
+KVCacheConfig CacheOptions::resolve(const std::map<std::string, std::string, std::less<>>& overrides) const {
+  KVCacheConfig c;
+  for (const auto& [name, value] : command_defaults) c.set(name, value);
+  for (const auto& [name, option] : options) {
+    if (option->count() > 0) c.set(name, given.at(name));
+  }
+  for (const auto& [name, value] : overrides) c.set(name, value);
   c.validate();
   return c;
 }
 
-void add_cache_options(CLI::App& app, CacheOptions& o, bool with_budget, bool with_strength) {
-  KVCacheConfig& c = o.config;
-  app.add_option("--method", c.method, "eviction method (see `squeezekv methods`)")
-      ->capture_default_str()->group("Cache");
-  app.add_option("--policy", c.policy, "override the method's token policy: full, cumulative, "
-                 "chunked, tova, streaming, window, snapkv")->group("Cache");
-  app.add_option("--allocator", c.allocator, "override the method's layer allocator: none, "
-                 "uniform, pyramid, squeeze")->group("Cache");
-  if (with_budget) {
-    app.add_option("--budget", c.budget, "average rows kept per layer and KV head")
-        ->capture_default_str()->group("Cache");
+void add_cache_options(CLI::App& app, CacheOptions& o, std::initializer_list<std::string_view> exclude) {
+  for (const ParamSpec* spec : all_params()) {
+    if (!spec->on_command_line) continue;
+    if (std::find(exclude.begin(), exclude.end(), spec->name) != exclude.end()) continue;
+    const std::string name(spec->name);
+    std::string help(spec->help);
+    if (spec->kind == ParamKind::choice) help += " (" + spec->range_text().substr(std::string("must be one of ").size()) + ")";
+    if (spec->kind == ParamKind::text) help += ": " + id_list(name);
+    help += owner_note(name);
+    const bool field = param_owners(name).front() == "cache";
+    auto* option = app.add_option(spec->cli_flag(), o.given[name], help)->group(field ? "Cache" : "Method parameters");
+    auto def = o.command_defaults.find(name);
+    const std::string default_text = def != o.command_defaults.end() ? def->second : std::string(spec->default_value);
+    if (!default_text.empty()) option->default_str(default_text);
+    o.options[name] = option;
   }
-  app.add_option("--sinks", c.n_sink, "first positions never evicted (attention sinks)")
-      ->capture_default_str()->group("Cache");
-  if (with_strength) {
-    app.add_option("--strength", c.strength, "squeeze: 0 = uniform (h2o), 1 = full reallocation")
-        ->capture_default_str()->group("Cache");
-  }
-  app.add_option("--recent", c.recent, "share of (budget - sinks) kept as the newest rows")
-      ->capture_default_str()->group("Cache");
-  app.add_option("--decay", c.decay, "score decay per token in (0, 1]; 1 = off")
-      ->capture_default_str()->group("Cache");
-  app.add_option("--score", o.score, "score source: key-proxy or attention")
-      ->capture_default_str()->group("Cache");
-  app.add_option("--kv-type", o.kv_type, "stored K/V type: f16 or f32")
-      ->capture_default_str()->group("Cache");
-  app.add_option("--beta", c.beta, "pyramidkv: taper steepness (>= 1)")
-      ->capture_default_str()->group("Method parameters");
-  app.add_option("--chunk-size", c.chunk_size, "chunkkv: positions per evicted chunk")
-      ->capture_default_str()->group("Method parameters");
-  app.add_option("--window", c.window, "snapkv: observation window (last prompt queries)")
-      ->capture_default_str()->group("Method parameters");
-  app.add_option("--kernel", c.kernel, "snapkv: average-pool width (odd)")
-      ->capture_default_str()->group("Method parameters");
-  app.add_option("--importance", o.importance, "squeeze: key-dispersion or hidden-cosine")
-      ->capture_default_str()->group("Method parameters");
-  app.add_option("--squeeze-fraction", c.squeeze_fraction,
-                 "squeeze (hidden-cosine): budget share of the least important layers")
-      ->capture_default_str()->group("Method parameters");
+}
+
+nlohmann::json to_json(const ParamValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return *i;
+  if (const auto* d = std::get_if<double>(&value)) return *d;
+  return std::get<std::string>(value);
 }
 
 }  // namespace squeezekv::cli

@@ -1,28 +1,38 @@
-// The cache options every subcommand that builds a cache accepts, declared once.
+// The cache options of every subcommand that builds a cache, generated from the registry: one
+// option per registered parameter (`--budget`, `--sinks`, `--chunk-size`, ...), its default and
+// help from the parameter's spec.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "squeezekv/core/kv_cache_config.h"
 
 namespace squeezekv::cli {
 
 struct CacheOptions {
-  KVCacheConfig config;
-  std::string score = "key-proxy";
-  std::string kv_type = "f16";
-  std::string importance = "key-dispersion";
-  bool has_budget_list = false;  // the caller declares --budget itself (e.g. synth's grid)
+  // A command's own defaults where they differ from the library's (e.g. score=attention in the
+  // commands that run the engine, which feeds real attention back). Set before add_cache_options.
+  std::map<std::string, std::string, std::less<>> command_defaults;
+  // The text given for each parameter, by name (filled by CLI11).
+  std::map<std::string, std::string, std::less<>> given;
+  std::map<std::string, CLI::Option*, std::less<>> options;
 
-  // Resolves the text options into `config` and validates it (InvalidArgument on bad values).
-  KVCacheConfig resolve() const;
+  // The text of a parameter as given, or its default here.
+  std::string text(std::string_view name) const;
+  // The configuration: the command's defaults, then what was given, then `overrides`; validated
+  // (InvalidArgument naming the parameter).
+  KVCacheConfig resolve(const std::map<std::string, std::string, std::less<>>& overrides = {}) const;
 };
 
-// Adds --method --policy --allocator [--budget] --sinks --strength --recent --decay --score
-// --kv-type --beta --chunk-size --window --kernel --importance --squeeze-fraction.
-void add_cache_options(CLI::App& app, CacheOptions& options, bool with_budget = true,
-                       bool with_strength = true);
+// Adds one option per registered parameter that the command line exposes, except `exclude`.
+void add_cache_options(CLI::App& app, CacheOptions& options, std::initializer_list<std::string_view> exclude = {});
+
+// A parameter's value in JSON with its own type (numbers stay numbers).
+nlohmann::json to_json(const ParamValue& value);
 
 // Exit status for bad input (a bad parameter, file or value).
 inline constexpr int kExitBadInput = 2;

@@ -100,8 +100,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams");
   cmd->add_flag("--json", args->json, "print one JSON object instead of streaming text");
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
-  args->cache.config.method = "full";
-  args->cache.score = "attention";
+  args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);
   cmd->callback([args] { run(*args); });
 }

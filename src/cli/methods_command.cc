@@ -1,37 +1,103 @@
-// `squeezekv methods`: every method id with its policy, allocator, parameters and when to use it.
+// `squeezekv methods`: every method id with its policy, allocator, the parameters it reads and
+// their defaults, then every policy, allocator and parameter of the registry (`--json` too).
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv::cli {
+namespace {
+
+std::string defaults_text(const MethodInfo& m) {
+  std::string out;
+  for (const ParamSpec* spec : method_params(m)) {
+    if (!out.empty()) out += ' ';
+    out += spec->name;
+    out += '=';
+    out += method_default(m, *spec);
+  }
+  return out.empty() ? "none" : out;
+}
+
+nlohmann::json param_json(const ParamSpec& spec) {
+  static const char* kinds[] = {"integer", "real", "choice", "text"};
+  nlohmann::json j = {{"name", spec.name}, {"type", kinds[int(spec.kind)]}, {"default", spec.default_value},
+                      {"help", spec.help}, {"flag", spec.on_command_line ? spec.cli_flag() : std::string()},
+                      {"owners", param_owners(spec.name)}};
+  if (spec.kind != ParamKind::text) j["rule"] = spec.range_text();
+  return j;
+}
+
+template <typename Info>
+nlohmann::json component_json(const Info& info) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const ParamSpec& spec : info.params) params.push_back(spec.name);
+  return {{"id", info.id}, {"summary", info.summary}, {"parameters", params}, {"reads", info.reads}};
+}
+
+void print_json() {
+  nlohmann::json methods = nlohmann::json::array(), policies = nlohmann::json::array(),
+                 allocators = nlohmann::json::array(), params = nlohmann::json::array();
+  for (const MethodInfo& m : all_methods()) {
+    nlohmann::json defaults = nlohmann::json::object();
+    for (const ParamSpec* spec : method_params(m)) defaults[std::string(spec->name)] = method_default(m, *spec);
+    methods.push_back({{"id", m.id}, {"policy", m.policy}, {"allocator", m.allocator}, {"summary", m.summary},
+                       {"parameters", defaults_text(m)}, {"defaults", defaults}, {"when_to_use", m.when_to_use}});
+  }
+  for (const PolicyInfo* p : all_policies()) {
+    nlohmann::json j = component_json(*p);
+    j["scores_rows"] = p->scores_rows;
+    policies.push_back(j);
+  }
+  for (const AllocatorInfo* a : all_allocators()) {
+    nlohmann::json j = component_json(*a);
+    j["measures"] = a->measures;
+    allocators.push_back(j);
+  }
+  for (const ParamSpec* spec : all_params()) params.push_back(param_json(*spec));
+  const nlohmann::json doc = {{"methods", methods}, {"policies", policies}, {"allocators", allocators},
+                              {"parameters", params}};
+  std::printf("%s\n", doc.dump(2).c_str());
+}
+
+void print_text() {
+  for (const MethodInfo& m : all_methods()) {
+    std::printf("%-10s %s\n", std::string(m.id).c_str(), std::string(m.summary).c_str());
+    std::printf("           policy %s, allocator %s\n", std::string(m.policy).c_str(), std::string(m.allocator).c_str());
+    std::printf("           parameters: %s\n", defaults_text(m).c_str());
+    std::printf("           when to use: %s\n\n", std::string(m.when_to_use).c_str());
+  }
+  std::printf("Token policies (--policy):\n");
+  for (const PolicyInfo* p : all_policies()) {
+    std::printf("  %-11s %s%s\n", std::string(p->id).c_str(), std::string(p->summary).c_str(),
+                p->scores_rows ? " (reads --score)" : "");
+  }
+  std::printf("\nLayer allocators (--allocator):\n");
+  for (const AllocatorInfo* a : all_allocators()) {
+    std::printf("  %-11s %s\n", std::string(a->id).c_str(), std::string(a->summary).c_str());
+    if (!a->measures.empty()) std::printf("              measures: %s\n", std::string(a->measures).c_str());
+  }
+  std::printf("\nParameters (flag, default, rule):\n");
+  for (const ParamSpec* spec : all_params()) {
+    if (spec->kind == ParamKind::text) continue;
+    std::string owners;
+    for (const std::string& o : param_owners(spec->name)) owners += (owners.empty() ? "" : ", ") + o;
+    std::printf("  %-18s %-20s %-14s %s [%s]\n", std::string(spec->name).c_str(),
+                spec->on_command_line ? spec->cli_flag().c_str() : "(library only)",
+                std::string(spec->default_value).c_str(), spec->range_text().c_str(), owners.c_str());
+  }
+  std::printf("\nAny policy combines with any allocator: --policy P --allocator A.\n");
+}
+
+}  // namespace
 
 void register_methods(CLI::App& app) {
-  auto* cmd = app.add_subcommand("methods", "list every eviction method, its parameters and when to use it");
+  auto* cmd = app.add_subcommand("methods", "list every eviction method, policy, allocator and parameter");
   auto json = std::make_shared<bool>(false);
-  cmd->add_flag("--json", *json, "print JSON instead of text");
-  cmd->callback([json] {
-    if (*json) {
-      nlohmann::json out = nlohmann::json::array();
-      for (const MethodInfo& m : all_methods()) {
-        out.push_back({{"id", m.id}, {"policy", m.policy}, {"allocator", m.allocator},
-                       {"summary", m.summary}, {"parameters", m.parameters},
-                       {"when_to_use", m.when_to_use}});
-      }
-      std::printf("%s\n", out.dump(2).c_str());
-      return;
-    }
-    for (const MethodInfo& m : all_methods()) {
-      std::printf("%-10s %s\n", std::string(m.id).c_str(), std::string(m.summary).c_str());
-      std::printf("           policy %s, allocator %s\n", std::string(m.policy).c_str(),
-                  std::string(m.allocator).c_str());
-      std::printf("           parameters: %s\n", std::string(m.parameters).c_str());
-      std::printf("           when to use: %s\n\n", std::string(m.when_to_use).c_str());
-    }
-    std::printf("Any policy combines with any allocator: --policy P --allocator A.\n");
-  });
+  cmd->add_flag("--json", *json, "print JSON: methods, policies, allocators, parameters");
+  cmd->callback([json] { *json ? print_json() : print_text(); });
 }
 
 }  // namespace squeezekv::cli

@@ -70,8 +70,7 @@ void register_perplexity(CLI::App& app) {
   add_text_eval_options(*cmd, args->model, args->text);
   cmd->add_flag("--json", args->json, "print JSON, including per-layer values");
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
-  args->cache.config.method = "full";
-  args->cache.score = "attention";
+  args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);
   cmd->callback([args] { run(*args); });
 }

@@ -1,8 +1,10 @@
-// `squeezekv sweep`: methods x budgets (x strengths, score sources, importances, fractions) on one
+// `squeezekv sweep`: methods x budgets (x any registered parameter's values) on one
 // model and text, one full-cache pass shared by all; a table on stdout, JSON and CSV files, a
 // progress bar with ETA on stderr when it is a terminal.
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -12,7 +14,7 @@
 #include "cli/progress.h"
 #include "squeezekv/core/errors.h"
 #include "squeezekv/eval/sweep.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv::cli {
 namespace {
@@ -21,39 +23,58 @@ struct SweepArgs {
   ModelOptions model;
   CacheOptions cache;
   SweepSpec spec;
-  std::vector<std::string> scores, importances;
+  std::map<std::string, std::vector<std::string>> plural;  // --strengths 0.5,1 by parameter name
+  std::vector<std::string> axes;                            // --axis name=v1,v2
   TextEvalOptions text;
   std::string json_path, csv_path;
 };
 
-nlohmann::json row(const PerplexityResult& r) {
-  const KVCacheConfig& c = r.config;
-  return {{"variant", sweep_variant(c)}, {"method", c.method}, {"policy", resolved_policy(c)},
-          {"allocator", resolved_allocator(c)}, {"budget", resolved_policy(c) == "full" ? 0 : c.budget},
-          {"n_sink", c.n_sink}, {"strength", c.strength}, {"score", to_string(c.score)},
-          {"importance", to_string(c.importance)}, {"squeeze_fraction", c.squeeze_fraction},
-          {"recent", c.recent}, {"decay", c.decay}, {"kv_type", to_string(c.kv_type)},
-          {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll}, {"mean_kl", r.mean_kl},
-          {"top1_agreement", r.top1_agreement}, {"mean_kept_bytes", r.mean_kept_bytes},
-          {"peak_kept_bytes", r.peak_kept_bytes}, {"mean_full_bytes", r.mean_full_bytes},
-          {"peak_full_bytes", r.peak_full_bytes}, {"layer_budgets", r.layer_budgets},
-          {"layer_mean_kept", r.layer_mean_kept}, {"layer_importance", r.layer_importance},
-          {"chunks", r.chunks}, {"scored", r.scored}, {"seconds", r.seconds}};
+// The parameters a sweep row reports: every registered one but the ids and the shape.
+bool reported(const ParamSpec& spec) {
+  return spec.kind != ParamKind::text && spec.name != "head_dim" && spec.name != "resolved_budget";
 }
 
-const char* kCsvColumns[] = {"variant", "method", "policy", "allocator", "budget", "n_sink", "strength",
-                             "score", "importance", "squeeze_fraction", "recent", "decay", "kv_type",
-                             "perplexity", "mean_nll", "mean_kl", "top1_agreement", "mean_kept_bytes",
-                             "peak_kept_bytes", "mean_full_bytes", "peak_full_bytes", "seconds"};
+nlohmann::json row(const PerplexityResult& r) {
+  const KVCacheConfig& c = r.config;
+  nlohmann::json out = {{"variant", sweep_variant(c)}, {"method", c.method}, {"policy", resolved_policy(c)},
+                        {"allocator", resolved_allocator(c)}};
+  for (const ParamSpec* spec : all_params()) {
+    if (reported(*spec)) out[std::string(spec->name)] = to_json(c.get(spec->name));
+  }
+  out["budget"] = resolved_policy(c) == "full" ? 0 : c.budget;
+  nlohmann::json metrics = {
+      {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll}, {"mean_kl", r.mean_kl},
+      {"top1_agreement", r.top1_agreement}, {"mean_kept_bytes", r.mean_kept_bytes},
+      {"peak_kept_bytes", r.peak_kept_bytes}, {"mean_full_bytes", r.mean_full_bytes},
+      {"peak_full_bytes", r.peak_full_bytes}, {"layer_budgets", r.layer_budgets},
+      {"layer_mean_kept", r.layer_mean_kept}, {"layer_importance", r.layer_importance},
+      {"chunks", r.chunks}, {"scored", r.scored}, {"seconds", r.seconds}};
+  out.update(metrics);
+  return out;
+}
+
+// The CSV's columns: the ids, every reported parameter, then the scalar metrics.
+std::vector<std::string> csv_columns() {
+  std::vector<std::string> out = {"variant", "method", "policy", "allocator"};
+  for (const ParamSpec* spec : all_params()) {
+    if (reported(*spec)) out.emplace_back(spec->name);
+  }
+  for (const char* metric : {"perplexity", "mean_nll", "mean_kl", "top1_agreement", "mean_kept_bytes",
+                             "peak_kept_bytes", "mean_full_bytes", "peak_full_bytes", "seconds"}) {
+    out.emplace_back(metric);
+  }
+  return out;
+}
 
 void write_csv(const std::string& path, const nlohmann::json& rows) {
   std::ofstream out(path);
   if (!out) throw InvalidArgument(invalid_value("--csv", path, "cannot open for writing"));
-  for (size_t i = 0; i < std::size(kCsvColumns); ++i) out << (i ? "," : "") << kCsvColumns[i];
+  const std::vector<std::string> columns = csv_columns();
+  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << columns[i];
   out << "\n";
   for (const auto& r : rows) {
-    for (size_t i = 0; i < std::size(kCsvColumns); ++i) {
-      const auto& v = r[kCsvColumns[i]];
+    for (size_t i = 0; i < columns.size(); ++i) {
+      const auto& v = r[columns[i]];
       if (i) out << ',';
       if (v.is_string()) out << '"' << v.get<std::string>() << '"';
       else out << v.dump();
@@ -64,10 +85,18 @@ void write_csv(const std::string& path, const nlohmann::json& rows) {
 
 void run(SweepArgs& a) {
   a.spec.base = a.cache.resolve();
-  a.spec.scores.clear();
-  for (const auto& s : a.scores) a.spec.scores.push_back(parse_score_source(s));
-  a.spec.importances.clear();
-  for (const auto& s : a.importances) a.spec.importances.push_back(parse_importance(s));
+  a.spec.axes.clear();
+  for (const auto& [name, values] : a.plural) {
+    if (!values.empty()) a.spec.axes.push_back({name, values});
+  }
+  for (const std::string& axis : a.axes) {
+    const size_t eq = axis.find('=');
+    require(eq != std::string::npos && eq > 0, "--axis", axis, "expected NAME=V1,V2,... (a parameter name)");
+    SweepAxis parsed{axis.substr(0, eq), {}};
+    std::stringstream in(axis.substr(eq + 1));
+    for (std::string item; std::getline(in, item, ',');) parsed.values.push_back(item);
+    a.spec.axes.push_back(std::move(parsed));
+  }
   const std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
   const Model model = Model::load(a.model.model_path);
   auto pool = a.model.make_pool();
@@ -110,16 +139,20 @@ void register_sweep(CLI::App& app) {
   add_text_eval_options(*cmd, args->model, args->text);
   cmd->add_option("--methods", s.methods, "method ids")->delimiter(',')->capture_default_str();
   cmd->add_option("--budgets", s.budgets, "average budgets")->delimiter(',')->capture_default_str();
-  cmd->add_option("--strengths", s.strengths, "squeeze strengths; default: the single cache option")->delimiter(',');
-  cmd->add_option("--scores", args->scores, "score sources: key-proxy, attention; default: the single cache option")->delimiter(',');
-  cmd->add_option("--importances", args->importances, "squeeze importances: key-dispersion, hidden-cosine; default: the single cache option")->delimiter(',');
-  cmd->add_option("--fractions", s.fractions, "squeeze fractions (hidden-cosine); default: the single cache option")->delimiter(',');
-  cmd->add_option("--recents", s.recents, "recent-window shares (cumulative policies); default: the single cache option")->delimiter(',');
-  cmd->add_option("--decays", s.decays, "score decays (cumulative policies); default: the single cache option")->delimiter(',');
+  // One list option per sweepable parameter, named by its flag in the plural (--strengths,
+  // --scores, --chunk-sizes, ...); any parameter also through --axis.
+  for (const ParamSpec* spec : all_params()) {
+    const std::string flag = spec->cli_flag();
+    if (!reported(*spec) || !spec->on_command_line || spec->name == "budget" || flag.back() == 's') continue;
+    cmd->add_option(flag + "s", args->plural[std::string(spec->name)],
+                    std::string(spec->name) + " values to sweep, where the method reads it; default: the single cache option")
+        ->delimiter(',')->group("Sweep axes");
+  }
+  cmd->add_option("--axis", args->axes, "any parameter's values: NAME=V1,V2,... (repeatable)")->group("Sweep axes");
   cmd->add_option("--json", args->json_path, "write every result, per-layer values included, to this JSON file");
   cmd->add_option("--csv", args->csv_path, "write one row per configuration to this CSV file");
-  args->cache.score = "attention";  // the engine feeds real attention back
-  add_cache_options(*cmd, args->cache, /*with_budget=*/false, /*with_strength=*/false);
+  args->cache.command_defaults["score"] = "attention";  // the engine feeds real attention back
+  add_cache_options(*cmd, args->cache, {"budget"});
   cmd->callback([args] { run(*args); });
 }
 

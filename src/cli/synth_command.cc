@@ -17,6 +17,7 @@ namespace {
 
 struct SynthArgs {
   CacheOptions cache;
+  int head_dim = KVCacheConfig{}.head_dim;
   SynthOptions synth;
   bool json = false;
   std::string out;
@@ -38,7 +39,7 @@ nlohmann::json to_json(const SynthResult& r) {
 }
 
 void run(SynthArgs& a) {
-  a.synth.base = a.cache.resolve();
+  a.synth.base = a.cache.resolve({{"head_dim", std::to_string(a.head_dim)}});
   const auto start = std::chrono::steady_clock::now();
   std::vector<SynthResult> results;
   {
@@ -88,13 +89,13 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--budget", s.budgets, "average budgets, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--strength", s.strengths, "squeeze strengths, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--heads", s.kv_heads, "KV heads per layer")->capture_default_str();
-  cmd->add_option("--head-dim", args->cache.config.head_dim, "head dimension")->capture_default_str();
+  cmd->add_option("--head-dim", args->head_dim, "head dimension")->capture_default_str();
   cmd->add_option("--decode", s.decode_tokens, "tokens decoded per layer after the prompt")->capture_default_str();
   cmd->add_option("-t,--threads", s.threads, "configurations run in parallel")->capture_default_str();
   cmd->add_option("--seed", s.seed, "random seed of the mock keys")->capture_default_str();
   cmd->add_flag("--json", args->json, "print JSON instead of the table");
   cmd->add_option("--out", args->out, "also write the JSON to this file");
-  add_cache_options(*cmd, args->cache, /*with_budget=*/false, /*with_strength=*/false);
+  add_cache_options(*cmd, args->cache, {"budget", "strength"});  // both are lists here
   cmd->callback([args] { run(*args); });
 }
 

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/alloc/concentration.h"
 #include "squeezekv/core/coordinator.h"
 #include "squeezekv/core/errors.h"
 
@@ -45,8 +44,9 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   const size_t n = rows_.heads.size() * size_t(n_tokens) * size_t(dim);
   check_finite(keys, n, "keys");
   check_finite(values, n, "values");
-  if (!first_update_done_) {
-    concentration_ = concentration_score(keys, n_heads(), n_tokens, dim);
+  // A measuring allocator that reads keys measures the first update; nothing else is computed.
+  if (!first_update_done_ && coordinator_ && coordinator_->allocator().source() == MeasureSource::keys) {
+    concentration_ = coordinator_->allocator().measure_keys(keys, n_heads(), n_tokens, dim);
   }
   // Until the budget is final the layer keeps everything, so it grows without a cap; after that
   // its slots stop at budget + 1 (room for one append before the eviction).
@@ -81,7 +81,7 @@ void LayerCache::end_update() {
   if (!first_update_done_) {
     first_update_done_ = true;
     if (!explicit_prompt_) prompt_pending_ = true;
-    if (coordinator_ && coordinator_->allocator().measures() == Importance::key_dispersion) {
+    if (coordinator_ && coordinator_->allocator().source() == MeasureSource::keys) {
       coordinator_->report(layer_index_, concentration_);  // may publish every layer's budget
     }
   }

@@ -1,7 +1,7 @@
 #include "squeezekv/core/model_cache.h"
 
 #include "squeezekv/core/errors.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 
@@ -9,10 +9,9 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
     : config_(config) {
   config.validate();
   require(n_layers >= 1, "n_layers", n_layers, "must be at least 1");
-  const std::string policy = resolved_policy(config);
-  std::shared_ptr<const BudgetAllocator> allocator = make_allocator(resolved_allocator(config), config);
+  std::shared_ptr<const BudgetAllocator> allocator = make_allocator(config);
   std::vector<int> budgets;
-  if (allocator->measures()) {
+  if (allocator->source() != MeasureSource::none) {
     coordinator_ = std::make_unique<BudgetCoordinator>(n_layers, allocator);
     budgets.assign(size_t(n_layers), config.budget);  // the fallback until the schedule is final
   } else {
@@ -21,8 +20,7 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
   for (int i = 0; i < n_layers; ++i) {
     layers_.push_back(std::make_unique<LayerCache>(config, i, n_kv_heads, n_batch,
                                                    budgets[size_t(i)],
-                                                   make_token_policy(policy, config),
-                                                   coordinator_.get()));
+                                                   make_token_policy(config), coordinator_.get()));
   }
 }
 
@@ -65,10 +63,8 @@ double ModelCache::compression_ratio() const {
 std::unique_ptr<LayerCache> KVCacheFactory::create(const KVCacheConfig& config, int n_kv_heads,
                                                    int n_batch) {
   config.validate();
-  const std::string policy = resolved_policy(config);
-  const int budget = policy == "full" ? kUnbounded : config.resolved_budget.value_or(config.budget);
-  return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, budget,
-                                      make_token_policy(policy, config), nullptr);
+  const int budget = resolved_policy(config) == "full" ? kUnbounded : config.resolved_budget.value_or(config.budget);
+  return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, budget, make_token_policy(config), nullptr);
 }
 
 std::unique_ptr<ModelCache> KVCacheBuilder::for_model(int n_layers, const KVCacheConfig& config,

@@ -89,12 +89,11 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   for (int t = 0; t < n; ++t) model_.embed(tokens[size_t(t)], x_.data() + size_t(t) * dim);
   for (int t = 0; t < n; ++t) rope_cache(pos0 + t, c.n_rot, c.rope_base, rope_.data() + size_t(t) * size_t(c.n_rot));
 
-  // The paper's importance is measured on the first update of a cache whose allocator asks for
-  // it (like the key dispersion), so the prompt is held whole for one prefill chunk at most.
+  // An allocator that reads the residual stream measures the cache's first update (as one that
+  // reads keys does), so the prompt is held whole for one prefill chunk at most.
   BudgetCoordinator* coordinator = cache.coordinator();
-  const bool measure = coordinator && coordinator->allocator().measures() == Importance::hidden_cosine &&
+  const bool measure = coordinator && coordinator->allocator().source() == MeasureSource::residual &&
                        !coordinator->is_final() && !coordinator->reported(0);
-  if (measure) cos_mean_.assign(size_t(c.n_layers), 0.0);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
     if (observer_ || measure) std::copy(x_.begin(), x_.begin() + long(size_t(n) * dim), before_.begin());
@@ -126,14 +125,8 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     matmul(w.wo, att_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
     if (observer_) observer_(l, before_.data(), x_.data(), n, c.dim);
-    if (measure) {
-      for (int t = 0; t < n; ++t) {
-        const float* a = before_.data() + size_t(t) * dim;
-        const float* b = x_.data() + size_t(t) * dim;
-        const double ab = dot(a, b, c.dim), aa = dot(a, a, c.dim), bb = dot(b, b, c.dim);
-        cos_mean_[size_t(l)] += ab / (std::sqrt(aa * bb) + 1e-12) / n;
-      }
-      coordinator->report(l, cos_mean_[size_t(l)]);  // the last layer's report publishes the schedule
+    if (measure) {  // the last layer's report publishes the schedule
+      coordinator->report(l, coordinator->allocator().measure_residual(before_.data(), x_.data(), n, c.dim));
     }
 
     rms_rows(x_.data(), w.ffn_norm, n, c.norm_eps, xb_.data());

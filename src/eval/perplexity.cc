@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "squeezekv/core/errors.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 namespace {

@@ -8,9 +8,10 @@
 #include <random>
 #include <thread>
 
+#include "squeezekv/alloc/concentration.h"
 #include "squeezekv/core/errors.h"
 #include "squeezekv/core/model_cache.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 namespace {
@@ -38,7 +39,7 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point,
                       const std::vector<float>& pool) {
   KVCacheConfig config = options.base;
   config.budget = point.budget;
-  config.strength = point.strength;
+  config.set("strength", point.strength);
   const int dim = config.head_dim, heads = options.kv_heads, L = point.layers;
   auto model = KVCacheBuilder::for_model(L, config, heads);
 
@@ -65,11 +66,13 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point,
     make(l);
     decode_keys[size_t(l)].assign(keys.begin() + long(prompt), keys.end());
     decode_values[size_t(l)].assign(values.begin() + long(prompt), values.end());
+    // The harness reports its keys' concentration for every method (the squeeze allocator
+    // measures the same on its own).
+    concentrations.push_back(concentration_score(keys.data(), heads, point.seq_len, dim));
     const auto start = std::chrono::steady_clock::now();
     model->layer(l).update(keys.data(), values.data(), point.seq_len);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  for (int l = 0; l < L; ++l) concentrations.push_back(model->layer(l).concentration());
   schedule = model->budgets();
   for (int t = 0; t < options.decode_tokens; ++t) {
     for (int l = 0; l < L; ++l) {
@@ -106,7 +109,7 @@ std::vector<SynthResult> run_synth(const SynthOptions& options,
   for (int l : options.layers) require(l >= 1, "layers", l, "must be at least 1");
   for (int s : options.seq_lens) require(s >= 1, "seq_len", s, "must be at least 1");
   const bool squeeze = resolved_allocator(options.base) == "squeeze";
-  const std::vector<double> strengths = squeeze ? options.strengths : std::vector<double>{options.base.strength};
+  const std::vector<double> strengths = squeeze ? options.strengths : std::vector<double>{options.base.get_real("strength")};
   std::vector<GridPoint> grid;
   for (int l : options.layers) {
     for (int s : options.seq_lens) {
@@ -114,7 +117,7 @@ std::vector<SynthResult> run_synth(const SynthOptions& options,
         for (double st : strengths) {
           KVCacheConfig check = options.base;
           check.budget = b;
-          check.strength = st;
+          check.set("strength", st);
           check.validate();  // fail before running anything
           grid.push_back({l, s, b, st});
         }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "policy/cumulative_policy.h"
-#include "policy/policies.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 namespace {
@@ -16,7 +16,7 @@ namespace {
 class ChunkedPolicy final : public CumulativePolicy {
  public:
   explicit ChunkedPolicy(const KVCacheConfig& config)
-      : CumulativePolicy(config), chunk_size_(config.chunk_size) {}
+      : CumulativePolicy(config), chunk_size_(config.get_int("chunk_size")) {}
   std::string_view name() const override { return "chunked"; }
 
   void evict(LayerRows& layer, int budget) override {
@@ -69,13 +69,19 @@ class ChunkedPolicy final : public CumulativePolicy {
 
   std::vector<std::pair<int64_t, int>> rows_;  // (chunk index, slot) of the live rows
   std::vector<Chunk> chunks_;                  // evictable chunks
-  int chunk_size_;
+  int64_t chunk_size_;
+};
+
+const ParamSpec kParams[] = {
+    {"chunk_size", ParamKind::integer, "8", "chunkkv: positions per evicted chunk (1 = h2o)", 1, double(1 << 30),
+     false, {}, {}, true, false, {}, /*label=*/"chunk"},
 };
 
 }  // namespace
 
-std::unique_ptr<TokenPolicy> make_chunked_policy(const KVCacheConfig& config) {
-  return std::make_unique<ChunkedPolicy>(config);
-}
+extern const PolicyInfo chunked_policy_info = {
+    "chunked", "cumulative score, evicting whole chunks of consecutive positions", kParams,
+    kCumulativeReads, /*scores_rows=*/true,
+    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<ChunkedPolicy>(c); }};
 
 }  // namespace squeezekv

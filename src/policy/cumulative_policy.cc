@@ -1,6 +1,13 @@
 #include "policy/cumulative_policy.h"
 
+#include "squeezekv/methods/registry.h"
+
 namespace squeezekv {
+
+extern const PolicyInfo cumulative_policy_info = {
+    "cumulative", "evict the lowest cumulative attention score (H2O heavy hitters)", {},
+    kCumulativeReads, /*scores_rows=*/true,
+    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<CumulativePolicy>(c); }};
 
 void CumulativePolicy::score_keys(LayerRows& layer, const UpdateRows& update) {
   if (source_ == ScoreSource::key_proxy) accumulate_key_proxy(layer, update, decay_, scratch_);

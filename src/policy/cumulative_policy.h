@@ -8,6 +8,9 @@
 
 namespace squeezekv {
 
+// The cache fields a cumulative policy reads (its subclasses too).
+inline constexpr std::string_view kCumulativeReads[] = {"n_sink", "recent", "decay", "score"};
+
 class CumulativePolicy : public TokenPolicy {
  public:
   explicit CumulativePolicy(const KVCacheConfig& config)

@@ -1,5 +1,6 @@
 // The unevicted baseline: every row is kept.
-#include "policy/policies.h"
+#include "squeezekv/methods/registry.h"
+#include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {
 namespace {
@@ -13,6 +14,8 @@ class FullPolicy final : public TokenPolicy {
 
 }  // namespace
 
-std::unique_ptr<TokenPolicy> make_full_policy() { return std::make_unique<FullPolicy>(); }
+extern const PolicyInfo full_policy_info = {
+    "full", "keep every row", {}, {}, /*scores_rows=*/false,
+    [](const KVCacheConfig&) -> std::unique_ptr<TokenPolicy> { return std::make_unique<FullPolicy>(); }};
 
 }  // namespace squeezekv

@@ -8,7 +8,9 @@
 #include <deque>
 
 #include "policy/eviction.h"
-#include "policy/policies.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/methods/registry.h"
+#include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {
 namespace {
@@ -16,7 +18,7 @@ namespace {
 class SnapKVPolicy final : public TokenPolicy {
  public:
   explicit SnapKVPolicy(const KVCacheConfig& config)
-      : n_sink_(config.n_sink), window_(config.window), kernel_(config.kernel),
+      : n_sink_(config.n_sink), window_(int(config.get_int("window"))), kernel_(int(config.get_int("kernel"))),
         source_(config.score) {}
   std::string_view name() const override { return "snapkv"; }
   bool bounded() const override { return false; }
@@ -118,10 +120,27 @@ class SnapKVPolicy final : public TokenPolicy {
   std::vector<std::deque<std::vector<float>>> observed_;  // per head: the latest query rows
 };
 
+void require_odd(const ParamSpec& spec, const ParamValue& value) {
+  if (const auto* v = std::get_if<int64_t>(&value)) require(*v % 2 == 1, spec.name, *v, "must be an odd number >= 1");
+}
+
+const ParamSpec kParams[] = {
+    {"window", ParamKind::integer, "32", "snapkv: observation window (last prompt queries), < budget", 1, double(1 << 30)},
+    {"kernel", ParamKind::integer, "5", "snapkv: average-pool width (odd)", 1, 1023, false, {}, {}, true,
+     false, require_odd},
+};
+
+constexpr std::string_view kSnapReads[] = {"n_sink", "score"};
+
 }  // namespace
 
-std::unique_ptr<TokenPolicy> make_snapkv_policy(const KVCacheConfig& config) {
-  return std::make_unique<SnapKVPolicy>(config);
-}
+extern const PolicyInfo snapkv_policy_info = {
+    "snapkv", "observation window, once at the end of the prompt", kParams, kSnapReads,
+    /*scores_rows=*/true,
+    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<SnapKVPolicy>(c); },
+    [](const KVCacheConfig& c) {
+      const int64_t window = c.get_int("window");
+      require(window < c.budget, "window", window, "must be smaller than budget = " + std::to_string(c.budget));
+    }};
 
 }  // namespace squeezekv

@@ -1,7 +1,8 @@
 // Position-only policies. streaming (StreamingLLM, Xiao et al. 2024, arXiv:2309.17453): the first
 // n_sink tokens ever seen plus the most recent budget - n_sink. window: the most recent budget rows.
 #include "policy/eviction.h"
-#include "policy/policies.h"
+#include "squeezekv/methods/registry.h"
+#include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {
 namespace {
@@ -21,10 +22,20 @@ class StreamingPolicy final : public TokenPolicy {
   bool sinks_;
 };
 
+constexpr std::string_view kStreamingReads[] = {"n_sink"};
+
 }  // namespace
 
-std::unique_ptr<TokenPolicy> make_streaming_policy(const KVCacheConfig& config, bool sinks) {
-  return std::make_unique<StreamingPolicy>(config.n_sink, sinks);
-}
+extern const PolicyInfo streaming_policy_info = {
+    "streaming", "the first n_sink tokens ever seen and the most recent rows", {}, kStreamingReads,
+    /*scores_rows=*/false, [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> {
+      return std::make_unique<StreamingPolicy>(c.n_sink, true);
+    }};
+
+extern const PolicyInfo window_policy_info = {
+    "window", "the most recent rows", {}, {}, /*scores_rows=*/false,
+    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> {
+      return std::make_unique<StreamingPolicy>(c.n_sink, false);
+    }};
 
 }  // namespace squeezekv

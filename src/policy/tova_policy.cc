@@ -6,7 +6,8 @@
 #include <cmath>
 
 #include "policy/eviction.h"
-#include "policy/policies.h"
+#include "squeezekv/methods/registry.h"
+#include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {
 namespace {
@@ -73,10 +74,12 @@ class TovaPolicy final : public TokenPolicy {
   std::vector<int> candidates_, chosen_;  // eviction scratch, reused every step
 };
 
+constexpr std::string_view kTovaReads[] = {"n_sink", "score"};
+
 }  // namespace
 
-std::unique_ptr<TokenPolicy> make_tova_policy(const KVCacheConfig& config) {
-  return std::make_unique<TovaPolicy>(config);
-}
+extern const PolicyInfo tova_policy_info = {
+    "tova", "the newest query's attention, one choice per layer", {}, kTovaReads, /*scores_rows=*/true,
+    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<TovaPolicy>(c); }};
 
 }  // namespace squeezekv

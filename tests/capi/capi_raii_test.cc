@@ -8,11 +8,11 @@
 namespace {
 
 TEST(CapiRaii, CacheAndModelHandlesOwnThemselves) {
-  squeezekv_cache_params p = squeezekv_cache_default_params();
-  p.method = "pyramidkv";
-  p.head_dim = 16;
-  p.budget = 512;
-  squeezekv::c::CachePtr cache(squeezekv_cache_init(&p, 12, 2, 1));
+  squeezekv::c::ParamsPtr p(squeezekv_cache_params_new());
+  ASSERT_EQ(squeezekv_cache_params_set(p.get(), "method", "pyramidkv"), SQUEEZEKV_STATUS_OK);
+  ASSERT_EQ(squeezekv_cache_params_set_int(p.get(), "head_dim", 16), SQUEEZEKV_STATUS_OK);
+  ASSERT_EQ(squeezekv_cache_params_set_int(p.get(), "budget", 512), SQUEEZEKV_STATUS_OK);
+  squeezekv::c::CachePtr cache(squeezekv_cache_init(p.get(), 12, 2, 1));
   ASSERT_NE(cache, nullptr) << squeezekv_last_error();
   EXPECT_EQ(squeezekv_cache_n_layers(cache.get()), 12);
   std::vector<int32_t> budgets(12);

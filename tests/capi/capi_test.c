@@ -52,26 +52,40 @@ static void capture_log(squeezekv_log_level level, const char* text, void* user_
 }
 
 static void test_defaults_and_status(void) {
-  squeezekv_cache_params p = squeezekv_cache_default_params();
-  CHECK(strcmp(p.method, "squeeze") == 0);
-  CHECK(p.head_dim == 128 && p.budget == 512 && p.n_sink == 4 && p.strength == 1.0);
-  CHECK(p.resolved_budget == -1 && p.kv_type == SQUEEZEKV_KV_TYPE_F16);
-  CHECK(squeezekv_cache_params_validate(&p) == SQUEEZEKV_STATUS_OK);
+  squeezekv_cache_params* p = squeezekv_cache_params_new();
+  char text[64];
+  CHECK(squeezekv_cache_params_get(p, "method", text, sizeof text) == 7 && strcmp(text, "squeeze") == 0);
+  CHECK(squeezekv_cache_params_get(p, "method", text, 4) == -8);
+  CHECK(squeezekv_cache_params_get(p, "budget", text, sizeof text) > 0 && strcmp(text, "512") == 0);
+  CHECK(squeezekv_cache_params_get(p, "strength", text, sizeof text) > 0 && strcmp(text, "1") == 0);
+  CHECK(squeezekv_cache_params_get(p, "resolved_budget", text, sizeof text) > 0 && strcmp(text, "none") == 0);
+  CHECK(squeezekv_cache_params_get(p, "kv_type", text, sizeof text) > 0 && strcmp(text, "f16") == 0);
+  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_OK);
 
   squeezekv_log_set(capture_log, NULL);
-  p.budget = 3;
-  CHECK(squeezekv_cache_params_validate(&p) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(squeezekv_cache_params_set_int(p, "budget", 3) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
   CHECK(strstr(squeezekv_last_error(), "budget = 3") != NULL);
   CHECK(captured_count == 1 && strcmp(captured, squeezekv_last_error()) == 0);
-  p = squeezekv_cache_default_params();
-  p.method = "nope";
-  CHECK(squeezekv_cache_params_validate(&p) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(squeezekv_cache_params_set(p, "budget", "512") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(p, "method", "nope") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
   CHECK(strstr(squeezekv_last_error(), "nope") != NULL);
-  p = squeezekv_cache_default_params();
-  p.score = (squeezekv_score)7;
-  CHECK(squeezekv_cache_params_validate(&p) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(squeezekv_cache_params_set(p, "method", "squeeze") == SQUEEZEKV_STATUS_OK);
+  /* A value out of range is refused at once, naming the parameter, and changes nothing. */
+  CHECK(squeezekv_cache_params_set(p, "score", "7") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
   CHECK(strstr(squeezekv_last_error(), "score = 7") != NULL);
+  CHECK(squeezekv_cache_params_set_double(p, "strength", 1.5) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "strength = 1.5") != NULL);
+  CHECK(squeezekv_cache_params_set(p, "chunk_size", "eight") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "chunk_size") != NULL);
+  CHECK(squeezekv_cache_params_set(p, "nonsense", "1") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "nonsense") != NULL);
+  CHECK(squeezekv_cache_params_get(p, "nonsense", text, sizeof text) == INT32_MIN);
+  CHECK(squeezekv_cache_params_get(p, "strength", text, sizeof text) > 0 && strcmp(text, "1") == 0);
+  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_OK);
   squeezekv_log_set(NULL, NULL);
+  squeezekv_cache_params_free(p);
 
   CHECK(strcmp(squeezekv_status_string(SQUEEZEKV_STATUS_OK), "ok") == 0);
   CHECK(strcmp(squeezekv_status_string(SQUEEZEKV_STATUS_FORMAT_ERROR), "format error") == 0);
@@ -80,6 +94,13 @@ static void test_defaults_and_status(void) {
   for (int32_t i = 0; i < squeezekv_method_count(); ++i) found += strcmp(squeezekv_method_id(i), "squeeze") == 0;
   CHECK(found == 1);
   CHECK(squeezekv_method_id(squeezekv_method_count()) == NULL);
+  found = 0;
+  for (int32_t i = 0; i < squeezekv_param_count(); ++i) {
+    found += strcmp(squeezekv_param_name(i), "chunk_size") == 0 && strcmp(squeezekv_param_default(i), "8") == 0;
+    CHECK(squeezekv_param_help(i) != NULL);
+  }
+  CHECK(found == 1);
+  CHECK(squeezekv_param_name(squeezekv_param_count()) == NULL);
 }
 
 static void test_allocators(void) {
@@ -108,10 +129,11 @@ static void test_allocators(void) {
  * schedule favours the broad first layer, sums to L * budget, and every layer keeps its budget. */
 static void test_model_cache_loop(void) {
   enum { L = 4, H = 2, D = 16, PREFILL = 96, BUDGET = 24 };
-  squeezekv_cache_params p = squeezekv_cache_default_params();
-  p.head_dim = D;
-  p.budget = BUDGET;
-  squeezekv_cache* cache = squeezekv_cache_init(&p, L, H, 1);
+  squeezekv_cache_params* p = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set_int(p, "head_dim", D) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set_int(p, "budget", BUDGET) == SQUEEZEKV_STATUS_OK);
+  squeezekv_cache* cache = squeezekv_cache_init(p, L, H, 1);
+  squeezekv_cache_params_free(p);
   CHECK(cache != NULL);
   if (!cache) return;
   CHECK(squeezekv_cache_n_layers(cache) == L && squeezekv_cache_n_heads(cache) == H);
@@ -184,12 +206,13 @@ static void test_model_cache_loop(void) {
 /* A lone h2o layer scored by attention the caller computes over the slots (the engine protocol). */
 static void test_lone_layer_attention(void) {
   enum { H = 1, D = 8, BUDGET = 10, MAX_SLOTS = 64 };
-  squeezekv_cache_params p = squeezekv_cache_default_params();
-  p.method = "h2o";
-  p.head_dim = D;
-  p.budget = BUDGET;
-  p.score = SQUEEZEKV_SCORE_ATTENTION;
-  squeezekv_cache* cache = squeezekv_cache_init_layer(&p, H, 1);
+  squeezekv_cache_params* p = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set(p, "method", "h2o") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set_int(p, "head_dim", D) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set_int(p, "budget", BUDGET) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(p, "score", "attention") == SQUEEZEKV_STATUS_OK);
+  squeezekv_cache* cache = squeezekv_cache_init_layer(p, H, 1);
+  squeezekv_cache_params_free(p);
   CHECK(cache != NULL);
   if (!cache) return;
   CHECK(squeezekv_cache_wants_attention(cache, 0));
@@ -223,14 +246,15 @@ static void test_lone_layer_attention(void) {
 
 static void test_errors(void) {
   squeezekv_log_set(capture_log, NULL);
-  squeezekv_cache_params p = squeezekv_cache_default_params();
-  p.head_dim = 4;
-  p.budget = 16;
-  CHECK(squeezekv_cache_init(&p, 0, 1, 1) == NULL);
+  squeezekv_cache_params* p = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set(p, "head_dim", "4") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(p, "budget", "16") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_init(p, 0, 1, 1) == NULL);
   CHECK(strstr(squeezekv_last_error(), "n_layers") != NULL);
   CHECK(squeezekv_cache_init(NULL, 2, 1, 1) == NULL);
   CHECK(strstr(squeezekv_last_error(), "params") != NULL);
-  squeezekv_cache* cache = squeezekv_cache_init(&p, 2, 1, 1);
+  squeezekv_cache* cache = squeezekv_cache_init(p, 2, 1, 1);
+  squeezekv_cache_params_free(p);
   float rows[4 * 4] = {0};
   CHECK(squeezekv_cache_update(cache, 2, rows, rows, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
   CHECK(strstr(squeezekv_last_error(), "layer = 2") != NULL);
@@ -267,9 +291,9 @@ static void test_engine(void) {
   CHECK(squeezekv_tokenize(model, "Once upon a time", -1, tokens, 256, true) == 5);
   CHECK(tokens[0] == 1 && tokens[1] == 403 && tokens[2] == 407 && tokens[3] == 261 && tokens[4] == 378);
 
-  squeezekv_cache_params full = squeezekv_cache_default_params();
-  full.method = "full";
-  squeezekv_cache* cache = squeezekv_cache_init_for_model(model, &full);
+  squeezekv_cache_params* full = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set(full, "method", "full") == SQUEEZEKV_STATUS_OK);
+  squeezekv_cache* cache = squeezekv_cache_init_for_model(model, full);
   CHECK(cache != NULL && squeezekv_cache_n_layers(cache) == 5);
   squeezekv_generate_params g = squeezekv_generate_default_params();
   g.n_predict = 8;
@@ -301,8 +325,9 @@ static void test_engine(void) {
       "a stick. Tom threw the stick and Max brought it back. They played until the sun went down.";
   const int32_t n = squeezekv_tokenize(model, passage, -1, tokens, 256, true);
   CHECK(n >= 128);
-  squeezekv_cache_params configs[2] = {full, squeezekv_cache_default_params()};
-  configs[1].budget = 16;
+  squeezekv_cache_params* small = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set_int(small, "budget", 16) == SQUEEZEKV_STATUS_OK);
+  const squeezekv_cache_params* configs[2] = {full, small};
   squeezekv_perplexity_params pp = squeezekv_perplexity_default_params();
   pp.n_ctx = 64;
   pp.max_chunks = 2;
@@ -314,6 +339,8 @@ static void test_engine(void) {
   CHECK(results[0].top1_agreement == 1.0 && fabs(results[0].mean_kl) < 1e-9);
   CHECK(results[1].peak_kept_bytes < results[1].peak_full_bytes);
   CHECK(results[1].mean_kl > 0.0);
+  squeezekv_cache_params_free(full);
+  squeezekv_cache_params_free(small);
   squeezekv_model_free(model);
 }
 

@@ -16,7 +16,7 @@ KVCacheConfig squeeze(int budget, double strength, int dim = 16) {
   c.method = "squeeze";
   c.budget = budget;
   c.n_sink = 4;
-  c.strength = strength;
+  c.set("strength", strength);
   c.head_dim = dim;
   return c;
 }

@@ -9,7 +9,7 @@
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/core/errors.h"
 #include "squeezekv/eval/sweep.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 namespace {
@@ -29,7 +29,7 @@ TEST(HiddenCosine, EngineValueEqualsAnIndependentComputationFromDumpedStates) {
   });
   KVCacheConfig config;
   config.method = "squeeze";
-  config.importance = Importance::hidden_cosine;
+  config.set("importance", "hidden-cosine");
   config.budget = 8;
   auto cache = engine.make_cache(config);
   const auto tokens = stories().tokenizer().encode("Once upon a time there was a big red dog. It liked to run.", true);
@@ -40,7 +40,7 @@ TEST(HiddenCosine, EngineValueEqualsAnIndependentComputationFromDumpedStates) {
   }
   engine.end_prompt(*cache);
   // Measured on the cache's first update: the first 5 tokens.
-  const std::vector<double>& measured = engine.prompt_hidden_cosine();
+  const std::vector<double> measured = cache->coordinator()->measurements();
   ASSERT_EQ(measured.size(), size_t(c.n_layers));
   const size_t first = 5;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -69,10 +69,10 @@ TEST(Sweep, ExpandsEachAxisOnlyWhereTheMethodReadsIt) {
   SweepSpec spec;
   spec.methods = {"full", "h2o", "squeeze", "streaming", "snapkv"};
   spec.budgets = {16, 64};
-  spec.strengths = {0.5, 1.0};
-  spec.scores = {ScoreSource::key_proxy, ScoreSource::attention};
-  spec.importances = {Importance::key_dispersion, Importance::hidden_cosine};
-  spec.fractions = {0.3, 0.6};
+  spec.axes = {{"strength", {"0.5", "1"}},
+               {"score", {"key-proxy", "attention"}},
+               {"importance", {"key-dispersion", "hidden-cosine"}},
+               {"squeeze_fraction", {"0.3", "0.6"}}};
   const std::vector<KVCacheConfig> configs = expand_sweep(spec);
   // full 1; h2o 2 budgets x 2 scores; squeeze 2 x 2 x (2 strengths + 2 x 2 fractions);
   // streaming 2; snapkv 2 x 2.
@@ -82,7 +82,7 @@ TEST(Sweep, ExpandsEachAxisOnlyWhereTheMethodReadsIt) {
     EXPECT_NO_THROW(c.validate());
     keys.insert(sweep_variant(c) + "/" + std::to_string(c.budget));
     if (c.method == "snapkv") {
-      EXPECT_LE(c.window, c.budget / 2);
+      EXPECT_LE(c.get_int("window"), c.budget / 2);
     }
   }
   EXPECT_EQ(keys.size(), configs.size());
@@ -95,8 +95,7 @@ TEST(Sweep, ExpandsEachAxisOnlyWhereTheMethodReadsIt) {
 TEST(SweepOnStories, FiguresAreSane) {
   SweepSpec spec;
   spec.budgets = {16, 48};
-  spec.scores = {ScoreSource::key_proxy, ScoreSource::attention};
-  spec.importances = {Importance::key_dispersion, Importance::hidden_cosine};
+  spec.axes = {{"score", {"key-proxy", "attention"}}, {"importance", {"key-dispersion", "hidden-cosine"}}};
   spec.base.kv_type = KVType::f32;
   const std::vector<KVCacheConfig> configs = expand_sweep(spec);
   static const std::vector<int32_t> tokens = tokenize_text_file(stories().tokenizer(), "../shared/data/tinystories_val.txt");

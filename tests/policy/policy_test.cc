@@ -8,7 +8,7 @@
 #include "core/mock_model.h"
 #include "squeezekv/core/errors.h"
 #include "squeezekv/core/model_cache.h"
-#include "squeezekv/methods/method_registry.h"
+#include "squeezekv/methods/registry.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -126,7 +126,7 @@ TEST(ChunkKV, EvictsWholeChunksByMeanScore) {
   KVCacheConfig c = method("chunkkv", 8, 0, 4);
   c.score = ScoreSource::attention;
   c.recent = 0.0;
-  c.chunk_size = 2;
+  c.set("chunk_size", 2);
   auto cache = KVCacheFactory::create(c);
   const std::vector<float> k(40, 1.0f), v(40, 1.0f);
   cache->begin_update(k.data(), v.data(), 10);
@@ -143,8 +143,8 @@ TEST(ChunkKV, EvictsWholeChunksByMeanScore) {
 TEST(SnapKV, KeepsTheWindowAndTheTopPooledRowsOnceThenAppends) {
   KVCacheConfig c = method("snapkv", 5, 0, 4);
   c.score = ScoreSource::attention;
-  c.window = 2;
-  c.kernel = 1;
+  c.set("window", 2);
+  c.set("kernel", 1);
   auto cache = KVCacheFactory::create(c);
   const std::vector<float> k(40, 1.0f), v(40, 1.0f);
   cache->begin_update(k.data(), v.data(), 10);
@@ -164,8 +164,8 @@ TEST(SnapKV, KeepsTheWindowAndTheTopPooledRowsOnceThenAppends) {
 TEST(SnapKV, PoolingSmoothsNeighbouringScores) {
   KVCacheConfig c = method("snapkv", 3, 0, 4);
   c.score = ScoreSource::attention;
-  c.window = 1;
-  c.kernel = 3;
+  c.set("window", 1);
+  c.set("kernel", 3);
   auto cache = KVCacheFactory::create(c);
   const std::vector<float> k(28, 1.0f), v(28, 1.0f);
   cache->begin_update(k.data(), v.data(), 7);
@@ -181,7 +181,7 @@ TEST(SnapKV, PoolingSmoothsNeighbouringScores) {
 
 TEST(SnapKV, ExplicitPromptWaitsForItsEnd) {
   KVCacheConfig c = method("snapkv", 6, 1, 8);
-  c.window = 2;
+  c.set("window", 2);
   auto model = KVCacheBuilder::for_model(1, c);
   model->begin_prompt();
   const auto k = test::normal(8 * 8, 1), v = test::normal(8 * 8, 2);
@@ -232,11 +232,11 @@ TEST(Equivalence, PyramidBetaOneChunkSizeOneAndSqueezeStrengthZeroEqualH2O) {
     run_random(*reference, 2, 16, 60, 25, seed);
     KVCacheConfig pyramid = h2o, chunk = h2o, squeeze = h2o;
     pyramid.method = "pyramidkv";
-    pyramid.beta = 1.0;
+    pyramid.set("beta", 1.0);
     chunk.method = "chunkkv";
-    chunk.chunk_size = 1;
+    chunk.set("chunk_size", 1);
     squeeze.method = "squeeze";
-    squeeze.strength = 0.0;
+    squeeze.set("strength", 0.0);
     for (const KVCacheConfig& c : {pyramid, chunk, squeeze}) {
       auto other = KVCacheBuilder::for_model(3, c, 2);
       run_random(*other, 2, 16, 60, 25, seed);
@@ -337,8 +337,8 @@ TEST(EveryMethod, RowsHeldSinksAndDeterminismOnRandomShapes) {
       for (uint64_t seed : {1u, 2u}) {
         KVCacheConfig c = method(std::string(m.id), 10 + int(seed * 7 % 13), 2, 4 + int(seed * 4));
         c.score = source;
-        c.window = 4;
-        c.chunk_size = 3;
+        c.set("window", 4);
+        c.set("chunk_size", 3);
         const int layers = 2 + int(seed % 3), heads = 1 + int(seed % 3);
         SCOPED_TRACE(std::string(m.id) + " " + to_string(source));
         const Trace a = run_property(c, layers, heads, 40, 12, seed);
@@ -355,8 +355,8 @@ TEST(EveryPolicy, ComposesWithEveryAllocatorWithExactKeptCounts) {
       KVCacheConfig c = method("h2o", 24, 2, 16);
       c.policy = policy;
       c.allocator = allocator;
-      c.window = 4;
-      c.chunk_size = 1;
+      c.set("window", 4);
+      c.set("chunk_size", 1);
       auto model = KVCacheBuilder::for_model(4, c, 2);
       run_random(*model, 2, 16, 100, 0, 3);
       SCOPED_TRACE(std::string(policy) + " x " + allocator);
@@ -377,16 +377,16 @@ TEST(Parameters, EachBadValueIsRejectedByName) {
     }
   };
   KVCacheConfig c = method("pyramidkv", 64, 4);
-  c.beta = 0.5;
+  c.params["beta"] = 0.5;  // bypasses set()'s own range check
   bad(c, "beta");
   c = method("chunkkv", 64, 4);
-  c.chunk_size = 0;
+  c.params["chunk_size"] = int64_t{0};
   bad(c, "chunk_size");
   c = method("snapkv", 64, 4);
-  c.window = 64;
+  c.set("window", 64);
   bad(c, "window");
   c = method("snapkv", 64, 4);
-  c.kernel = 4;
+  c.params["kernel"] = int64_t{4};
   bad(c, "kernel");
   bad(method("streaming", 3, 4), "budget");
   c = method("h2o", 64, 4);

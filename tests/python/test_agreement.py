@@ -38,21 +38,14 @@ def test_greedy_generation_matches_the_program():
     assert mine["kept_bytes"] == theirs["kv_kept_bytes"]
 
 
-class Params(ctypes.Structure):
-    _fields_ = [("method", ctypes.c_char_p), ("head_dim", ctypes.c_int32), ("budget", ctypes.c_int32),
-                ("n_sink", ctypes.c_int32), ("strength", ctypes.c_double), ("resolved_budget", ctypes.c_int32),
-                ("recent", ctypes.c_double), ("decay", ctypes.c_double), ("score", ctypes.c_int),
-                ("kv_type", ctypes.c_int), ("policy", ctypes.c_char_p), ("allocator", ctypes.c_char_p),
-                ("beta", ctypes.c_double), ("chunk_size", ctypes.c_int32), ("window", ctypes.c_int32),
-                ("kernel", ctypes.c_int32), ("importance", ctypes.c_int), ("squeeze_fraction", ctypes.c_double)]
-
-
 @pytest.mark.parametrize("method", ["squeeze", "pyramidkv", "tova", "chunkkv", "snapkv"])
 def test_rows_match_the_c_api(method):
     lib = ctypes.CDLL(str(artifact("SQUEEZEKV_SHARED_LIBRARY", "libsqueezekv.so")))
-    lib.squeezekv_cache_default_params.restype = Params
+    lib.squeezekv_cache_params_new.restype = ctypes.c_void_p
+    lib.squeezekv_cache_params_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    lib.squeezekv_cache_params_free.argtypes = [ctypes.c_void_p]
     lib.squeezekv_cache_init.restype = ctypes.c_void_p
-    lib.squeezekv_cache_init.argtypes = [ctypes.POINTER(Params), ctypes.c_int32, ctypes.c_int32, ctypes.c_int32]
+    lib.squeezekv_cache_init.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32]
     lib.squeezekv_cache_update.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_int32]
     lib.squeezekv_cache_fetch.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
@@ -62,9 +55,11 @@ def test_rows_match_the_c_api(method):
     lib.squeezekv_cache_free.argtypes = [ctypes.c_void_p]
 
     layers, heads, dim, budget = 4, 2, 16, 40
-    params = lib.squeezekv_cache_default_params()
-    params.method, params.head_dim, params.budget = method.encode(), dim, budget
-    native = lib.squeezekv_cache_init(ctypes.byref(params), layers, heads, 1)
+    params = lib.squeezekv_cache_params_new()
+    for name, value in (("method", method), ("head_dim", dim), ("budget", budget)):
+        assert lib.squeezekv_cache_params_set(params, name.encode(), str(value).encode()) == 0
+    native = lib.squeezekv_cache_init(params, layers, heads, 1)
+    lib.squeezekv_cache_params_free(params)
     assert native, "squeezekv_cache_init failed"
     config = squeezekv.KVCacheConfig(method=method, head_dim=dim, squeeze_budget=budget)
     caches = squeezekv.KVCacheBuilder.for_model(layers, config)

@@ -65,49 +65,39 @@ SQUEEZEKV_API const char* squeezekv_version(void);
 
 /* ---- cache configuration ---- */
 
-typedef enum squeezekv_score {
-  SQUEEZEKV_SCORE_KEY_PROXY = 0, /* each new key acts as the query (needs only K/V) */
-  SQUEEZEKV_SCORE_ATTENTION = 1, /* real attention fed back with squeezekv_cache_add_attention */
-} squeezekv_score;
+/* A cache configuration: every parameter of the registry (the method id, the fields every cache has
+ * and each policy's and allocator's own parameters), set by name. `squeezekv methods` and
+ * squeezekv_param_*() list them with their defaults and ranges. */
+typedef struct squeezekv_cache_params squeezekv_cache_params;
 
-typedef enum squeezekv_kv_type {
-  SQUEEZEKV_KV_TYPE_F16 = 0,
-  SQUEEZEKV_KV_TYPE_F32 = 1,
-} squeezekv_kv_type;
+/* A configuration holding every default (method "squeeze"). NULL only when out of memory. */
+SQUEEZEKV_API squeezekv_cache_params* squeezekv_cache_params_new(void);
+SQUEEZEKV_API squeezekv_cache_params* squeezekv_cache_params_copy(const squeezekv_cache_params* params);
+SQUEEZEKV_API void squeezekv_cache_params_free(squeezekv_cache_params* params);
 
-typedef enum squeezekv_importance {
-  SQUEEZEKV_IMPORTANCE_KEY_DISPERSION = 0, /* mean pairwise cosine of the keys (the seed's) */
-  SQUEEZEKV_IMPORTANCE_HIDDEN_COSINE = 1,  /* residual cosine, measured by the engine (paper's) */
-} squeezekv_importance;
+/* Sets one parameter from text ("8", "0.98", "attention"; "none" unsets an optional one), or from a
+ * number. The value is range-checked at once: SQUEEZEKV_STATUS_INVALID_ARGUMENT names the
+ * parameter (an unknown name too) and leaves the configuration unchanged. */
+SQUEEZEKV_API squeezekv_status squeezekv_cache_params_set(squeezekv_cache_params* params, const char* name,
+                                                        const char* value);
+SQUEEZEKV_API squeezekv_status squeezekv_cache_params_set_int(squeezekv_cache_params* params, const char* name,
+                                                            int64_t value);
+SQUEEZEKV_API squeezekv_status squeezekv_cache_params_set_double(squeezekv_cache_params* params,
+                                                               const char* name, double value);
+/* The parameter's value as text into buf (NUL-terminated); returns its length without the NUL, the
+ * negated length + 1 when `capacity` is too small, or INT32_MIN on an unknown name. */
+SQUEEZEKV_API int32_t squeezekv_cache_params_get(const squeezekv_cache_params* params, const char* name,
+                                                char* buf, int32_t capacity);
 
-/* The C++ KVCacheConfig. Strings are copied at init; NULL or "" means the default. */
-typedef struct squeezekv_cache_params {
-  const char* method;       /* method id: full, h2o, squeeze, pyramidkv, chunkkv, tova, streaming,
-                               window, snapkv (NULL = "squeeze") */
-  int32_t head_dim;         /* dimension of every key and value row */
-  int32_t budget;           /* average rows per layer and KV head (the seed's squeeze_budget) */
-  int32_t n_sink;           /* first positions never evicted; every budget is >= n_sink + 1 */
-  double strength;          /* squeeze: 0 = uniform (== h2o), 1 = full reallocation */
-  int32_t resolved_budget;  /* explicit budget for a lone cache (squeezekv_cache_init_layer);
-                               -1 = none, use budget */
-  double recent;            /* share of (budget - n_sink) kept as the newest rows, in [0, 1] */
-  double decay;             /* scores = decay * scores + a, in (0, 1]; 1 = off */
-  squeezekv_score score;
-  squeezekv_kv_type kv_type;
-  const char* policy;       /* override the method's token policy (NULL = the method's) */
-  const char* allocator;    /* override the method's layer allocator (NULL = the method's) */
-  double beta;              /* pyramidkv taper steepness, >= 1 */
-  int32_t chunk_size;       /* chunkkv positions per evicted chunk, >= 1 */
-  int32_t window;           /* snapkv observation window, < budget */
-  int32_t kernel;           /* snapkv pooling width, odd */
-  squeezekv_importance importance;
-  double squeeze_fraction;  /* hidden-cosine squeeze: budget share of the least important group */
-} squeezekv_cache_params;
-
-SQUEEZEKV_API squeezekv_cache_params squeezekv_cache_default_params(void);
-
-/* Checks the parameters without building anything. */
+/* Checks the parameters together (ranges and the rules between them) without building anything. */
 SQUEEZEKV_API squeezekv_status squeezekv_cache_params_validate(const squeezekv_cache_params* params);
+
+/* The registry's parameters, i in [0, squeezekv_param_count()): name, default as text (a method
+ * may override a component parameter's default), one line of help; NULL when out of range. */
+SQUEEZEKV_API int32_t squeezekv_param_count(void);
+SQUEEZEKV_API const char* squeezekv_param_name(int32_t i);
+SQUEEZEKV_API const char* squeezekv_param_default(int32_t i);
+SQUEEZEKV_API const char* squeezekv_param_help(int32_t i);
 
 /* Method ids known to the registry: i in [0, squeezekv_method_count()); NULL when out of range. */
 SQUEEZEKV_API int32_t squeezekv_method_count(void);
@@ -280,7 +270,7 @@ typedef struct squeezekv_perplexity_result {
 /* Perplexity of tokens (BOS first, as squeezekv_tokenize gives) under each of n_configs cache
  * configurations, all compared with one shared full-cache pass; results[n_configs] out. */
 SQUEEZEKV_API squeezekv_status squeezekv_perplexity(const squeezekv_model* model, const int32_t* tokens,
-                                                   int32_t n_tokens, const squeezekv_cache_params* configs,
+                                                   int32_t n_tokens, const squeezekv_cache_params* const* configs,
                                                    int32_t n_configs, const squeezekv_perplexity_params* params,
                                                    squeezekv_perplexity_result* results);
 

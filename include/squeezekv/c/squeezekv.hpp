@@ -8,6 +8,9 @@
 
 namespace squeezekv::c {
 
+struct ParamsDeleter {
+  void operator()(squeezekv_cache_params* params) const { squeezekv_cache_params_free(params); }
+};
 struct CacheDeleter {
   void operator()(squeezekv_cache* cache) const { squeezekv_cache_free(cache); }
 };
@@ -15,6 +18,7 @@ struct ModelDeleter {
   void operator()(squeezekv_model* model) const { squeezekv_model_free(model); }
 };
 
+using ParamsPtr = std::unique_ptr<squeezekv_cache_params, ParamsDeleter>;
 using CachePtr = std::unique_ptr<squeezekv_cache, CacheDeleter>;
 using ModelPtr = std::unique_ptr<squeezekv_model, ModelDeleter>;
 

@@ -1,34 +1,33 @@
-// KVCacheConfig: the seed's configuration surface (method id, head_dim, average budget, sinks,
-// strength, resolved budget) plus what squeezekv adds (recent window, decay, score source, K/V
-// storage type, the method parameters of the sibling policies and allocators).
+// KVCacheConfig: the configuration of one cache. The fields every cache has (the method id and the
+// reference library's names: head_dim, budget, n_sink, resolved_budget; plus the recent window,
+// decay, score source and K/V type) are members; the parameters of one token policy or one layer
+// allocator (chunk_size, beta, strength, ...) live in a typed map, described and validated by the
+// component that owns them (methods/registry.h). get/set by name reach both.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
+#include "squeezekv/core/param_spec.h"
 #include "squeezekv/ops/kv_rows.h"
 
 namespace squeezekv {
 
 // Where the cumulative-score policies get their per-row importance.
 enum class ScoreSource : uint8_t {
-  key_proxy,  // each new key acts as the query (needs only K/V; the seed's)
+  key_proxy,  // each new key acts as the query (needs only K/V; the reference library's)
   attention,  // real attention probabilities fed back by the engine (original H2O)
 };
 
-// What a data-driven allocator measures per layer during the prompt.
-enum class Importance : uint8_t {
-  key_dispersion,  // mean pairwise cosine of the layer's keys (the seed's proxy)
-  hidden_cosine,   // cosine between the residual stream before and after attention (the paper's)
-};
-
 struct KVCacheConfig {
-  std::string method = "squeeze";  // a registered method id (see method_registry.h)
+  std::string method = "squeeze";  // a registered method id (`squeezekv methods`)
   int head_dim = 128;              // must match every update's keys and values
   int budget = 512;                // average rows per layer and KV head (squeeze_budget)
   int n_sink = 4;                  // first positions never evicted; floor is n_sink + 1
-  double strength = 1.0;           // squeeze: 0 = uniform (== h2o), 1 = full reallocation
   std::optional<int> resolved_budget{};  // explicit per-layer budget for a lone cache
   // Defaults chosen from measurements (docs/results.md): without a recent window the cumulative
   // score freezes on the prompt; a slow decay lets scores follow the text.
@@ -41,22 +40,34 @@ struct KVCacheConfig {
   std::string policy{};     // "" = the method's token policy
   std::string allocator{};  // "" = the method's layer allocator
 
-  double beta = 2.0;     // pyramidkv: taper steepness, >= 1 (1 = uniform)
-  int chunk_size = 8;    // chunkkv: positions per evicted chunk, >= 1 (1 = h2o)
-  int window = 32;       // snapkv: observation window (last prompt queries), < budget
-  int kernel = 5;        // snapkv: 1-D average-pool width, odd, >= 1
-  Importance importance = Importance::key_dispersion;  // squeeze allocator's measurement
-  double squeeze_fraction = 0.6;  // hidden-cosine squeeze: budget share of the least important group
+  // Component parameters set explicitly (by name); the rest read their registered defaults.
+  std::map<std::string, ParamValue, std::less<>> params{};
 
-  // Throws InvalidArgument naming the first bad field and its value.
+  // By name, for every registered parameter (fields and component parameters alike). set checks
+  // the value against the parameter's range and throws InvalidArgument naming it.
+  void set(std::string_view name, std::string_view text);
+  void set(std::string_view name, const std::string& text) { set(name, std::string_view(text)); }
+  void set(std::string_view name, const char* text) { set(name, std::string_view(text)); }
+  void set(std::string_view name, const ParamValue& value);
+  void set(std::string_view name, double value) { set(name, ParamValue(value)); }
+  template <typename T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  void set(std::string_view name, T value) {
+    set(name, ParamValue(int64_t(value)));
+  }
+  ParamValue get(std::string_view name) const;
+  int64_t get_int(std::string_view name) const;
+  double get_real(std::string_view name) const;
+  std::string get_text(std::string_view name) const;  // any kind, formatted
+
+  // Throws InvalidArgument naming the first bad field and its value: the cache's own fields, then
+  // each component's parameters and rules (registry.h).
   void validate() const;
 };
 
 std::string to_string(ScoreSource source);
-std::string to_string(Importance importance);
 std::string to_string(KVType type);
 ScoreSource parse_score_source(const std::string& text);  // "key-proxy" | "attention"
-Importance parse_importance(const std::string& text);     // "key-dispersion" | "hidden-cosine"
 KVType parse_kv_type(const std::string& text);            // "f16" | "f32"
 
 }  // namespace squeezekv

@@ -72,6 +72,8 @@ class LayerCache {
   int layer_index() const { return layer_index_; }
   int layer_budget() const { return budget_; }
   bool budget_final() const { return budget_final_; }
+  // The key measurement of a measuring allocator that reads keys (the squeeze allocator's key
+  // concentration); 0 when the layer's allocator measures nothing from keys.
   double concentration() const { return concentration_; }
   int64_t tokens_seen() const { return rows_.tokens_seen; }
   int tokens_kept() const;          // rows held by the fullest head

@@ -40,11 +40,9 @@ class Engine {
   void begin_prompt(ModelCache& cache);
   void end_prompt(ModelCache& cache);
 
-  // When the cache's allocator measures the hidden-state cosine (the paper's importance), the
-  // engine measures it on the cache's first update and reports it to the coordinator: per layer,
-  // the mean over that update's tokens of cos(residual entering the layer, residual after the
-  // attention add). These are the last values measured.
-  const std::vector<double>& prompt_hidden_cosine() const { return cos_mean_; }
+  // When the cache's allocator reads the residual stream (MeasureSource::residual), the engine
+  // hands it the residual entering each layer and after its attention add on the cache's first
+  // update, and reports what it measures to the coordinator (coordinator()->measurements()).
 
   void set_residual_observer(ResidualObserver observer) { observer_ = std::move(observer); }
   const Model& model() const { return model_; }
@@ -60,7 +58,6 @@ class Engine {
   const Model& model_;
   ThreadPool* pool_;
   ResidualObserver observer_;
-  std::vector<double> cos_mean_;
   int capacity_ = 0;
   // Activations, [n, ...] row-major.
   std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, before_;

@@ -1,9 +1,9 @@
 // TokenPolicy: which rows a layer keeps, given its budget — one axis of every eviction method
-// (semantics.md section 1). The allocator across layers is the other axis (alloc/).
+// (docs/semantics.md, section 2). The allocator across layers is the other axis (alloc/).
 //
 // A policy scores rows (from the update's keys or from attention fed back by the engine) and
 // evicts; the eviction loop itself (sinks, recent window, ties to the oldest) is written once in
-// evict_lowest.h. One file per policy.
+// src/policy/eviction.h. One file per policy, each with its registry entry (methods/registry.h).
 #pragma once
 
 #include <memory>
@@ -39,9 +39,5 @@ class TokenPolicy {
   // Forget per-sequence state (the rows themselves are cleared by the cache).
   virtual void reset() {}
 };
-
-// Policy names: full, cumulative, chunked, tova, streaming, window, snapkv.
-std::unique_ptr<TokenPolicy> make_token_policy(std::string_view name, const KVCacheConfig& config);
-bool is_token_policy(std::string_view name);
 
 }  // namespace squeezekv

@@ -1,0 +1,97 @@
+// The registry: every token policy, layer allocator and method id, each described once by the file
+// that implements it (its parameters with defaults and ranges, its validation, its factory). The
+// command line, the C API, Python, the sweep and `squeezekv methods` walk these lists; no other
+// list of names or defaults exists.
+//
+// Adding a policy: one file in src/policy/ that defines `const PolicyInfo <id>_policy_info` and
+// one line in src/policy/registered_policies.h. Allocators likewise in src/alloc/.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/core/param_spec.h"
+
+namespace squeezekv {
+
+class TokenPolicy;
+class BudgetAllocator;
+
+struct PolicyInfo {
+  std::string_view id;
+  std::string_view summary;
+  std::span<const ParamSpec> params;          // the parameters it owns
+  std::span<const std::string_view> reads;    // the cache fields it reads besides the budget
+  bool scores_rows;                           // reads `score`: may want attention fed back
+  std::unique_ptr<TokenPolicy> (*make)(const KVCacheConfig& config);
+  void (*validate)(const KVCacheConfig& config) = nullptr;  // rules across parameters
+};
+
+struct AllocatorInfo {
+  std::string_view id;
+  std::string_view summary;
+  std::span<const ParamSpec> params;
+  std::span<const std::string_view> reads;
+  std::string_view measures;  // what it measures during the prompt ("" = nothing)
+  std::unique_ptr<BudgetAllocator> (*make)(const KVCacheConfig& config);
+  void (*validate)(const KVCacheConfig& config) = nullptr;
+  // Whether one of its own parameters matters under this config (null = all of them always).
+  bool (*uses)(const KVCacheConfig& config, std::string_view param) = nullptr;
+};
+
+// A parameter value a method sets unless the caller sets it (component parameters only).
+struct ParamOverride {
+  std::string_view name;
+  std::string_view value;
+};
+
+struct MethodInfo {
+  std::string_view id;
+  std::string_view policy;
+  std::string_view allocator;
+  std::string_view summary;      // one line
+  std::string_view when_to_use;  // the reference library's "when to use it" line
+  std::span<const ParamOverride> overrides = {};
+};
+
+std::span<const PolicyInfo* const> all_policies();
+std::span<const AllocatorInfo* const> all_allocators();
+std::span<const MethodInfo> all_methods();
+
+// Throw InvalidArgument naming the id and listing the known ones.
+const PolicyInfo& find_policy(std::string_view id);
+const AllocatorInfo& find_allocator(std::string_view id);
+const MethodInfo& find_method(std::string_view id);
+
+// The cache's own fields (method, head_dim, budget, n_sink, ...) as parameters.
+std::span<const ParamSpec> cache_params();
+// Every parameter once: the cache's fields, then each policy's and each allocator's.
+std::vector<const ParamSpec*> all_params();
+// The spec of a parameter by name; null when unknown.
+const ParamSpec* find_param(std::string_view name);
+// Throws InvalidArgument naming the unknown parameter.
+const ParamSpec& require_param(std::string_view name);
+// The components that own a parameter ("policy chunked", "allocator pyramid"; "cache" for fields).
+std::vector<std::string> param_owners(std::string_view name);
+
+// The policy and allocator a config resolves to (its overrides, else the method's preset).
+const PolicyInfo& resolved_policy_info(const KVCacheConfig& config);
+const AllocatorInfo& resolved_allocator_info(const KVCacheConfig& config);
+std::string resolved_policy(const KVCacheConfig& config);
+std::string resolved_allocator(const KVCacheConfig& config);
+
+// Whether the config's policy or allocator reads the parameter (fields or component parameters).
+bool reads_param(const KVCacheConfig& config, std::string_view name);
+// The parameters a method reads, in registry order (budget first unless it keeps every row).
+std::vector<const ParamSpec*> method_params(const MethodInfo& method);
+// The default a method gives a parameter: its override, else the spec's default.
+std::string method_default(const MethodInfo& method, const ParamSpec& spec);
+
+std::unique_ptr<TokenPolicy> make_token_policy(const KVCacheConfig& config);
+std::unique_ptr<BudgetAllocator> make_allocator(const KVCacheConfig& config);
+
+}  // namespace squeezekv

@@ -1,0 +1,41 @@
+// The method ids of the reference library's table (and ours) as presets of (token policy, layer
+// allocator, parameter overrides).
+#include <array>
+
+#include "squeezekv/methods/registry.h"
+
+namespace squeezekv {
+namespace {
+
+constexpr std::array<MethodInfo, 9> kMethods = {{
+    {"full", "full", "none", "keep every row (the unevicted baseline)",
+     "Reference quality; memory grows with the context"},
+    {"h2o", "cumulative", "uniform",
+     "heavy hitters: evict the lowest cumulative attention score, uniform budget",
+     "Constant-memory, cumulative-importance eviction, uniform budget"},
+    {"squeeze", "cumulative", "squeeze",
+     "SqueezeAttention: h2o eviction with per-layer budgets measured from the prompt",
+     "Constant-memory, importance eviction with a data-driven depth-adaptive budget"},
+    {"pyramidkv", "cumulative", "pyramid",
+     "h2o eviction with a fixed linear taper of budgets over depth",
+     "Constant-memory, importance eviction with a fixed depth-adaptive budget"},
+    {"chunkkv", "chunked", "uniform",
+     "h2o scores, evicting whole chunks of consecutive positions",
+     "Importance eviction that keeps contiguous spans (phrases) together"},
+    {"tova", "tova", "uniform",
+     "evict the row the newest query attends least (one choice per layer)",
+     "Constant-memory, current-step-importance eviction (reactive)"},
+    {"streaming", "streaming", "uniform", "StreamingLLM: attention sinks plus the most recent rows",
+     "Constant-memory, position-based eviction"},
+    {"window", "window", "uniform", "sliding window: the most recent rows, no sinks",
+     "Simplest constant-memory baseline"},
+    {"snapkv", "snapkv", "uniform",
+     "score by the last prompt queries once at prefill end; no eviction in decode",
+     "Hard cap on tokens, evict at prefill only"},
+}};
+
+}  // namespace
+
+std::span<const MethodInfo> all_methods() { return kMethods; }
+
+}  // namespace squeezekv

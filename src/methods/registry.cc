@@ -1,0 +1,185 @@
+// The registry's lists and look-ups. The policies and allocators describe themselves in their own
+// files; the lists below are built from one line each in registered_policies.h and
+// registered_allocators.h.
+#include "squeezekv/methods/registry.h"
+
+#include <algorithm>
+#include <string>
+
+#include "squeezekv/alloc/budget_allocator.h"
+#include "squeezekv/core/errors.h"
+#include "squeezekv/policy/token_policy.h"
+
+namespace squeezekv {
+
+#define SQUEEZEKV_POLICY(id) extern const PolicyInfo id##_policy_info;
+#include "policy/registered_policies.h"
+#undef SQUEEZEKV_POLICY
+#define SQUEEZEKV_ALLOCATOR(id) extern const AllocatorInfo id##_allocator_info;
+#include "alloc/registered_allocators.h"
+#undef SQUEEZEKV_ALLOCATOR
+
+namespace {
+
+const PolicyInfo* const kPolicies[] = {
+#define SQUEEZEKV_POLICY(id) &id##_policy_info,
+#include "policy/registered_policies.h"
+#undef SQUEEZEKV_POLICY
+};
+
+const AllocatorInfo* const kAllocators[] = {
+#define SQUEEZEKV_ALLOCATOR(id) &id##_allocator_info,
+#include "alloc/registered_allocators.h"
+#undef SQUEEZEKV_ALLOCATOR
+};
+
+template <typename Range>
+std::string ids(const Range& range) {
+  std::string out;
+  for (const auto& item : range) {
+    if (!out.empty()) out += ", ";
+    if constexpr (std::is_pointer_v<std::decay_t<decltype(item)>>) out += item->id;
+    else out += item.id;
+  }
+  return out;
+}
+
+bool contains(std::span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool owns(std::span<const ParamSpec> params, std::string_view name) {
+  return std::any_of(params.begin(), params.end(), [&](const ParamSpec& p) { return p.name == name; });
+}
+
+}  // namespace
+
+std::span<const PolicyInfo* const> all_policies() { return kPolicies; }
+std::span<const AllocatorInfo* const> all_allocators() { return kAllocators; }
+
+const PolicyInfo& find_policy(std::string_view id) {
+  for (const PolicyInfo* p : kPolicies) {
+    if (p->id == id) return *p;
+  }
+  throw InvalidArgument(invalid_value("policy", std::string(id), "unknown token policy (" + ids(kPolicies) + ")"));
+}
+
+const AllocatorInfo& find_allocator(std::string_view id) {
+  for (const AllocatorInfo* a : kAllocators) {
+    if (a->id == id) return *a;
+  }
+  throw InvalidArgument(
+      invalid_value("allocator", std::string(id), "unknown layer allocator (" + ids(kAllocators) + ")"));
+}
+
+const MethodInfo& find_method(std::string_view id) {
+  for (const MethodInfo& method : all_methods()) {
+    if (method.id == id) return method;
+  }
+  throw InvalidArgument(invalid_value("method", std::string(id), "unknown method id (known: " + ids(all_methods()) + ")"));
+}
+
+std::vector<const ParamSpec*> all_params() {
+  std::vector<const ParamSpec*> out;
+  auto add = [&](std::span<const ParamSpec> specs) {
+    for (const ParamSpec& spec : specs) {
+      const bool seen = std::any_of(out.begin(), out.end(), [&](const ParamSpec* p) { return p->name == spec.name; });
+      if (!seen) out.push_back(&spec);
+    }
+  };
+  add(cache_params());
+  for (const PolicyInfo* p : kPolicies) add(p->params);
+  for (const AllocatorInfo* a : kAllocators) add(a->params);
+  return out;
+}
+
+const ParamSpec* find_param(std::string_view name) {
+  for (const ParamSpec& spec : cache_params()) {
+    if (spec.name == name) return &spec;
+  }
+  for (const PolicyInfo* p : kPolicies) {
+    for (const ParamSpec& spec : p->params) {
+      if (spec.name == name) return &spec;
+    }
+  }
+  for (const AllocatorInfo* a : kAllocators) {
+    for (const ParamSpec& spec : a->params) {
+      if (spec.name == name) return &spec;
+    }
+  }
+  return nullptr;
+}
+
+const ParamSpec& require_param(std::string_view name) {
+  if (const ParamSpec* spec = find_param(name)) return *spec;
+  std::string known;
+  for (const ParamSpec* spec : all_params()) known += (known.empty() ? "" : ", ") + std::string(spec->name);
+  throw InvalidArgument(invalid_value("parameter", std::string(name), "unknown parameter (known: " + known + ")"));
+}
+
+std::vector<std::string> param_owners(std::string_view name) {
+  std::vector<std::string> out;
+  if (owns(cache_params(), name)) out.emplace_back("cache");
+  for (const PolicyInfo* p : kPolicies) {
+    if (owns(p->params, name)) out.push_back("policy " + std::string(p->id));
+  }
+  for (const AllocatorInfo* a : kAllocators) {
+    if (owns(a->params, name)) out.push_back("allocator " + std::string(a->id));
+  }
+  return out;
+}
+
+const PolicyInfo& resolved_policy_info(const KVCacheConfig& config) {
+  return find_policy(config.policy.empty() ? find_method(config.method).policy : config.policy);
+}
+
+const AllocatorInfo& resolved_allocator_info(const KVCacheConfig& config) {
+  return find_allocator(config.allocator.empty() ? find_method(config.method).allocator : config.allocator);
+}
+
+std::string resolved_policy(const KVCacheConfig& config) { return std::string(resolved_policy_info(config).id); }
+std::string resolved_allocator(const KVCacheConfig& config) {
+  return std::string(resolved_allocator_info(config).id);
+}
+
+namespace {
+
+bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
+  return owns(p.params, name) || owns(a.params, name) || contains(p.reads, name) ||
+         contains(a.reads, name) || (name == "score" && p.scores_rows);
+}
+
+}  // namespace
+
+bool reads_param(const KVCacheConfig& config, std::string_view name) {
+  const AllocatorInfo& a = resolved_allocator_info(config);
+  if (a.uses && owns(a.params, name) && !a.uses(config, name)) return false;
+  return component_reads(resolved_policy_info(config), a, name);
+}
+
+std::vector<const ParamSpec*> method_params(const MethodInfo& method) {
+  const PolicyInfo& p = find_policy(method.policy);
+  const AllocatorInfo& a = find_allocator(method.allocator);
+  std::vector<const ParamSpec*> out;
+  for (const ParamSpec* spec : all_params()) {
+    if (component_reads(p, a, spec->name)) out.push_back(spec);
+  }
+  return out;
+}
+
+std::string method_default(const MethodInfo& method, const ParamSpec& spec) {
+  for (const ParamOverride& o : method.overrides) {
+    if (o.name == spec.name) return std::string(o.value);
+  }
+  return std::string(spec.default_value);
+}
+
+std::unique_ptr<TokenPolicy> make_token_policy(const KVCacheConfig& config) {
+  return resolved_policy_info(config).make(config);
+}
+
+std::unique_ptr<BudgetAllocator> make_allocator(const KVCacheConfig& config) {
+  return resolved_allocator_info(config).make(config);
+}
+
+}  // namespace squeezekv
