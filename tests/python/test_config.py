@@ -50,3 +50,30 @@ def test_policy_and_allocator_override():
     assert c.replace(squeeze_budget=64).squeeze_budget == 64
     with pytest.raises(ValueError, match="allocator"):
         squeezekv.KVCacheConfig(method="h2o", allocator="none")
+
+
+def test_every_registered_parameter_is_a_keyword_with_the_registrys_default():
+    seed = {"budget": "squeeze_budget", "n_sink": "squeeze_n_sink", "strength": "squeeze_strength",
+            "resolved_budget": "squeeze_resolved_budget"}
+    config = squeezekv.KVCacheConfig()
+    native = config.to_native()
+    for param in squeezekv.parameters():
+        name = seed.get(param["name"], param["name"])
+        assert hasattr(config, name), name
+        value = getattr(config, name)
+        if param["optional"] and param["default"] == "none":
+            assert value is None
+        elif param["kind"] == "int":
+            assert value == int(param["default"]), name
+        elif param["kind"] == "float":
+            assert value == float(param["default"]), name
+        else:
+            assert value == param["default"], name
+        assert native.get(param["name"]) == value, name
+
+
+def test_huge_ints_name_the_parameter():
+    with pytest.raises(ValueError, match="chunk_size"):
+        squeezekv.KVCacheConfig(method="chunkkv", chunk_size=2**70)
+    with pytest.raises(ValueError, match="squeeze_budget"):
+        squeezekv.KVCacheConfig(squeeze_budget=2**40)
