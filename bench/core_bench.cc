@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "squeezekv/alloc/concentration.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {

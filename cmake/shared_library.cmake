@@ -2,7 +2,10 @@
 if(NOT SQUEEZEKV_BUILD_SHARED)
   return()
 endif()
-add_library(squeezekv_shared SHARED $<TARGET_OBJECTS:squeezekv>)
+add_library(squeezekv_shared SHARED)
+foreach(layer ${SQUEEZEKV_LAYERS})
+  target_sources(squeezekv_shared PRIVATE $<TARGET_OBJECTS:squeezekv_${layer}>)
+endforeach()
 set_target_properties(squeezekv_shared PROPERTIES OUTPUT_NAME squeezekv EXPORT_NAME squeezekv
                       VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
 target_include_directories(squeezekv_shared PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)

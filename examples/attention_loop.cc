@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/ops/kv_rows.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include "squeezekv/alloc/concentration.h"
 #include "squeezekv/alloc/pyramid_budgets.h"
 #include "squeezekv/alloc/squeeze_budgets.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace py = pybind11;
 

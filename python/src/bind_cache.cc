@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "bindings.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/cache/model_cache.h"
 
 namespace py = pybind11;
 

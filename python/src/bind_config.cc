@@ -5,7 +5,7 @@
 
 #include "bindings.h"
 #include "squeezekv/core/kv_cache_config.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
 namespace py = pybind11;

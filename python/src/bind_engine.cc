@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "bindings.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/eval/perplexity.h"
 

@@ -3,7 +3,7 @@
 #include <climits>
 
 #include "bindings.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace py = pybind11;
 

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "squeezekv/alloc/squeeze_budgets.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

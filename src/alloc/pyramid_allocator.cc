@@ -2,7 +2,7 @@
 // the cache is built.
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/alloc/pyramid_budgets.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/core/component_info.h"
 
 namespace squeezekv {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "squeezekv/alloc/squeeze_budgets.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

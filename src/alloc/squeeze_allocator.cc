@@ -9,8 +9,8 @@
 #include "squeezekv/alloc/concentration.h"
 #include "squeezekv/alloc/hidden_cosine_budgets.h"
 #include "squeezekv/alloc/squeeze_budgets.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/core/component_info.h"
 #include "squeezekv/ops/model_ops.h"
 
 namespace squeezekv {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

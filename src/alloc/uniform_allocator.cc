@@ -1,7 +1,7 @@
 // The fixed allocators: none (every layer unbounded, for the full policy) and uniform (every layer
 // gets the average budget).
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/core/component_info.h"
 
 namespace squeezekv {
 namespace {

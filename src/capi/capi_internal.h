@@ -8,8 +8,8 @@
 #include <string>
 
 #include "squeezekv/c/squeezekv.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/engine/model.h"
 
 struct squeezekv_cache {

@@ -15,8 +15,8 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/eval/bench.h"
 #include "squeezekv/ops/thread_pool.h"
 

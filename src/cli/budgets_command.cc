@@ -11,7 +11,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv::cli {

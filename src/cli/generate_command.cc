@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/generate.h"
 
 namespace squeezekv::cli {

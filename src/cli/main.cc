@@ -7,7 +7,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"squeezekv: KV-cache eviction (SqueezeAttention and its siblings) for LLM inference"};

@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv::cli {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/random_model.h"
 
 namespace squeezekv::cli {

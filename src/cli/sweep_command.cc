@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/registry.h"
 

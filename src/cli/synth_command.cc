@@ -9,7 +9,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/eval/synth.h"
 
 namespace squeezekv::cli {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 namespace {

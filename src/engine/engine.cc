@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

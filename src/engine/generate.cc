@@ -3,7 +3,7 @@
 #include <chrono>
 #include <set>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

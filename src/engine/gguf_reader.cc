@@ -12,7 +12,7 @@
 #include <sstream>
 #include <utility>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/gguf.h"
 
 namespace squeezekv {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/gguf.h"
 
 namespace squeezekv {

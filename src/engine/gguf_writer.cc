@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/ops/model_ops.h"
 
 namespace squeezekv {

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "engine/tokenizer_util.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/tokenizer_util.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/tokenizer.h"
 
 namespace squeezekv {

@@ -13,8 +13,8 @@
 #include <numeric>
 #include <span>
 
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/ops/stream_read.h"
 #include "squeezekv/ops/thread_pool.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {

@@ -4,7 +4,7 @@
 #include <functional>
 #include <set>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {

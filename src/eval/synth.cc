@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "squeezekv/alloc/concentration.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {

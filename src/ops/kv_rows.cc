@@ -1,5 +1,6 @@
 // SIMD kernels over cached K/V rows, compiled once per instruction set by Highway and picked at
 // run time (HWY_DYNAMIC_DISPATCH). The scalar twins at the end are the test oracles.
+#include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
 
 #include <algorithm>
@@ -30,7 +31,7 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const void* rows, KVType type, size_t offset)
 
 HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
   if (type == KVType::f32) return static_cast<const float*>(rows)[offset];
-  return f16_to_f32(static_cast<const uint16_t*>(rows)[offset]);
+  return fp16_to_f32(static_cast<const uint16_t*>(rows)[offset]);
 }
 
 template <class D>
@@ -44,7 +45,7 @@ void StoreRowsT(D d, const float* src, void* dst, KVType type, size_t n) {
   const hn::Rebind<hwy::float16_t, D> dh;
   auto* out = static_cast<hwy::float16_t*>(dst);
   for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(d, src + i)), dh, out + i);
-  for (; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+  for (; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_fp16(src[i]);
 }
 
 void StoreRows(const float* src, void* dst, KVType type, size_t n) {
@@ -331,8 +332,6 @@ HWY_EXPORT(RowDotsGroup);
 HWY_EXPORT(WeightedSumGroup);
 HWY_EXPORT(MaskedSoftmax);
 
-float f16_to_f32(uint16_t bits) { return static_cast<float>(std::bit_cast<_Float16>(bits)); }
-uint16_t f32_to_f16(float value) { return std::bit_cast<uint16_t>(static_cast<_Float16>(value)); }
 
 void store_rows(const float* src, void* dst, KVType type, size_t n) {
   HWY_DYNAMIC_DISPATCH(StoreRows)(src, dst, type, n);
@@ -367,7 +366,7 @@ bool masked_softmax(float* x, const uint8_t* mask, size_t n) {
 
 static float load_one(const void* rows, KVType type, size_t i) {
   return type == KVType::f32 ? static_cast<const float*>(rows)[i]
-                             : f16_to_f32(static_cast<const uint16_t*>(rows)[i]);
+                             : fp16_to_f32(static_cast<const uint16_t*>(rows)[i]);
 }
 
 void row_dots_scalar(const float* q, const void* rows, KVType type, size_t n_rows,

@@ -580,7 +580,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <string>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/ops/model_ops.h"
 #include "squeezekv/ops/thread_pool.h"
 

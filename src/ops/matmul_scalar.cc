@@ -2,7 +2,7 @@
 // and dotted with x in double, so they measure the SIMD kernels' error, not their own.
 #include <vector>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/ops/matmul.h"
 
 namespace squeezekv {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/fp16.h"
+#include "squeezekv/base/fp16.h"
 #include "ops/quant_formats.h"
 
 namespace squeezekv::quant {

@@ -1,7 +1,7 @@
 // Q8_0 rows: 32 int8 values sharing one fp16 scale.
 #include <cmath>
 
-#include "ops/fp16.h"
+#include "squeezekv/base/fp16.h"
 #include "ops/quant_formats.h"
 
 namespace squeezekv::quant {

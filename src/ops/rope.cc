@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/ops/model_ops.h"
 
 namespace squeezekv {

@@ -7,9 +7,9 @@
 #include <mutex>
 #include <string>
 
-#include "ops/fp16.h"
+#include "squeezekv/base/fp16.h"
 #include "ops/quant_formats.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 namespace {

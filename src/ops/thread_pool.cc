@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

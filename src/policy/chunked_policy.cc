@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "policy/cumulative_policy.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/core/component_info.h"
 
 namespace squeezekv {
 namespace {

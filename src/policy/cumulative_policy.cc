@@ -1,6 +1,6 @@
 #include "policy/cumulative_policy.h"
 
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/core/component_info.h"
 
 namespace squeezekv {
 

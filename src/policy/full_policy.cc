@@ -1,5 +1,5 @@
 // The unevicted baseline: every row is kept.
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/core/component_info.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {

@@ -8,8 +8,8 @@
 #include <deque>
 
 #include "policy/eviction.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/core/component_info.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {

@@ -1,7 +1,7 @@
 // Position-only policies. streaming (StreamingLLM, Xiao et al. 2024, arXiv:2309.17453): the first
 // n_sink tokens ever seen plus the most recent budget - n_sink. window: the most recent budget rows.
 #include "policy/eviction.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/core/component_info.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "policy/eviction.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/core/component_info.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 namespace {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
 
 namespace squeezekv::test {
@@ -66,7 +67,7 @@ class H2OOracle {
   std::vector<float> stored(const float* k, int dim) const {
     std::vector<float> out(k, k + dim);
     if (type_ == KVType::f16) {
-      for (float& x : out) x = f16_to_f32(f32_to_f16(x));
+      for (float& x : out) x = fp16_to_f32(f32_to_fp16(x));
     }
     return out;
   }

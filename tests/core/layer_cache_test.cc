@@ -1,4 +1,4 @@
-#include "squeezekv/core/layer_cache.h"
+#include "squeezekv/cache/layer_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <set>
 
 #include "core/h2o_oracle.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/cache/model_cache.h"
 #include "test_util.h"
 
 namespace squeezekv {

@@ -1,4 +1,4 @@
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/cache/model_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "core/mock_model.h"
 #include "squeezekv/alloc/squeeze_budgets.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 namespace {

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <numeric>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/engine/random_model.h"
 #include "squeezekv/eval/perplexity.h"

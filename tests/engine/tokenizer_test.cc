@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/gguf.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/random_model.h"

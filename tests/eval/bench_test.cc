@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/eval/bench.h"
 #include "squeezekv/ops/thread_pool.h"
 

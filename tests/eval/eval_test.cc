@@ -7,7 +7,7 @@
 #include <set>
 
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/registry.h"
 

@@ -13,7 +13,7 @@
 #include "cli/cache_options.h"
 #include "squeezekv/c/squeezekv.h"
 #include "squeezekv/c/squeezekv.hpp"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {

@@ -1,4 +1,5 @@
 // The K/V row kernels against their scalar twins, over many lengths and misalignments.
+#include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
 
 #include <gtest/gtest.h>
@@ -18,11 +19,11 @@ std::vector<std::byte> stored(const std::vector<float>& x, KVType type, size_t o
 }
 
 TEST(KVRows, F16RoundTripIsRoundToNearestEven) {
-  EXPECT_EQ(f32_to_f16(1.0f), 0x3C00);
-  EXPECT_EQ(f32_to_f16(-2.0f), 0xC000);
-  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);
-  EXPECT_EQ(f16_to_f32(0x3555), 0.333251953125f);
-  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3C00);  // halfway: to even
+  EXPECT_EQ(f32_to_fp16(1.0f), 0x3C00);
+  EXPECT_EQ(f32_to_fp16(-2.0f), 0xC000);
+  EXPECT_EQ(f32_to_fp16(65504.0f), 0x7BFF);
+  EXPECT_EQ(fp16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_EQ(f32_to_fp16(1.0f + 1.0f / 2048), 0x3C00);  // halfway: to even
   for (size_t n : {1u, 7u, 16u, 33u, 100u}) {
     const auto x = test::normal(n, n);
     std::vector<uint16_t> h(n);
@@ -30,8 +31,8 @@ TEST(KVRows, F16RoundTripIsRoundToNearestEven) {
     std::vector<float> back(n);
     load_rows(h.data(), KVType::f16, back.data(), n);
     for (size_t i = 0; i < n; ++i) {
-      EXPECT_EQ(h[i], f32_to_f16(x[i]));
-      EXPECT_EQ(back[i], f16_to_f32(h[i]));
+      EXPECT_EQ(h[i], f32_to_fp16(x[i]));
+      EXPECT_EQ(back[i], fp16_to_f32(h[i]));
     }
   }
 }

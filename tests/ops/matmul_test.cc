@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ops/hwy_targets.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/ops/tensor_type.h"
 #include "squeezekv/ops/thread_pool.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ops/hwy_targets.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 namespace {

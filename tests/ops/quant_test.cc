@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/ops/tensor_type.h"
 
 namespace squeezekv {

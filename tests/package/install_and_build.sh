@@ -9,7 +9,7 @@ mkdir -p "$work"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 
 # What an install holds: public headers only, both libraries, the program, the package files.
-for f in include/squeezekv/c/squeezekv.h include/squeezekv/core/model_cache.h \
+for f in include/squeezekv/c/squeezekv.h include/squeezekv/cache/model_cache.h \
          include/squeezekv/engine/engine.h include/squeezekv/eval/perplexity.h \
          include/squeezekv/methods/registry.h lib/libsqueezekv.a lib/libsqueezekv.so bin/squeezekv \
          lib/cmake/squeezekv/squeezekvConfig.cmake lib/pkgconfig/squeezekv.pc; do

@@ -6,8 +6,8 @@
 #include <numeric>
 
 #include "core/mock_model.h"
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
 #include "test_util.h"
 

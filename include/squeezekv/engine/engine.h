@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/cache/model_cache.h"
 #include "squeezekv/engine/model.h"
 #include "squeezekv/ops/thread_pool.h"
 

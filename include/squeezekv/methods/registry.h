@@ -3,8 +3,9 @@
 // command line, the C API, Python, the sweep and `squeezekv methods` walk these lists; no other
 // list of names or defaults exists.
 //
-// Adding a policy: one file in src/policy/ that defines `const PolicyInfo <id>_policy_info` and
-// one line in src/policy/registered_policies.h. Allocators likewise in src/alloc/.
+// Adding a policy: one file in src/policy/ that defines `const PolicyInfo <id>_policy_info`
+// (core/component_info.h) and one line in src/policy/registered_policies.h. Allocators likewise in
+// src/alloc/.
 #pragma once
 
 #include <memory>
@@ -13,50 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "squeezekv/core/component_info.h"
 #include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/core/param_spec.h"
 
 namespace squeezekv {
-
-class TokenPolicy;
-class BudgetAllocator;
-
-struct PolicyInfo {
-  std::string_view id;
-  std::string_view summary;
-  std::span<const ParamSpec> params;          // the parameters it owns
-  std::span<const std::string_view> reads;    // the cache fields it reads besides the budget
-  bool scores_rows;                           // reads `score`: may want attention fed back
-  std::unique_ptr<TokenPolicy> (*make)(const KVCacheConfig& config);
-  void (*validate)(const KVCacheConfig& config) = nullptr;  // rules across parameters
-};
-
-struct AllocatorInfo {
-  std::string_view id;
-  std::string_view summary;
-  std::span<const ParamSpec> params;
-  std::span<const std::string_view> reads;
-  std::string_view measures;  // what it measures during the prompt ("" = nothing)
-  std::unique_ptr<BudgetAllocator> (*make)(const KVCacheConfig& config);
-  void (*validate)(const KVCacheConfig& config) = nullptr;
-  // Whether one of its own parameters matters under this config (null = all of them always).
-  bool (*uses)(const KVCacheConfig& config, std::string_view param) = nullptr;
-};
-
-// A parameter value a method sets unless the caller sets it (component parameters only).
-struct ParamOverride {
-  std::string_view name;
-  std::string_view value;
-};
-
-struct MethodInfo {
-  std::string_view id;
-  std::string_view policy;
-  std::string_view allocator;
-  std::string_view summary;      // one line
-  std::string_view when_to_use;  // the reference library's "when to use it" line
-  std::span<const ParamOverride> overrides = {};
-};
 
 std::span<const PolicyInfo* const> all_policies();
 std::span<const AllocatorInfo* const> all_allocators();

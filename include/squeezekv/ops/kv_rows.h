@@ -14,9 +14,6 @@ enum class KVType : uint8_t { f16, f32 };
 
 inline size_t kv_type_size(KVType type) { return type == KVType::f16 ? 2 : 4; }
 
-float f16_to_f32(uint16_t bits);
-uint16_t f32_to_f16(float value);  // round to nearest even
-
 // dst (n elements of `type`) = src (f32).
 void store_rows(const float* src, void* dst, KVType type, size_t n);
 // dst (f32) = src (n elements of `type`).

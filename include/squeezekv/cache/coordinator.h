@@ -1,8 +1,10 @@
 // BudgetCoordinator: one per model cache. Each layer reports one measurement during the prompt
 // (the first report wins); when every layer has reported, the allocator computes the schedule
-// once and the coordinator publishes each layer's budget (LayerCache::set_budget trims at once).
+// once and the coordinator publishes each layer's budget to whoever attached for that layer (a
+// LayerCache, whose set_budget trims at once). It knows layers only by index.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -11,13 +13,13 @@
 
 namespace squeezekv {
 
-class LayerCache;
 
 class BudgetCoordinator {
  public:
   BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetAllocator> allocator);
 
-  void attach(int layer, LayerCache* cache);
+  using Publish = std::function<void(int budget)>;
+  void attach(int layer, Publish publish);
   void report(int layer, double measurement);
   bool reported(int layer) const { return measured_[size_t(layer)].has_value(); }
   bool is_final() const { return !budgets_.empty(); }
@@ -32,7 +34,7 @@ class BudgetCoordinator {
 
  private:
   std::shared_ptr<const BudgetAllocator> allocator_;
-  std::vector<LayerCache*> layers_;
+  std::vector<Publish> layers_;
   std::vector<std::optional<double>> measured_;
   std::vector<int> budgets_;
   int max_rows_ = 0;

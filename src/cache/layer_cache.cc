@@ -1,12 +1,12 @@
-#include "squeezekv/core/layer_cache.h"
+#include "squeezekv/cache/layer_cache.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/core/coordinator.h"
-#include "squeezekv/core/errors.h"
+#include "squeezekv/cache/coordinator.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 
@@ -23,7 +23,7 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
   rows_.n_kv_heads = n_kv_heads;
   rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads), HeadStore(config.head_dim, config.kv_type));
   update_.slots.resize(rows_.heads.size());
-  if (coordinator_) coordinator_->attach(layer_index, this);
+  if (coordinator_) coordinator_->attach(layer_index, [this](int b) { set_budget(b); });
 }
 
 void LayerCache::check_finite(const float* data, size_t n, const char* what) const {

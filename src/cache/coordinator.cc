@@ -1,23 +1,22 @@
-#include "squeezekv/core/coordinator.h"
+#include "squeezekv/cache/coordinator.h"
 
 #include <cmath>
 #include <string>
 
-#include "squeezekv/core/errors.h"
-#include "squeezekv/core/layer_cache.h"
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 
 BudgetCoordinator::BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetAllocator> allocator)
-    : allocator_(std::move(allocator)), layers_(size_t(n_layers), nullptr),
+    : allocator_(std::move(allocator)), layers_(size_t(n_layers)),
       measured_(size_t(n_layers)) {
   require(n_layers >= 1, "n_layers", n_layers, "must be at least 1");
 }
 
-void BudgetCoordinator::attach(int layer, LayerCache* cache) {
+void BudgetCoordinator::attach(int layer, Publish publish) {
   require(layer >= 0 && layer < n_layers(), "layer", layer,
           "out of range [0, " + std::to_string(n_layers()) + ")");
-  layers_[size_t(layer)] = cache;
+  layers_[size_t(layer)] = std::move(publish);
 }
 
 void BudgetCoordinator::report(int layer, double measurement) {
@@ -31,7 +30,7 @@ void BudgetCoordinator::report(int layer, double measurement) {
   }
   budgets_ = allocator_->allocate(n_layers(), measurements(), max_rows_);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (layers_[i]) layers_[i]->set_budget(budgets_[i]);
+    if (layers_[i]) layers_[i](budgets_[i]);
   }
 }
 

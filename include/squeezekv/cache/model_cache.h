@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "squeezekv/core/coordinator.h"
-#include "squeezekv/core/layer_cache.h"
+#include "squeezekv/cache/coordinator.h"
+#include "squeezekv/cache/layer_cache.h"
 
 namespace squeezekv {
 

@@ -1,6 +1,6 @@
-#include "squeezekv/core/model_cache.h"
+#include "squeezekv/cache/model_cache.h"
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "squeezekv/core/errors.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {

@@ -1,0 +1,55 @@
+// What a token policy, a layer allocator and a method id say about themselves: their parameters
+// (with defaults and ranges), what they read, their factory and their own validation. Each policy
+// and allocator defines one of these in its own file; methods/registry.h lists them.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/core/param_spec.h"
+
+namespace squeezekv {
+
+class TokenPolicy;
+class BudgetAllocator;
+
+struct PolicyInfo {
+  std::string_view id;
+  std::string_view summary;
+  std::span<const ParamSpec> params;          // the parameters it owns
+  std::span<const std::string_view> reads;    // the cache fields it reads besides the budget
+  bool scores_rows;                           // reads `score`: may want attention fed back
+  std::unique_ptr<TokenPolicy> (*make)(const KVCacheConfig& config);
+  void (*validate)(const KVCacheConfig& config) = nullptr;  // rules across parameters
+};
+
+struct AllocatorInfo {
+  std::string_view id;
+  std::string_view summary;
+  std::span<const ParamSpec> params;
+  std::span<const std::string_view> reads;
+  std::string_view measures;  // what it measures during the prompt ("" = nothing)
+  std::unique_ptr<BudgetAllocator> (*make)(const KVCacheConfig& config);
+  void (*validate)(const KVCacheConfig& config) = nullptr;
+  // Whether one of its own parameters matters under this config (null = all of them always).
+  bool (*uses)(const KVCacheConfig& config, std::string_view param) = nullptr;
+};
+
+// A parameter value a method sets unless the caller sets it (component parameters only).
+struct ParamOverride {
+  std::string_view name;
+  std::string_view value;
+};
+
+struct MethodInfo {
+  std::string_view id;
+  std::string_view policy;
+  std::string_view allocator;
+  std::string_view summary;      // one line
+  std::string_view when_to_use;  // the reference library's "when to use it" line
+  std::span<const ParamOverride> overrides = {};
+};
+
+}  // namespace squeezekv
