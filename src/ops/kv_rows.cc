@@ -364,6 +364,18 @@ bool masked_softmax(float* x, const uint8_t* mask, size_t n) {
   return HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(x, mask, n);
 }
 
+bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
+                 size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld) {
+  row_dots_group(q, n_q, ld_q, rows, type, n_rows, head_dim, probs, ld);
+  bool any = false;
+  for (size_t g = 0; g < n_q; ++g) {
+    float* row = probs + g * ld;
+    for (size_t j = 0; j < n_rows; ++j) row[j] *= scale;
+    any = masked_softmax(row, mask, n_rows);
+  }
+  return any;
+}
+
 static float load_one(const void* rows, KVType type, size_t i) {
   return type == KVType::f32 ? static_cast<const float*>(rows)[i]
                              : fp16_to_f32(static_cast<const uint16_t*>(rows)[i]);

@@ -59,15 +59,14 @@ void evict_slots(HeadStore& head, std::span<const int> slots) {
 
 namespace {
 
-// Softmax over the masked logits and the decayed accumulation into the head's scores.
-void add_softmax(HeadStore& head, float* logits, const uint8_t* mask, int n_slots, float decay) {
-  if (!masked_softmax(logits, mask, size_t(n_slots))) return;
+// The decayed accumulation of one query's probabilities into the head's scores.
+void add_probs(HeadStore& head, const float* probs, const uint8_t* mask, int n_slots, float decay) {
   float* scores = head.scores();
   if (decay == 1.0f) {
-    for (int s = 0; s < n_slots; ++s) scores[s] += logits[s];
+    for (int s = 0; s < n_slots; ++s) scores[s] += probs[s];
   } else {
     for (int s = 0; s < n_slots; ++s) {
-      if (mask[s]) scores[s] = decay * scores[s] + logits[s];
+      if (mask[s]) scores[s] = decay * scores[s] + probs[s];
     }
   }
 }
@@ -87,15 +86,13 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
     if (update.n_new == 1) {
       // Decode: one query against every row.
       scratch.logits.resize(size_t(n_slots));
-      row_dots(keys, head.keys(), head.type(), size_t(n_slots), size_t(dim), scratch.logits.data());
-      bool any = false;
-      for (int s = 0; s < n_slots; ++s) {
-        scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < update.first_pos;
-        any |= scratch.mask[size_t(s)] != 0;
-        scratch.logits[size_t(s)] *= inv_sqrt_d;
+      for (int s = 0; s < n_slots; ++s) scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < update.first_pos;
+      if (!query_probs(keys, 1, size_t(dim), head.keys(), head.type(), size_t(n_slots), size_t(dim),
+                       scratch.mask.data(), inv_sqrt_d, scratch.logits.data(), size_t(n_slots))) {
+        head.scores()[update.slots[h][0]] = 1.0f;
+      } else {
+        add_probs(head, scratch.logits.data(), scratch.mask.data(), n_slots, decay);
       }
-      if (!any) head.scores()[update.slots[h][0]] = 1.0f;
-      else add_softmax(head, scratch.logits.data(), scratch.mask.data(), n_slots, decay);
       continue;
     }
     // Prefill: keys transposed once (f32 [dim][ld]) so blocks of queries run as a small GEMM.
@@ -131,7 +128,7 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
           any |= scratch.mask[size_t(s)] != 0;
         }
         if (!any) head.scores()[update.slots[h][size_t(t0 + i)]] = 1.0f;
-        else add_softmax(head, logits, scratch.mask.data(), hi, decay);
+        else if (masked_softmax(logits, scratch.mask.data(), size_t(hi))) add_probs(head, logits, scratch.mask.data(), hi, decay);
       }
     }
   }

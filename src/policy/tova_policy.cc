@@ -30,12 +30,9 @@ class TovaPolicy final : public TokenPolicy {
     for (size_t h = 0; h < layer.heads.size(); ++h) {
       const HeadStore& head = layer.heads[h];
       const float* newest = update.keys + (h * size_t(update.n_new) + size_t(update.n_new - 1)) * size_t(dim);
-      row_dots(newest, head.keys(), head.type(), size_t(n_slots), size_t(dim), logits_.data());
-      for (int s = 0; s < n_slots; ++s) {
-        mask_[size_t(s)] = head.live(s);
-        logits_[size_t(s)] *= inv_sqrt_d;
-      }
-      masked_softmax(logits_.data(), mask_.data(), size_t(n_slots));
+      for (int s = 0; s < n_slots; ++s) mask_[size_t(s)] = head.live(s);
+      query_probs(newest, 1, size_t(dim), head.keys(), head.type(), size_t(n_slots), size_t(dim), mask_.data(),
+                  inv_sqrt_d, logits_.data(), size_t(n_slots));
       add_to_batch(layer.batch_of(int(h)), logits_.data(), layer.n_kv_heads);
     }
   }

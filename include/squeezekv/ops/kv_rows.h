@@ -60,4 +60,12 @@ void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float*
 // Returns false (and leaves zeros) when no entry is unmasked.
 bool masked_softmax(float* x, const uint8_t* mask, size_t n);
 
+// Queries against kept rows, the step every attention-like score takes: for each of n_q queries,
+// probs[g * ld + j] = softmax_j(scale * dot(q + g * ld_q, row j)) over the rows j < n_rows that
+// `mask` marks (the others come out 0). The engine's attention and every policy that scores rows
+// with a query (key-proxy, TOVA, SnapKV) run this one kernel. Returns false when the mask marks no
+// row (the probabilities are then all 0).
+bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
+                 size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld);
+
 }  // namespace squeezekv
