@@ -137,7 +137,7 @@ void register_sweep(CLI::App& app) {
   add_model_options(*cmd, args->model);
   SweepSpec& s = args->spec;
   add_text_eval_options(*cmd, args->model, args->text);
-  cmd->add_option("--methods", s.methods, "method ids")->delimiter(',')->capture_default_str();
+  cmd->add_option("--methods", s.methods, "method ids (`squeezekv methods`)")->delimiter(',')->default_str("all");
   cmd->add_option("--budgets", s.budgets, "average budgets")->delimiter(',')->capture_default_str();
   // One list option per sweepable parameter, named by its flag in the plural (--strengths,
   // --scores, --chunk-sizes, ...); any parameter also through --axis.

@@ -32,7 +32,10 @@ void expand_axes(const SweepSpec& spec, size_t i, KVCacheConfig& c, const std::f
 }  // namespace
 
 std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
-  require(!spec.methods.empty(), "methods", "(none)", "a sweep needs at least one method");
+  std::vector<std::string> methods = spec.methods;
+  if (methods.empty()) {
+    for (const MethodInfo& m : all_methods()) methods.emplace_back(m.id);
+  }
   require(!spec.budgets.empty(), "budgets", "(none)", "a sweep needs at least one budget");
   for (const SweepAxis& axis : spec.axes) {
     const ParamSpec& p = require_param(axis.param);
@@ -49,7 +52,7 @@ std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
     if (seen.insert(key).second) out.push_back(c);
   };
   const int64_t base_window = spec.base.get_int("window");
-  for (const std::string& method : spec.methods) {
+  for (const std::string& method : methods) {
     KVCacheConfig c = spec.base;
     c.method = method;
     c.policy.clear();

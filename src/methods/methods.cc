@@ -1,6 +1,7 @@
 // The method ids of the reference library's table (and ours) as presets of (token policy, layer
 // allocator, parameter overrides).
 #include <array>
+#include <vector>
 
 #include "squeezekv/methods/registry.h"
 
@@ -36,6 +37,14 @@ constexpr std::array<MethodInfo, 9> kMethods = {{
 
 }  // namespace
 
-std::span<const MethodInfo> all_methods() { return kMethods; }
+std::span<const MethodInfo> all_methods() {
+  // Built once (thread-safe static initialisation); the policies' own methods follow the table.
+  static const std::vector<MethodInfo> methods = [] {
+    std::vector<MethodInfo> out(kMethods.begin(), kMethods.end());
+    for (const PolicyInfo* p : all_policies()) out.insert(out.end(), p->methods.begin(), p->methods.end());
+    return out;
+  }();
+  return methods;
+}
 
 }  // namespace squeezekv

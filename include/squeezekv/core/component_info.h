@@ -15,28 +15,6 @@ namespace squeezekv {
 class TokenPolicy;
 class BudgetAllocator;
 
-struct PolicyInfo {
-  std::string_view id;
-  std::string_view summary;
-  std::span<const ParamSpec> params;          // the parameters it owns
-  std::span<const std::string_view> reads;    // the cache fields it reads besides the budget
-  bool scores_rows;                           // reads `score`: may want attention fed back
-  std::unique_ptr<TokenPolicy> (*make)(const KVCacheConfig& config);
-  void (*validate)(const KVCacheConfig& config) = nullptr;  // rules across parameters
-};
-
-struct AllocatorInfo {
-  std::string_view id;
-  std::string_view summary;
-  std::span<const ParamSpec> params;
-  std::span<const std::string_view> reads;
-  std::string_view measures;  // what it measures during the prompt ("" = nothing)
-  std::unique_ptr<BudgetAllocator> (*make)(const KVCacheConfig& config);
-  void (*validate)(const KVCacheConfig& config) = nullptr;
-  // Whether one of its own parameters matters under this config (null = all of them always).
-  bool (*uses)(const KVCacheConfig& config, std::string_view param) = nullptr;
-};
-
 // A parameter value a method sets unless the caller sets it (component parameters only).
 struct ParamOverride {
   std::string_view name;
@@ -50,6 +28,31 @@ struct MethodInfo {
   std::string_view summary;      // one line
   std::string_view when_to_use;  // the reference library's "when to use it" line
   std::span<const ParamOverride> overrides = {};
+};
+
+struct PolicyInfo {
+  std::string_view id;
+  std::string_view summary;
+  std::span<const ParamSpec> params;          // the parameters it owns
+  std::span<const std::string_view> reads;    // the cache fields it reads besides the budget
+  bool scores_rows;                           // reads `score`: may want attention fed back
+  std::unique_ptr<TokenPolicy> (*make)(const KVCacheConfig& config);
+  void (*validate)(const KVCacheConfig& config) = nullptr;  // rules across parameters
+  // Method ids this policy's file defines (e.g. `knorm`: policy knorm, allocator uniform); the
+  // registry lists them after the reference library's table.
+  std::span<const MethodInfo> methods = {};
+};
+
+struct AllocatorInfo {
+  std::string_view id;
+  std::string_view summary;
+  std::span<const ParamSpec> params;
+  std::span<const std::string_view> reads;
+  std::string_view measures;  // what it measures during the prompt ("" = nothing)
+  std::unique_ptr<BudgetAllocator> (*make)(const KVCacheConfig& config);
+  void (*validate)(const KVCacheConfig& config) = nullptr;
+  // Whether one of its own parameters matters under this config (null = all of them always).
+  bool (*uses)(const KVCacheConfig& config, std::string_view param) = nullptr;
 };
 
 }  // namespace squeezekv

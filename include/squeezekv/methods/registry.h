@@ -22,6 +22,7 @@ namespace squeezekv {
 
 std::span<const PolicyInfo* const> all_policies();
 std::span<const AllocatorInfo* const> all_allocators();
+// The reference library's method table (methods.cc), then the methods each policy defines.
 std::span<const MethodInfo> all_methods();
 
 // Throw InvalidArgument naming the id and listing the known ones.
