@@ -16,9 +16,9 @@ chunks=${CHUNKS:-100}
 common=(-m "$model" -f "$text" -c 512 -b 64 -t 1 --chunks "$chunks")
 # The two sweeps run side by side, one core each.
 build/squeezekv sweep "${common[@]}" --budgets 16,32,64,128 \
-  --methods full,h2o,squeeze,pyramidkv,chunkkv,tova,streaming,window,snapkv \
+  --methods full,h2o,squeeze,pyramidkv,chunkkv,tova,streaming,window,snapkv,knorm \
   --strengths 0.5,1 --scores key-proxy,attention --importances key-dispersion,hidden-cosine \
-  --fractions 0.3,0.6 --json "$out/main.json" --csv "$out/main.csv" > "$out/main.txt" &
+  --squeeze-fractions 0.3,0.6 --json "$out/main.json" --csv "$out/main.csv" > "$out/main.txt" &
 main=$!
 build/squeezekv sweep "${common[@]}" --budgets 32,64 --methods h2o,squeeze \
   --recents 0,0.25,0.5,0.75 --decays 1,0.98 --scores key-proxy,attention \

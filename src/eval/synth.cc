@@ -16,19 +16,6 @@
 namespace squeezekv {
 namespace {
 
-// Standard normal samples (Box-Muller over a fixed 64-bit generator: identical on every platform).
-std::vector<float> gaussian_pool(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto uniform = [&] { return (double(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
-  std::vector<float> out(n);
-  for (size_t i = 0; i + 1 < n; i += 2) {
-    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 6.283185307179586 * uniform();
-    out[i] = float(r * std::cos(a));
-    out[i + 1] = float(r * std::sin(a));
-  }
-  if (n % 2) out[n - 1] = 0.0f;
-  return out;
-}
 
 struct GridPoint {
   int layers, seq_len, budget;
@@ -52,11 +39,10 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point,
   std::vector<double> concentrations;
   std::vector<int> schedule;
   auto make = [&](int layer) {
-    const float frac = L > 1 ? float(layer) / float(L - 1) : 0.0f;
     // Each layer reads its own window of the shared pool (a prime stride keeps windows apart).
     const size_t offset = (size_t(layer) * 7919u * step) % (pool.size() - 2 * per_layer + 1);
     for (size_t i = 0; i < per_layer; ++i) {
-      keys[i] = (1.0f - frac) * pool[offset + i] + 3.0f * frac;
+      keys[i] = mock_key(pool[offset + i], layer, L);
       values[i] = pool[offset + per_layer + i];
     }
   };
@@ -101,6 +87,18 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point,
 
 }  // namespace
 
+std::vector<float> gaussian_samples(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&] { return (double(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 6.283185307179586 * uniform();
+    out[i] = float(r * std::cos(a)) * scale;
+    if (i + 1 < n) out[i + 1] = float(r * std::sin(a)) * scale;
+  }
+  return out;
+}
+
 std::vector<SynthResult> run_synth(const SynthOptions& options,
                                    const std::function<void(int, int)>& progress) {
   require(options.kv_heads >= 1, "kv_heads", options.kv_heads, "must be at least 1");
@@ -128,7 +126,7 @@ std::vector<SynthResult> run_synth(const SynthOptions& options,
   for (int s : options.seq_lens) max_seq = std::max(max_seq, s);
   const size_t per_layer = size_t(options.kv_heads) * size_t(options.base.head_dim) *
                            size_t(max_seq + options.decode_tokens);
-  const std::vector<float> pool = gaussian_pool(4 * per_layer, options.seed);
+  const std::vector<float> pool = gaussian_samples(4 * per_layer, options.seed);
 
   std::vector<SynthResult> results(grid.size());
   std::atomic<size_t> next{0};

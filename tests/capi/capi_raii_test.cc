@@ -1,5 +1,6 @@
 // The C API's RAII header from C++: handles freed by unique_ptr, budgets read through the C calls.
 #include "squeezekv/c/squeezekv.hpp"
+#include "test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +21,7 @@ TEST(CapiRaii, CacheAndModelHandlesOwnThemselves) {
   EXPECT_EQ(budgets, (std::vector<int32_t>{1019, 927, 835, 742, 650, 558, 466, 374, 282, 189, 97, 5}));
   EXPECT_EQ(squeezekv_cache_budgets(cache.get(), budgets.data(), 3), -12);  // too small: -needed
 
-  squeezekv::c::ModelPtr model(squeezekv_model_load("../shared/models/stories260K.gguf"));
+  squeezekv::c::ModelPtr model(squeezekv_model_load(squeezekv::test::kStoriesModel));
   ASSERT_NE(model, nullptr) << squeezekv_last_error();
   squeezekv::c::ModelPtr missing(squeezekv_model_load("no/such/model.gguf"));
   EXPECT_EQ(missing, nullptr);

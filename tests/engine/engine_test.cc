@@ -14,12 +14,13 @@
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/engine/random_model.h"
 #include "squeezekv/eval/perplexity.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
 
-const char* kModel = "../shared/models/stories260K.gguf";
-const char* kText = "../shared/data/tinystories_val.txt";
+const char* kModel = test::kStoriesModel;
+const char* kText = test::kTinyStoriesText;
 
 const Model& stories() {
   static const Model model = Model::load(kModel);  // a missing file fails here, never skips

@@ -21,11 +21,12 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/random_model.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
 
-const char* const kModel = "../shared/models/stories260K.gguf";
+const char* const kModel = test::kStoriesModel;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /

@@ -18,12 +18,13 @@
 #include "squeezekv/engine/gguf.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/random_model.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
 
-const char* const kModel = "../shared/models/stories260K.gguf";
-const char* const kText = "../shared/data/tinystories_val.txt";
+const char* const kModel = test::kStoriesModel;
+const char* const kText = test::kTinyStoriesText;
 
 using Ids = std::vector<int32_t>;
 

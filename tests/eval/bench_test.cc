@@ -9,12 +9,13 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/bench.h"
 #include "squeezekv/ops/thread_pool.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
 
 const Model& stories() {
-  static const Model model = Model::load("../shared/models/stories260K.gguf");
+  static const Model model = Model::load(test::kStoriesModel);
   return model;
 }
 

@@ -10,12 +10,13 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/registry.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
 
 const Model& stories() {
-  static const Model model = Model::load("../shared/models/stories260K.gguf");
+  static const Model model = Model::load(test::kStoriesModel);
   return model;
 }
 
@@ -98,7 +99,7 @@ TEST(SweepOnStories, FiguresAreSane) {
   spec.axes = {{"score", {"key-proxy", "attention"}}, {"importance", {"key-dispersion", "hidden-cosine"}}};
   spec.base.kv_type = KVType::f32;
   const std::vector<KVCacheConfig> configs = expand_sweep(spec);
-  static const std::vector<int32_t> tokens = tokenize_text_file(stories().tokenizer(), "../shared/data/tinystories_val.txt");
+  static const std::vector<int32_t> tokens = tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
   Engine engine(stories(), nullptr);
   PerplexityOptions options;
   options.n_ctx = 128;

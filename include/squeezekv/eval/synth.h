@@ -13,6 +13,17 @@
 
 namespace squeezekv {
 
+// Standard normal samples, Box-Muller over a fixed 64-bit generator: identical on every platform
+// for the same seed (the harness's keys and values, and the tests' random data).
+std::vector<float> gaussian_samples(size_t n, uint64_t seed, float scale = 1.0f);
+
+// The mock model's key of layer `layer` of `n_layers` from a standard normal sample: the sample
+// mixed with a constant direction by frac = layer / (n_layers - 1).
+inline float mock_key(float gaussian, int layer, int n_layers) {
+  const float frac = n_layers > 1 ? float(layer) / float(n_layers - 1) : 0.0f;
+  return (1.0f - frac) * gaussian + 3.0f * frac;
+}
+
 struct SynthOptions {
   std::vector<int> layers = {12, 32};
   std::vector<int> seq_lens = {256, 512};
