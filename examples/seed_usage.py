@@ -1,4 +1,4 @@
-"""The seed's usage snippet, on numpy keys instead of an mlx model.
+"""The reference library's usage snippet (the original description's example), on numpy keys instead of an mlx model.
 
     PYTHONPATH=build/python /usr/bin/python3 examples/seed_usage.py
 """
@@ -17,7 +17,7 @@ config = KVCacheConfig(
 )
 caches = KVCacheBuilder.for_model(n_layers, config)  # model.make_cache = lambda *_a, **_k: caches
 
-# A mock model whose deeper layers have more concentrated keys (the seed's benchmark).
+# A mock model whose deeper layers have more concentrated keys (the reference library's benchmark).
 rng = np.random.default_rng(0)
 direction = np.zeros(head_dim, np.float32)
 direction[0] = 4.0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: installs the dependencies, builds the `squeezekv` program and runs the synthetic
-# SqueezeAttention sweep (the seed's benchmark) with a short readable report.
+# SqueezeAttention sweep (the reference library's benchmark) with a short readable report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null

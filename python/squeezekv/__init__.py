@@ -1,4 +1,4 @@
-"""squeezekv: KV-cache eviction (SqueezeAttention, H2O, PyramidKV, ...) with the seed's names.
+"""squeezekv: KV-cache eviction (SqueezeAttention, H2O, PyramidKV, ...) with the reference library's names.
 
     config = KVCacheConfig(method="squeeze", head_dim=128, squeeze_budget=512)
     caches = KVCacheBuilder.for_model(32, config)      # one cache per layer, one coordinator

@@ -1,4 +1,4 @@
-"""The seed's cache entry points on numpy arrays.
+"""The reference library's cache entry points on numpy arrays.
 
 ``KVCacheFactory.create(config)`` gives one lone layer (no coordinator: a uniform layer with the
 average budget, or squeeze_resolved_budget). ``KVCacheBuilder.for_model(model, config)`` gives one
@@ -219,7 +219,7 @@ class KVCacheFactory:
     def create(config: KVCacheConfig, n_kv_heads: Optional[int] = None,
                n_batch: Optional[int] = None) -> LayerCache:
         """One cache without a coordinator: a uniform layer with squeeze_budget, or
-        squeeze_resolved_budget when set (the seed's single-cache fallback)."""
+        squeeze_resolved_budget when set (the reference library's single-cache fallback)."""
         return LayerCache(_Group(config, None, n_kv_heads, n_batch), 0)
 
 

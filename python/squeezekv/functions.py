@@ -1,4 +1,4 @@
-"""The allocators and the concentration proxy as free functions (the seed's names)."""
+"""The allocators and the concentration proxy as free functions (the reference library's names)."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,5 +1,5 @@
 // squeezekv._native: the compiled half of the `squeezekv` package (python/squeezekv/ holds the
-// Python half with the seed's names).
+// Python half with the reference library's names).
 #include "bindings.h"
 
 PYBIND11_MODULE(_native, m) {

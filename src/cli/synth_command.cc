@@ -1,4 +1,4 @@
-// `squeezekv synth`: the seed's synthetic sweep on a mock model, any method, readable or JSON.
+// `squeezekv synth`: the reference library's synthetic sweep on a mock model, any method, readable or JSON.
 #include <chrono>
 #include <cstdio>
 #include <fstream>

@@ -30,7 +30,7 @@ static float next_float(void) {
 }
 
 /* Keys of layer l of L: noise mixed with one shared direction by l / (L - 1), so that deeper
- * layers are more concentrated (the seed's mock model). */
+ * layers are more concentrated (the reference library's mock model). */
 static void fill_keys(float* keys, int n_rows, int dim, int layer, int n_layers) {
   const float mix = n_layers > 1 ? (float)layer / (float)(n_layers - 1) : 0.0f;
   for (int r = 0; r < n_rows; ++r) {
@@ -125,7 +125,7 @@ static void test_allocators(void) {
   CHECK(squeezekv_concentration_score(orth, 2, 8, &score) == SQUEEZEKV_STATUS_OK && fabs(score) < 1e-6);
 }
 
-/* The seed's usage on a 4-layer mock model: prefill 96 tokens into every layer, decode 8; the
+/* The reference library's usage on a 4-layer mock model: prefill 96 tokens into every layer, decode 8; the
  * schedule favours the broad first layer, sums to L * budget, and every layer keeps its budget. */
 static void test_model_cache_loop(void) {
   enum { L = 4, H = 2, D = 16, PREFILL = 96, BUDGET = 24 };

@@ -20,7 +20,7 @@ KVCacheConfig h2o(int budget, int n_sink, int dim = 16) {
   c.budget = budget;
   c.n_sink = n_sink;
   c.head_dim = dim;
-  c.decay = 1.0;  // the seed's scoring, which the oracle implements
+  c.decay = 1.0;  // the reference library's scoring, which the oracle implements
   return c;
 }
 

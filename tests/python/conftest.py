@@ -1,5 +1,5 @@
 """Shared fixtures: the stories260K model (a missing file fails, never skips) and a mock model's
-keys whose deeper layers are more concentrated (the seed's benchmark)."""
+keys whose deeper layers are more concentrated (the reference library's benchmark)."""
 import os
 import pathlib
 

@@ -1,4 +1,4 @@
-"""The seed's cache API on numpy: a whole-model update loop with budgets and accounting, the lone
+"""The reference library's cache API on numpy: a whole-model update loop with budgets and accounting, the lone
 cache of KVCacheFactory.create, and shape errors."""
 import numpy as np
 import pytest

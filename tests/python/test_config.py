@@ -1,4 +1,4 @@
-"""KVCacheConfig: the seed's names and defaults, and ValueError naming the parameter."""
+"""KVCacheConfig: the reference library's names and defaults, and ValueError naming the parameter."""
 import pytest
 
 import squeezekv

@@ -1,4 +1,4 @@
-"""The free functions: the seed's allocator example and the concentration proxy."""
+"""The free functions: the reference library's allocator example and the concentration proxy."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-// SqueezeAttention's own allocator (Wang et al. 2024, arXiv:2404.04793, semantics.md section 5):
+// SqueezeAttention's own allocator (Wang et al. 2024, arXiv:2404.04793, docs/semantics.md, section 6):
 // each layer's importance is the mean cosine between the residual stream entering it and after its
 // attention add, measured over the prompt; a high cosine means attention changed little. The layers
 // are clustered into 3 groups by 1-D k-means; the highest-cosine group gets `fraction * avg` rows

@@ -1,4 +1,4 @@
-// PyramidKV's fixed linear taper (semantics.md section 4): the most rows to the first layer, the
+// PyramidKV's fixed linear taper (docs/semantics.md, section 7): the most rows to the first layer, the
 // fewest to the last, mean exactly `avg`.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The squeeze allocator's schedule (semantics.md section 3): budget follows the inverse of each
+// The squeeze allocator's schedule (docs/semantics.md, section 5): budget follows the inverse of each
 // layer's measured concentration, with the total conserved exactly.
 #pragma once
 

@@ -107,7 +107,7 @@ SQUEEZEKV_API const char* squeezekv_method_id(int32_t i);
 
 typedef struct squeezekv_cache squeezekv_cache;
 
-/* A whole model's caches with one shared coordinator (KVCacheBuilder::for_model): the seed's
+/* A whole model's caches with one shared coordinator (KVCacheBuilder::for_model): the reference library's
  * reallocation happens only here. NULL on bad parameters (see squeezekv_last_error). */
 SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init(const squeezekv_cache_params* params, int32_t n_layers,
                                                   int32_t n_kv_heads, int32_t n_batch);

@@ -5,7 +5,7 @@
 //   head(h)                   attend over slots [0, n_slots) with position <= the query's
 //   add_attention(h, p, n)    only when wants_attention(): the probabilities, for scoring
 //   end_update()              evict down to the budget
-// update() does all three for callers without attention of their own (the seed's API).
+// update() does all three for callers without attention of their own (the reference library's API).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace squeezekv {
 
 class BudgetCoordinator;
 
-// A read-only, contiguous [batch, heads, seq, head_dim] block of f32 (the seed's tensor shape).
+// A read-only, contiguous [batch, heads, seq, head_dim] block of f32 (the reference library's tensor shape).
 struct KVBlockView {
   const float* data = nullptr;
   int batch = 1;

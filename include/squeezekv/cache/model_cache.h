@@ -1,5 +1,5 @@
 // ModelCache: every layer's cache of one model, sharing one coordinator when the allocator
-// measures the prompt. KVCacheFactory and KVCacheBuilder keep the seed's entry points.
+// measures the prompt. KVCacheFactory and KVCacheBuilder keep the reference library's entry points.
 #pragma once
 
 #include <memory>
@@ -37,14 +37,14 @@ class ModelCache {
   std::vector<std::unique_ptr<LayerCache>> layers_;
 };
 
-// The seed's KVCacheFactory.create: one layer, no coordinator — a uniform layer with the average
+// The reference library's KVCacheFactory.create: one layer, no coordinator — a uniform layer with the average
 // budget, or resolved_budget when set.
 struct KVCacheFactory {
   static std::unique_ptr<LayerCache> create(const KVCacheConfig& config, int n_kv_heads = 1,
                                             int n_batch = 1);
 };
 
-// The seed's KVCacheBuilder.for_model: a whole model's caches with one shared coordinator.
+// The reference library's KVCacheBuilder.for_model: a whole model's caches with one shared coordinator.
 struct KVCacheBuilder {
   static std::unique_ptr<ModelCache> for_model(int n_layers, const KVCacheConfig& config,
                                                int n_kv_heads = 1, int n_batch = 1);

@@ -1,4 +1,4 @@
-// The synthetic harness (the seed's benchmark_squeeze.py, reproduced): a mock model whose layer i of
+// The synthetic harness (the reference library's benchmark_squeeze.py, reproduced): a mock model whose layer i of
 // L mixes Gaussian keys with a constant direction by frac = i / (L - 1), so that deeper layers are
 // more concentrated. Every layer is prefilled, then one token per layer is decoded, and the cache's
 // measurements, schedule and memory are reported per configuration.
