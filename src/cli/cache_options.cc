@@ -6,6 +6,7 @@ KVCacheConfig CacheOptions::resolve() const {
   KVCacheConfig c = config;
   c.score = parse_score_source(score);
   c.kv_type = parse_kv_type(kv_type);
+  c.positions = parse_position_rule(positions);
   c.importance = parse_importance(importance);
   c.validate();
   return c;
@@ -36,6 +37,9 @@ void add_cache_options(CLI::App& app, CacheOptions& o, bool with_budget, bool wi
   app.add_option("--score", o.score, "score source: key-proxy or attention")
       ->capture_default_str()->group("Cache");
   app.add_option("--kv-type", o.kv_type, "stored K/V type: f16 or f32")
+      ->capture_default_str()->group("Cache");
+  app.add_option("--positions", o.positions, "RoPE positions of an evicting cache: cache (rank "
+                 "among the rows held) or text (position in the text)")
       ->capture_default_str()->group("Cache");
   app.add_option("--beta", c.beta, "pyramidkv: taper steepness (>= 1)")
       ->capture_default_str()->group("Method parameters");

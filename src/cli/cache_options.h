@@ -12,6 +12,7 @@ struct CacheOptions {
   KVCacheConfig config;
   std::string score = "key-proxy";
   std::string kv_type = "f16";
+  std::string positions = "cache";
   std::string importance = "key-dispersion";
   bool has_budget_list = false;  // the caller declares --budget itself (e.g. synth's grid)
 
@@ -20,7 +21,7 @@ struct CacheOptions {
 };
 
 // Adds --method --policy --allocator [--budget] --sinks --strength --recent --decay --score
-// --kv-type --beta --chunk-size --window --kernel --importance --squeeze-fraction.
+// --kv-type --positions --beta --chunk-size --window --kernel --importance --squeeze-fraction.
 void add_cache_options(CLI::App& app, CacheOptions& options, bool with_budget = true,
                        bool with_strength = true);
 

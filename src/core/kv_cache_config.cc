@@ -55,6 +55,8 @@ std::string to_string(Importance importance) {
 
 std::string to_string(KVType type) { return type == KVType::f16 ? "f16" : "f32"; }
 
+std::string to_string(PositionRule rule) { return rule == PositionRule::cache ? "cache" : "text"; }
+
 ScoreSource parse_score_source(const std::string& text) {
   if (text == "key-proxy") return ScoreSource::key_proxy;
   if (text == "attention") return ScoreSource::attention;
@@ -71,6 +73,12 @@ KVType parse_kv_type(const std::string& text) {
   if (text == "f16") return KVType::f16;
   if (text == "f32") return KVType::f32;
   throw InvalidArgument(invalid_value("kv_type", text, "expected f16 or f32"));
+}
+
+PositionRule parse_position_rule(const std::string& text) {
+  if (text == "cache") return PositionRule::cache;
+  if (text == "text") return PositionRule::text;
+  throw InvalidArgument(invalid_value("positions", text, "expected cache or text"));
 }
 
 }  // namespace squeezekv
