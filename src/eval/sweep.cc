@@ -104,6 +104,7 @@ std::string sweep_variant(const KVCacheConfig& c) {
     if (c.decay != 1.0) add("decay=" + number(c.decay));
   }
   if (policy != "full" && policy != "window") add("sinks=" + std::to_string(c.n_sink));
+  if (policy != "full" && c.positions == PositionRule::text) add("text-pos");
   return label;
 }
 

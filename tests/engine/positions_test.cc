@@ -8,6 +8,7 @@
 
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/eval/perplexity.h"
+#include "squeezekv/eval/stream_perplexity.h"
 
 namespace squeezekv {
 namespace {
@@ -85,6 +86,34 @@ TEST(Positions, SlidingWindowPerplexityIsTheSameUnderBothRules) {
   const auto results = evaluate_perplexity(engine, text_tokens(), configs, options);
   EXPECT_NEAR(results[0].perplexity / results[1].perplexity, 1.0, 1e-3);
   EXPECT_GT(results[0].mean_kl, 0.0);  // it did evict
+}
+
+// The first 4,000 tokens of the text as one stream (warm-up 512) at budget 64, far past the 512
+// positions stories260K was trained on. Measured: window 3.83; with cache positions streaming
+// 3.95, snapkv 3.95, chunkkv 4.15, squeeze 4.22, h2o 4.24, tova 4.45, pyramidkv 7.13; with text
+// positions every method but the window lies between 20 and 30. A regression to text positions
+// fails every bound here.
+TEST(Positions, StreamPerplexityStaysNearTheSlidingWindow) {
+  ThreadPool pool(2);
+  Engine engine(stories(), &pool);
+  StreamOptions options;
+  options.max_tokens = 4000;
+  options.n_batch = 64;
+  std::vector<KVCacheConfig> configs;
+  const char* methods[] = {"window", "streaming", "snapkv", "chunkkv", "squeeze", "h2o", "tova", "pyramidkv"};
+  for (const char* m : methods) configs.push_back(config(m, 64, PositionRule::cache));
+  configs.push_back(config("h2o", 64, PositionRule::text));
+  const auto results = evaluate_stream_perplexity(engine, text_tokens(), configs, options);
+  const double window = results[0].perplexity;
+  EXPECT_NEAR(window, 3.83, 0.05);
+  for (size_t i = 1; i + 1 < results.size(); ++i) {
+    SCOPED_TRACE(methods[i]);
+    // pyramidkv's deepest layers hold a fraction of the average budget.
+    const double factor = std::string(methods[i]) == "pyramidkv" ? 2.0 : 1.25;
+    EXPECT_LT(results[i].perplexity, factor * window);
+    EXPECT_EQ(results[i].scored, 4000 - 512);
+  }
+  EXPECT_GT(results.back().perplexity, 4.0 * window);  // text positions past the trained span
 }
 
 }  // namespace
