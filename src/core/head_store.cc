@@ -44,6 +44,7 @@ void HeadStore::append(const float* keys, const float* values, int n, int64_t fi
 void HeadStore::evict(int slot) {
   pending_.push_back(positions_[size_t(slot)]);
   positions_[size_t(slot)] = kFree;
+  shifts_[size_t(slot)] = 0;  // a free slot is read unturned
   scores_[size_t(slot)] = 0.0f;
   --n_live_;
   if (slot == n_slots_ - 1) {

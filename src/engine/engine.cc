@@ -20,9 +20,13 @@ void Engine::ensure_rank_table(int64_t rows) {
   // Doubling: the table stops growing once the cache holds its budget (ranks stay below it).
   const int64_t grown = std::max(rows, 2 * rank_rows_);
   const auto n_rot = size_t(model_.config().n_rot);
+  const bool neox = model_.config().rope_style == RopeStyle::neox;
   rank_rope_.resize(size_t(grown) * n_rot);
+  turns_.resize(size_t(grown) * 2 * n_rot);
   for (int64_t r = rank_rows_; r < grown; ++r) {
-    rope_cache(r, int64_t(n_rot), model_.config().rope_base, rank_rope_.data() + size_t(r) * n_rot);
+    float* cs = rank_rope_.data() + size_t(r) * n_rot;
+    rope_cache(r, int64_t(n_rot), model_.config().rope_base, cs);
+    rope_turn_row(cs, n_rot, neox, turns_.data() + size_t(r) * 2 * n_rot);
   }
   rank_rows_ = grown;
 }
@@ -36,15 +40,9 @@ void Engine::rotate_keys(const LayerCache& layer, size_t ld_rows) {
     const HeadStore& head = layer.head(int(g));
     rotated_[g] = head.max_shift() > 0;
     if (!rotated_[g]) return;
-    const int32_t* shift = head.shifts();
-    float* out = rot_keys_.data() + g * ld_rows * hd;
-    load_rows(head.keys(), head.type(), out, size_t(head.n_slots()) * hd);
-    for (int s = 0; s < head.n_slots(); ++s) {
-      // R(rank at insertion - shift) k = R(-shift) applied to the stored key.
-      if (shift[s] > 0 && head.live(s)) {
-        rope_apply_inverse(out + size_t(s) * hd, c.n_rot, c.rope_style, rank_cos_sin(shift[s]));
-      }
-    }
+    // R(rank at insertion - shift) k = R(-shift) applied to the stored key.
+    rotate_rows_back(head.keys(), head.type(), head.shifts(), size_t(head.n_slots()), hd, size_t(c.n_rot),
+                     c.rope_style == RopeStyle::neox, turns_.data(), rot_keys_.data() + g * ld_rows * hd);
   };
   const int64_t work = int64_t(c.n_kv_heads) * int64_t(ld_rows) * c.head_dim;
   if (pool_ && c.n_kv_heads > 1 && work >= kMatmulParallelMacs) {

@@ -79,6 +79,7 @@ class Engine {
   std::vector<float> k_heads_, v_heads_;  // [n_kv, n, hd]: the cache's update layout
   std::vector<float> rope_;                // cos/sin per token [n, n_rot]
   std::vector<float> rank_rope_;           // cos/sin per rank [rows, n_rot]
+  std::vector<float> turns_;               // per shift: rotate_rows_back's table [rows, 2 n_rot]
   int64_t rank_rows_ = 0;
   std::vector<int64_t> head_rank0_;        // per KV head: rows held before the update
   std::vector<float> rot_keys_;            // keys rotated back by their shifts
