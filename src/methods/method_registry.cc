@@ -38,7 +38,7 @@ constexpr std::array<MethodInfo, 9> kMethods = {{
     {"window", "window", "uniform", "sliding window: the most recent rows, no sinks", "budget=512",
      "Simplest constant-memory baseline"},
     {"snapkv", "snapkv", "uniform",
-     "score by the last prompt queries once at prefill end; no eviction in decode",
+     "score by the last prompt queries once at prefill end; then the oldest rows out past the budget",
      "budget=512 n_sink=4 window=32 kernel=5 score=key-proxy",
      "Hard cap on tokens, evict at prefill only"},
 }};
