@@ -156,6 +156,7 @@ void LayerCache::settle() {
     policy_->evict(rows_, budget_);
   }
   for (HeadStore& h : rows_.heads) {
+    h.apply_evictions();  // shifts current before the next query reads them
     if (policy_->bounded()) {
       const int target = std::max(budget_ + 1, h.n_live());
       if (h.capacity() > target) h.compact(target);

@@ -51,6 +51,9 @@ void run(GenerateArgs& a) {
   auto cache = engine.make_cache(config);
   a.gen.n_batch = a.model.n_batch;
   a.gen.n_ctx = a.model.n_ctx;
+  // The output's tokens are kept only where they are printed or counted: a stream without
+  // --json or --stats runs in constant memory.
+  a.gen.keep_tokens = a.json || a.stats;
   if (!a.json) {
     std::printf("%s", a.prompt.c_str());
     std::fflush(stdout);
@@ -62,10 +65,10 @@ void run(GenerateArgs& a) {
   });
   std::vector<int> kept;
   for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).tokens_kept());
-  const double repeats = repeated_ngram_share(r.tokens, 4);
+  const double repeats = a.stats || a.json ? repeated_ngram_share(r.tokens, 4) : 0.0;
   if (a.json) {
     nlohmann::json out = {{"prompt", a.prompt}, {"text", model.tokenizer().decode(r.tokens)},
-                          {"prompt_tokens", r.prompt_tokens.size()}, {"generated_tokens", r.tokens.size()},
+                          {"prompt_tokens", r.prompt_tokens.size()}, {"generated_tokens", r.n_generated},
                           {"tokens", r.tokens}, {"prompt_tokens_per_second", r.prompt_tokens_per_second()},
                           {"decode_tokens_per_second", r.decode_tokens_per_second()},
                           {"method", config.method}, {"layer_budgets", cache->budgets()}, {"layer_kept", kept},
@@ -76,11 +79,18 @@ void run(GenerateArgs& a) {
   }
   std::printf("\n");
   std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s; generated: %zu tokens, %.1f tokens/s\n",
-               r.prompt_tokens.size(), r.prompt_tokens_per_second(), r.tokens.size(), r.decode_tokens_per_second());
+               r.prompt_tokens.size(), r.prompt_tokens_per_second(), size_t(r.n_generated), r.decode_tokens_per_second());
   std::fprintf(stderr, "cache: %s, layer budgets %s\n       kept rows %s\n       KV resident %.1f KiB, a full cache %.1f KiB (%.2fx)\n",
                config.method.c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
                double(cache->kept_bytes()) / 1024.0, double(cache->full_bytes()) / 1024.0, cache->compression_ratio());
   if (a.stats) std::fprintf(stderr, "repeated 4-grams: %.1f %% of the output\n", 100.0 * repeats);
+  if (r.last_window_seconds > 0) {
+    const double w = double(a.gen.speed_window);
+    std::fprintf(stderr, "decode speed: first %lld tokens %.1f tokens/s, last %lld tokens %.1f tokens/s (%.3fx)\n",
+                 static_cast<long long>(a.gen.speed_window), w / r.first_window_seconds,
+                 static_cast<long long>(a.gen.speed_window), w / r.last_window_seconds,
+                 r.first_window_seconds / r.last_window_seconds);
+  }
 }
 
 }  // namespace
@@ -92,12 +102,14 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
   cmd->add_option("-f,--file", args->prompt_file, "read the prompt from this file (instead of -p)");
   cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")->capture_default_str();
-  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size (0 = the model's)")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size of a full cache (0 = the model's); an evicting cache takes any length")->capture_default_str();
   cmd->add_option("--temp", args->gen.sampler.temperature, "temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", args->gen.sampler.top_k, "top-k sampling (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", args->gen.sampler.top_p, "top-p sampling (1 = off)")->capture_default_str();
   cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed")->capture_default_str();
-  cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams");
+  cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams (keeps the output's "
+                "tokens; without it a stream runs in constant memory)");
+  cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "keep generating past the end-of-sequence token");
   cmd->add_flag("--json", args->json, "print one JSON object instead of streaming text");
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
+#include "cli/stream_report.h"
 #include "squeezekv/eval/perplexity.h"
 
 namespace squeezekv::cli {
@@ -17,7 +18,9 @@ struct PerplexityArgs {
   ModelOptions model;
   CacheOptions cache;
   TextEvalOptions text;
+  StreamArgs stream;
   bool json = false;
+  std::string csv_path;
 };
 
 nlohmann::json to_json(const PerplexityResult& r) {
@@ -30,12 +33,38 @@ nlohmann::json to_json(const PerplexityResult& r) {
           {"layer_importance", r.layer_importance}, {"seconds", r.seconds}};
 }
 
+void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& tokens, const KVCacheConfig& config) {
+  StreamOptions options = a.stream.options;
+  options.n_batch = a.model.n_batch;
+  const std::vector<KVCacheConfig> configs = {config};
+  std::vector<StreamResult> results;
+  {
+    Progress progress("perplexity --stream: scored tokens");
+    results = evaluate_stream_perplexity(engine, tokens, configs, options, [&](int64_t done, int64_t total) {
+      progress(int(done / 1024), int(total / 1024));
+    });
+  }
+  if (!a.csv_path.empty()) write_stream_csv(a.csv_path, results);
+  if (a.json) {
+    nlohmann::json out = stream_json(results.front());
+    out["warmup"] = options.warmup;
+    out["segment"] = options.segment;
+    out["text_tokens"] = tokens.size();
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("%zu tokens as one stream: warm-up %d, %lld scored tokens\n", tokens.size(), options.warmup,
+              static_cast<long long>(results.front().scored));
+  print_stream_table(results);
+}
+
 void run(PerplexityArgs& a) {
   const KVCacheConfig config = a.cache.resolve();
   const Model model = Model::load(a.model.model_path);
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
   const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);
+  if (a.stream.stream) return run_stream(a, engine, tokens, config);
   const PerplexityOptions options = a.text.perplexity_options(a.model);
   const std::vector<KVCacheConfig> configs = {config};
   std::vector<PerplexityResult> results;
@@ -69,6 +98,8 @@ void register_perplexity(CLI::App& app) {
   add_model_options(*cmd, args->model);
   add_text_eval_options(*cmd, args->model, args->text);
   cmd->add_flag("--json", args->json, "print JSON, including per-layer values");
+  cmd->add_option("--csv", args->csv_path, "--stream: write the whole and per-segment figures to this CSV file");
+  add_stream_options(*cmd, args->stream);
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
+#include "cli/stream_report.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/registry.h"
@@ -26,6 +27,7 @@ struct SweepArgs {
   std::map<std::string, std::vector<std::string>> plural;  // --strengths 0.5,1 by parameter name
   std::vector<std::string> axes;                            // --axis name=v1,v2
   TextEvalOptions text;
+  StreamArgs stream;
   std::string json_path, csv_path;
 };
 
@@ -83,6 +85,40 @@ void write_csv(const std::string& path, const nlohmann::json& rows) {
   }
 }
 
+// --stream: every evicting configuration over the text as one stream (a full cache would grow
+// with the text, so it is left out).
+void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens,
+                const std::vector<KVCacheConfig>& all) {
+  std::vector<KVCacheConfig> configs;
+  for (const KVCacheConfig& c : all) {
+    if (resolved_policy(c) != "full") configs.push_back(c);
+  }
+  require(!configs.empty(), "--methods", "full", "a stream sweep needs an evicting method");
+  StreamOptions options = a.stream.options;
+  options.n_batch = a.model.n_batch;
+  std::fprintf(stderr, "sweep --stream: %zu configurations, warm-up %d, segment %d\n", configs.size(),
+               options.warmup, options.segment);
+  std::vector<StreamResult> results;
+  {
+    Progress progress("sweep --stream: scored tokens (K)");
+    results = evaluate_stream_perplexity(engine, tokens, configs, options, [&](int64_t done, int64_t total) {
+      progress(int(done / 1024), int(total / 1024));
+    });
+  }
+  if (!a.json_path.empty()) {
+    std::ofstream out(a.json_path);
+    if (!out) throw InvalidArgument(invalid_value("--json", a.json_path, "cannot open for writing"));
+    nlohmann::json rows = nlohmann::json::array();
+    for (const StreamResult& r : results) rows.push_back(stream_json(r));
+    nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text.text_path}, {"text_tokens", tokens.size()},
+                          {"stream", true}, {"warmup", options.warmup}, {"segment", options.segment},
+                          {"results", rows}};
+    out << doc.dump(2) << "\n";
+  }
+  if (!a.csv_path.empty()) write_stream_csv(a.csv_path, results);
+  print_stream_table(results);
+}
+
 void run(SweepArgs& a) {
   a.spec.base = a.cache.resolve();
   a.spec.axes.clear();
@@ -102,6 +138,7 @@ void run(SweepArgs& a) {
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
   const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);
+  if (a.stream.stream) return run_stream(a, engine, tokens, configs);
   const PerplexityOptions options = a.text.perplexity_options(a.model);
   std::fprintf(stderr, "sweep: %zu configurations, n_ctx %d, %s chunks\n", configs.size(), options.n_ctx,
                a.text.chunks > 0 ? std::to_string(a.text.chunks).c_str() : "all");
@@ -151,6 +188,7 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--axis", args->axes, "any parameter's values: NAME=V1,V2,... (repeatable)")->group("Sweep axes");
   cmd->add_option("--json", args->json_path, "write every result, per-layer values included, to this JSON file");
   cmd->add_option("--csv", args->csv_path, "write one row per configuration to this CSV file");
+  add_stream_options(*cmd, args->stream);
   args->cache.command_defaults["score"] = "attention";  // the engine feeds real attention back
   add_cache_options(*cmd, args->cache, {"budget"});
   cmd->callback([args] { run(*args); });

@@ -10,6 +10,7 @@ HeadStore::HeadStore(int head_dim, KVType type) : head_dim_(head_dim), type_(typ
 
 void HeadStore::append(const float* keys, const float* values, int n, int64_t first_pos,
                        int growth_cap, std::vector<int>& slots) {
+  apply_evictions();  // the new rows follow every evicted one: they must not count them
   const int free_reused = std::min<int>(n, int(free_.size()));
   const int needed = n_slots_ + (n - free_reused);
   if (needed > capacity_) {
@@ -34,13 +35,16 @@ void HeadStore::append(const float* keys, const float* values, int n, int64_t fi
                size_t(head_dim_));
     scores_[size_t(slot)] = 0.0f;
     positions_[size_t(slot)] = first_pos + t;
+    shifts_[size_t(slot)] = 0;
     slots.push_back(slot);
   }
   n_live_ += n;
 }
 
 void HeadStore::evict(int slot) {
+  pending_.push_back(positions_[size_t(slot)]);
   positions_[size_t(slot)] = kFree;
+  shifts_[size_t(slot)] = 0;  // a free slot is read unturned
   scores_[size_t(slot)] = 0.0f;
   --n_live_;
   if (slot == n_slots_ - 1) {
@@ -54,12 +58,29 @@ void HeadStore::evict(int slot) {
   }
 }
 
+void HeadStore::apply_evictions() {
+  if (pending_.empty()) return;
+  // One pass for a batch of evictions: a row's shift grows by the evicted positions below it.
+  std::sort(pending_.begin(), pending_.end());
+  int32_t most = 0;
+  for (int s = 0; s < n_slots_; ++s) {
+    const int64_t pos = positions_[size_t(s)];
+    if (pos == kFree) continue;
+    const auto below = std::lower_bound(pending_.begin(), pending_.end(), pos) - pending_.begin();
+    shifts_[size_t(s)] += int32_t(below);
+    most = std::max(most, shifts_[size_t(s)]);
+  }
+  max_shift_ = most;
+  pending_.clear();
+}
+
 void HeadStore::reallocate(int new_capacity) {
   const size_t row = row_bytes();
   std::vector<std::byte> keys(size_t(new_capacity) * row);
   std::vector<std::byte> values(size_t(new_capacity) * row);
   std::vector<float> scores(size_t(new_capacity), 0.0f);
   std::vector<int64_t> positions(size_t(new_capacity), kFree);
+  std::vector<int32_t> shifts(size_t(new_capacity), 0);
   int out = 0;
   for (int s = 0; s < n_slots_; ++s) {
     if (positions_[size_t(s)] == kFree) continue;
@@ -67,12 +88,14 @@ void HeadStore::reallocate(int new_capacity) {
     std::memcpy(values.data() + size_t(out) * row, values_.data() + size_t(s) * row, row);
     scores[size_t(out)] = scores_[size_t(s)];
     positions[size_t(out)] = positions_[size_t(s)];
+    shifts[size_t(out)] = shifts_[size_t(s)];
     ++out;
   }
   keys_.swap(keys);
   values_.swap(values);
   scores_.swap(scores);
   positions_.swap(positions);
+  shifts_.swap(shifts);
   capacity_ = new_capacity;
   n_slots_ = out;
   free_.clear();
@@ -85,8 +108,11 @@ void HeadStore::clear() {
   values_ = {};
   scores_ = {};
   positions_ = {};
+  shifts_ = {};
+  pending_.clear();
   free_ = {};
   capacity_ = n_slots_ = n_live_ = 0;
+  max_shift_ = 0;
 }
 
 std::vector<int> HeadStore::slots_by_position() const {

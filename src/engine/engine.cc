@@ -11,6 +11,45 @@ namespace squeezekv {
 
 Engine::Engine(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {
   scratch_.resize(pool ? pool->num_workers() : 1);
+  head_rank0_.resize(size_t(model.config().n_kv_heads));
+  rotated_.resize(size_t(model.config().n_kv_heads));
+}
+
+void Engine::ensure_rank_table(int64_t rows) {
+  if (rows <= rank_rows_) return;
+  // Doubling: the table stops growing once the cache holds its budget (ranks stay below it).
+  const int64_t grown = std::max(rows, 2 * rank_rows_);
+  const auto n_rot = size_t(model_.config().n_rot);
+  const bool neox = model_.config().rope_style == RopeStyle::neox;
+  rank_rope_.resize(size_t(grown) * n_rot);
+  turns_.resize(size_t(grown) * 2 * n_rot);
+  for (int64_t r = rank_rows_; r < grown; ++r) {
+    float* cs = rank_rope_.data() + size_t(r) * n_rot;
+    rope_cache(r, int64_t(n_rot), model_.config().rope_base, cs);
+    rope_turn_row(cs, n_rot, neox, turns_.data() + size_t(r) * 2 * n_rot);
+  }
+  rank_rows_ = grown;
+}
+
+void Engine::rotate_keys(const LayerCache& layer, size_t ld_rows) {
+  const ModelConfig& c = model_.config();
+  const auto hd = size_t(c.head_dim);
+  const size_t need = size_t(c.n_kv_heads) * ld_rows * hd;
+  if (rot_keys_.size() < need) rot_keys_.resize(need);
+  auto rotate = [&](size_t g, size_t) {
+    const HeadStore& head = layer.head(int(g));
+    rotated_[g] = head.max_shift() > 0;
+    if (!rotated_[g]) return;
+    // R(rank at insertion - shift) k = R(-shift) applied to the stored key.
+    rotate_rows_back(head.keys(), head.type(), head.shifts(), size_t(head.n_slots()), hd, size_t(c.n_rot),
+                     c.rope_style == RopeStyle::neox, turns_.data(), rot_keys_.data() + g * ld_rows * hd);
+  };
+  const int64_t work = int64_t(c.n_kv_heads) * int64_t(ld_rows) * c.head_dim;
+  if (pool_ && c.n_kv_heads > 1 && work >= kMatmulParallelMacs) {
+    pool_->parallel_for(size_t(c.n_kv_heads), rotate);
+  } else {
+    for (size_t g = 0; g < size_t(c.n_kv_heads); ++g) rotate(g, 0);
+  }
 }
 
 std::unique_ptr<ModelCache> Engine::make_cache(KVCacheConfig config) const {
@@ -104,10 +143,29 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     add_bias(q_.data(), w.bq, n);
     add_bias(k_.data(), w.bk, n);
     add_bias(v_.data(), w.bv, n);
+    LayerCache& layer = cache.layer(l);
+    // Ranks replace text positions once the layer has evicted (before, the two are equal).
+    bool ranks = false;
+    if (cache.config().positions == PositionRule::cache) {
+      int64_t most = 0;
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        head_rank0_[size_t(h)] = layer.head(h).n_live();
+        ranks = ranks || head_rank0_[size_t(h)] < pos0;
+        most = std::max(most, head_rank0_[size_t(h)]);
+      }
+      if (ranks) ensure_rank_table(most + n);
+    }
+    const int group = c.group();
     for (int t = 0; t < n; ++t) {
       const float* cs = rope_.data() + size_t(t) * size_t(c.n_rot);
-      for (int h = 0; h < c.n_heads; ++h) rope_apply(q_.data() + size_t(t) * q_dim + size_t(h) * hd, c.n_rot, c.rope_style, cs);
-      for (int h = 0; h < c.n_kv_heads; ++h) rope_apply(k_.data() + size_t(t) * kv_dim + size_t(h) * hd, c.n_rot, c.rope_style, cs);
+      for (int h = 0; h < c.n_heads; ++h) {
+        const float* r = ranks ? rank_cos_sin(head_rank0_[size_t(h / group)] + t) : cs;
+        rope_apply(q_.data() + size_t(t) * q_dim + size_t(h) * hd, c.n_rot, c.rope_style, r);
+      }
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const float* r = ranks ? rank_cos_sin(head_rank0_[size_t(h)] + t) : cs;
+        rope_apply(k_.data() + size_t(t) * kv_dim + size_t(h) * hd, c.n_rot, c.rope_style, r);
+      }
     }
     // The cache takes [kv_heads, n, hd].
     for (int t = 0; t < n; ++t) {
@@ -118,9 +176,8 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
         std::memcpy(v_heads_.data() + dst, v_.data() + src, hd * sizeof(float));
       }
     }
-    LayerCache& layer = cache.layer(l);
     layer.begin_update(k_heads_.data(), v_heads_.data(), n);
-    attention(layer, n, pos0);
+    attention(layer, n, pos0, ranks);
     layer.end_update();
     matmul(w.wo, att_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
@@ -143,7 +200,7 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   matmul(model_.output(), xb_.data(), rows, logits.data(), pool_);
 }
 
-void Engine::attention(LayerCache& layer, int n, int64_t pos0) {
+void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks) {
   const ModelConfig& c = model_.config();
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
@@ -155,6 +212,14 @@ void Engine::attention(LayerCache& layer, int n, int64_t pos0) {
   const size_t ld = (size_t(max_slots) + 15) / 16 * 16;
   for (auto& s : scratch_) {
     if (s.size() < group * ld + ld / 4) s.resize(group * ld + ld / 4);
+  }
+  int32_t most_shift = 0;
+  if (ranks) {
+    for (int g = 0; g < c.n_kv_heads; ++g) most_shift = std::max(most_shift, layer.head(g).max_shift());
+  }
+  if (most_shift > 0) {
+    ensure_rank_table(int64_t(most_shift) + 1);
+    rotate_keys(layer, size_t(max_slots));
   }
   const bool feed = layer.wants_attention();
   const size_t probs_per_head = size_t(n) * size_t(max_slots);
@@ -179,7 +244,12 @@ void Engine::attention(LayerCache& layer, int n, int64_t pos0) {
       if (mask[s]) hi = s + 1;
     }
     const float* q = q_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
-    row_dots_group(q, group, hd, head.keys(), head.type(), size_t(hi), hd, logits, ld);
+    if (most_shift > 0 && rotated_[size_t(g)]) {
+      const float* keys = rot_keys_.data() + size_t(g) * size_t(max_slots) * hd;
+      row_dots_group(q, group, hd, keys, KVType::f32, size_t(hi), hd, logits, ld);
+    } else {
+      row_dots_group(q, group, hd, head.keys(), head.type(), size_t(hi), hd, logits, ld);
+    }
     for (size_t i = 0; i < group; ++i) {
       float* row = logits + i * ld;
       for (int s = 0; s < hi; ++s) row[s] *= scale;

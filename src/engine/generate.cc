@@ -4,6 +4,7 @@
 #include <set>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/engine/prefill.h"
 
 namespace squeezekv {
 
@@ -12,48 +13,58 @@ double GenerateResult::prompt_tokens_per_second() const {
 }
 
 double GenerateResult::decode_tokens_per_second() const {
-  return decode_seconds > 0 ? double(tokens.size()) / decode_seconds : 0.0;
+  return decode_seconds > 0 ? double(n_generated) / decode_seconds : 0.0;
 }
 
 GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt,
                         const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
+  using Clock = std::chrono::steady_clock;
   const Model& model = engine.model();
   require(options.n_predict >= 0, "n_predict", options.n_predict, "must be >= 0");
   require(options.n_batch >= 1, "n_batch", options.n_batch, "must be >= 1");
   const int n_ctx = options.n_ctx > 0 ? options.n_ctx : model.config().context_length;
   GenerateResult result;
   result.prompt_tokens = model.tokenizer().encode(prompt, true);
-  const auto n_prompt = int(result.prompt_tokens.size());
+  const auto n_prompt = int64_t(result.prompt_tokens.size());
   require(n_prompt >= 1, "prompt", "\"\"", "the prompt encodes to no token");
-  require(n_prompt + options.n_predict <= n_ctx, "prompt", std::to_string(n_prompt) + " tokens",
-          "prompt plus --n-predict " + std::to_string(options.n_predict) + " exceeds the context of " +
-              std::to_string(n_ctx) + " tokens (raise -c)");
+  if (keeps_every_row(cache.config())) {
+    require(n_prompt + options.n_predict <= n_ctx, "prompt", std::to_string(n_prompt) + " tokens",
+            "prompt plus --n-predict " + std::to_string(options.n_predict) + " exceeds the context of " +
+                std::to_string(n_ctx) + " tokens of a full cache (raise -c, or use an evicting method)");
+  }
   Sampler sampler(options.sampler);
   std::vector<float> logits;
-  cache.reset();
-  if (BudgetCoordinator* coordinator = cache.coordinator()) coordinator->set_max_rows(n_prompt + options.n_predict);
-  engine.begin_prompt(cache);
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < n_prompt; i += options.n_batch) {
-    const int n = std::min(options.n_batch, n_prompt - i);
-    engine.forward(std::span(result.prompt_tokens).subspan(size_t(i), size_t(n)), cache,
-                   i + n == n_prompt ? Logits::last : Logits::none, logits);
-  }
-  engine.end_prompt(cache);
-  result.prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  start = std::chrono::steady_clock::now();
+  auto start = Clock::now();
+  PrefillOptions prefill_options;
+  prefill_options.n_batch = options.n_batch;
+  prefill_options.max_rows = n_prompt + options.n_predict;
+  prefill(engine, cache, result.prompt_tokens, prefill_options, logits);
+  result.prompt_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  start = Clock::now();
   const auto eos = model.tokenizer().eos();
-  for (int i = 0; i < options.n_predict; ++i) {
+  const int64_t window = options.speed_window;
+  const bool timed = window > 0 && options.n_predict >= 2 * window;
+  Clock::time_point last_from{};
+  for (int64_t i = 0; i < options.n_predict; ++i) {
+    if (timed && i == window) result.first_window_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (timed && i == options.n_predict - window) last_from = Clock::now();
     const int32_t token = sampler.sample(logits.data(), model.config().vocab);
-    if (eos && token == *eos) {
+    if (eos && token == *eos && !options.ignore_eos) {
       result.stopped_at_eos = true;
       break;
     }
-    result.tokens.push_back(token);
+    if (options.keep_tokens) result.tokens.push_back(token);
+    ++result.n_generated;
     if (on_token) on_token(token);
     if (i + 1 < options.n_predict) engine.forward(std::span(&token, 1), cache, Logits::last, logits);
   }
-  result.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = Clock::now();
+  result.decode_seconds = std::chrono::duration<double>(end - start).count();
+  if (timed && !result.stopped_at_eos) {
+    result.last_window_seconds = std::chrono::duration<double>(end - last_from).count();
+  } else {
+    result.first_window_seconds = 0.0;
+  }
   return result;
 }
 

@@ -16,6 +16,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/engine/engine.h"
+#include "squeezekv/engine/prefill.h"
 #include "squeezekv/ops/stream_read.h"
 #include "squeezekv/ops/thread_pool.h"
 
@@ -53,15 +54,15 @@ class TokenStream {
   uint64_t vocab_;
 };
 
-// A prompt of `tokens` in n_batch chunks, as one prompt (begin/end_prompt) when `as_prompt`.
-void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, int n_batch, bool as_prompt,
-             std::vector<float>& logits) {
-  if (as_prompt) engine.begin_prompt(cache);
-  for (size_t i = 0; i < tokens.size(); i += size_t(n_batch)) {
-    const size_t n = std::min(size_t(n_batch), tokens.size() - i);
-    engine.forward(tokens.subspan(i, n), cache, i + n == tokens.size() ? Logits::last : Logits::none, logits);
-  }
-  if (as_prompt) engine.end_prompt(cache);
+// A prompt of `tokens` in n_batch chunks, as one prompt when `as_prompt`, continuing the cache.
+void prefill_tokens(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, int n_batch, bool as_prompt,
+                    int64_t max_rows, std::vector<float>& logits) {
+  PrefillOptions options;
+  options.n_batch = n_batch;
+  options.max_rows = max_rows;
+  options.reset = false;
+  options.as_prompt = as_prompt;
+  prefill(engine, cache, tokens, options, logits);
 }
 
 int64_t mean_rows(const ModelCache& cache) {
@@ -95,6 +96,7 @@ std::string cache_label(const KVCacheConfig& config) {
   std::string label = config.method;
   if (config.method != "full") label += " b" + std::to_string(config.budget);
   if (config.score == ScoreSource::attention) label += " attention";
+  if (config.method != "full" && config.positions == PositionRule::text) label += " text-pos";
   return label;
 }
 
@@ -153,6 +155,12 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
   std::vector<int32_t> tokens;
   std::vector<float> logits;
   TokenStream stream(o.seed, vocab);
+  // The longest sequence a cache filled to `depth` sees: the depth plus every repetition of the
+  // longest test (caches at depth > 0 continue from one repetition to the next).
+  int longest = 0;
+  for (int n : o.n_prompt) longest = std::max(longest, n);
+  for (int n : o.n_gen) longest = std::max(longest, n);
+  auto max_rows = [&](int depth) { return int64_t(depth) + int64_t(longest) * o.repetitions; };
 
   for (int threads : o.threads) {
     ThreadPool pool{size_t(threads)};
@@ -177,7 +185,7 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
         if (depth == 0) continue;
         stream.fill(tokens, depth);
         const auto start = Clock::now();
-        prefill(engine, *slots.back().cache, tokens, o.n_batch, true, logits);
+        prefill_tokens(engine, *slots.back().cache, tokens, o.n_batch, true, max_rows(depth), logits);
         if (progress) {
           progress("filled " + cache_label(configs[k]) + " to depth " + std::to_string(depth) + " with " +
                    std::to_string(threads) + " thread(s) in " + std::to_string(seconds_since(start)) + " s");
@@ -214,7 +222,8 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
           } else {
             for (size_t k = 0; k < slots.size(); ++k) {
               const auto start = Clock::now();
-              prefill(engine, *slots[k].cache, tokens, o.n_batch, slots[k].depth == 0, logits);
+              prefill_tokens(engine, *slots[k].cache, tokens, o.n_batch, slots[k].depth == 0, max_rows(slots[k].depth),
+                             logits);
               seconds[k] = seconds_since(start);
             }
           }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/engine/prefill.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
@@ -85,18 +86,16 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
   // Runs one chunk through `cache`; calls score(j, logits) for each scored position j.
   auto run_chunk = [&](ModelCache& cache, Accumulator* stats, const auto& score) {
     const auto start = std::chrono::steady_clock::now();
-    cache.reset();
-    if (BudgetCoordinator* coordinator = cache.coordinator()) coordinator->set_max_rows(options.n_ctx);
-    engine.begin_prompt(cache);
-    for (int i = 0; i < first; i += options.n_batch) {
-      const int n = std::min(options.n_batch, first - i);
-      engine.forward(std::span(chunk).subspan(size_t(i), size_t(n)), cache, Logits::none, logits);
+    PrefillOptions prefill_options;
+    prefill_options.n_batch = options.n_batch;
+    prefill_options.max_rows = options.n_ctx;
+    prefill_options.logits = Logits::none;
+    prefill(engine, cache, std::span(chunk).first(size_t(first)), prefill_options, logits, [&](int64_t) {
       if (stats) {
         stats->kept_peak = std::max(stats->kept_peak, double(cache.kept_bytes()));
         stats->full_peak = std::max(stats->full_peak, double(cache.full_bytes()));
       }
-    }
-    engine.end_prompt(cache);
+    });
     for (int j = first; j < options.n_ctx - 1; ++j) {
       engine.forward(std::span(chunk).subspan(size_t(j), 1), cache, Logits::last, logits);
       score(j - first, logits.data());

@@ -90,7 +90,7 @@ std::string sweep_variant(const KVCacheConfig& c) {
     const std::string value = c.get_text(spec.name);
     if (!spec.omit_if.empty() && value == spec.omit_if) return;
     if (spec.kind == ParamKind::choice) {
-      add(value);
+      add(spec.label == spec.name ? std::string_view(value) : spec.label);
     } else {
       add(spec.label);
       label += '=';

@@ -15,6 +15,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMaxRows = double(1 << 30) - 1;
 constexpr std::string_view kScores[] = {"key-proxy", "attention"};
 constexpr std::string_view kKVTypes[] = {"f16", "f32"};
+constexpr std::string_view kPositionRules[] = {"cache", "text"};
 
 // The cache's own fields, in the order interfaces list them.
 // The cache's own fields, in the order interfaces list them (a sweep label shows score, recent,
@@ -37,6 +38,9 @@ const ParamSpec kCacheParams[] = {
     {"n_sink", ParamKind::integer, "4", "first positions never evicted (attention sinks)", 0, kMaxRows,
      false, {}, "sinks", true, false, {}, /*label=*/"sinks"},
     {"kv_type", ParamKind::choice, "f16", "stored K/V type", 0, 0, false, kKVTypes},
+    {"positions", ParamKind::choice, "cache",
+     "RoPE positions: cache (a row's rank among the rows held) or text (its place in the text)", 0, 0, false,
+     kPositionRules, {}, true, false, {}, /*label=*/"text-pos", /*omit_if=*/"cache"},
 };
 
 int to_int(const ParamSpec& spec, const ParamValue& value) {
@@ -92,6 +96,9 @@ void KVCacheConfig::set(std::string_view name, const ParamValue& value) {
   } else if (name == "kv_type") {
     spec.check(v);
     kv_type = parse_kv_type(std::get<std::string>(v));
+  } else if (name == "positions") {
+    spec.check(v);
+    positions = parse_position_rule(std::get<std::string>(v));
   } else {
     spec.check(v);
     params.insert_or_assign(std::string(name), std::move(v));
@@ -111,6 +118,7 @@ ParamValue KVCacheConfig::get(std::string_view name) const {
   if (name == "decay") return decay;
   if (name == "score") return to_string(score);
   if (name == "kv_type") return to_string(kv_type);
+  if (name == "positions") return to_string(positions);
   if (auto it = params.find(name); it != params.end()) return it->second;
   for (const MethodInfo& m : all_methods()) {
     if (m.id != method) continue;
@@ -173,10 +181,18 @@ std::string to_string(ScoreSource source) {
 
 std::string to_string(KVType type) { return type == KVType::f16 ? "f16" : "f32"; }
 
+std::string to_string(PositionRule rule) { return rule == PositionRule::cache ? "cache" : "text"; }
+
 ScoreSource parse_score_source(const std::string& text) {
   if (text == "key-proxy") return ScoreSource::key_proxy;
   if (text == "attention") return ScoreSource::attention;
   throw InvalidArgument(invalid_value("score", text, "expected key-proxy or attention"));
+}
+
+PositionRule parse_position_rule(const std::string& text) {
+  if (text == "cache") return PositionRule::cache;
+  if (text == "text") return PositionRule::text;
+  throw InvalidArgument(invalid_value("positions", text, "expected cache or text"));
 }
 
 KVType parse_kv_type(const std::string& text) {

@@ -31,7 +31,7 @@ constexpr std::array<MethodInfo, 9> kMethods = {{
     {"window", "window", "uniform", "sliding window: the most recent rows, no sinks",
      "Simplest constant-memory baseline"},
     {"snapkv", "snapkv", "uniform",
-     "score by the last prompt queries once at prefill end; no eviction in decode",
+     "score by the last prompt queries once at prefill end; then the oldest rows out past the budget",
      "Hard cap on tokens, evict at prefill only"},
 }};
 

@@ -145,6 +145,8 @@ std::string resolved_allocator(const KVCacheConfig& config) {
 namespace {
 
 bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
+  // The engine applies the position rule to every cache that evicts; the full cache never shifts.
+  if (name == "positions") return p.id != "full";
   return owns(p.params, name) || owns(a.params, name) || contains(p.reads, name) ||
          contains(a.reads, name) || (name == "score" && p.scores_rows);
 }

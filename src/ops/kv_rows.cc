@@ -282,6 +282,48 @@ void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size
   }
 }
 
+// One row's first n_rot elements, in place: o[i] = o[i] * cos[i] + o[partner(i)] * sin[i].
+HWY_INLINE void TurnScalar(float* o, size_t n_rot, bool neox, const float* cs, const float* sn) {
+  const size_t half = n_rot / 2;
+  for (size_t i = 0; i < half; ++i) {
+    const size_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = o[a], x1 = o[b];
+    o[a] = x0 * cs[a] + x1 * sn[a];
+    o[b] = x1 * cs[b] + x0 * sn[b];
+  }
+}
+
+void RotateRowsBack(const void* rows, KVType type, const int32_t* shifts, size_t n_rows, size_t dim,
+                    size_t n_rot, bool neox, const float* turns, float* out) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t half = n_rot / 2;
+  const bool vec = N >= 2 && (neox ? half % N == 0 : n_rot % N == 0);
+  LoadRows(rows, type, out, n_rows * dim);
+  for (size_t j = 0; j < n_rows; ++j) {
+    if (shifts[j] <= 0) continue;
+    float* o = out + j * dim;
+    const float* cs = turns + size_t(shifts[j]) * 2 * n_rot;
+    const float* sn = cs + n_rot;
+    if (!vec) {
+      TurnScalar(o, n_rot, neox, cs, sn);
+    } else if (!neox) {  // pairs are adjacent lanes: the partner vector is x with pairs swapped
+      for (size_t i = 0; i < n_rot; i += N) {
+        const auto x = hn::LoadU(d, o + i);
+        const auto turned = hn::Add(hn::Mul(x, hn::LoadU(d, cs + i)), hn::Mul(hn::Reverse2(d, x), hn::LoadU(d, sn + i)));
+        hn::StoreU(turned, d, o + i);
+      }
+    } else {
+      for (size_t i = 0; i < half; i += N) {
+        const auto lo = hn::LoadU(d, o + i), hi = hn::LoadU(d, o + i + half);
+        hn::StoreU(hn::Add(hn::Mul(lo, hn::LoadU(d, cs + i)), hn::Mul(hi, hn::LoadU(d, sn + i))), d, o + i);
+        hn::StoreU(hn::Add(hn::Mul(hi, hn::LoadU(d, cs + i + half)), hn::Mul(lo, hn::LoadU(d, sn + i + half))), d,
+                   o + i + half);
+      }
+    }
+  }
+}
+
 bool MaskedSoftmax(float* x, const uint8_t* mask, size_t n) {
   float mx = -std::numeric_limits<float>::infinity();
   for (size_t j = 0; j < n; ++j) {
@@ -331,6 +373,46 @@ HWY_EXPORT(QueryBlockDots);
 HWY_EXPORT(RowDotsGroup);
 HWY_EXPORT(WeightedSumGroup);
 HWY_EXPORT(MaskedSoftmax);
+HWY_EXPORT(RotateRowsBack);
+
+void rotate_rows_back(const void* rows, KVType type, const int32_t* shifts, size_t n_rows, size_t head_dim,
+                      size_t n_rot, bool neox, const float* turns, float* out) {
+  HWY_DYNAMIC_DISPATCH(RotateRowsBack)(rows, type, shifts, n_rows, head_dim, n_rot, neox, turns, out);
+}
+
+void rotate_rows_back_scalar(const void* rows, KVType type, const int32_t* shifts, size_t n_rows,
+                             size_t head_dim, size_t n_rot, bool neox, const float* turns, float* out) {
+  for (size_t i = 0; i < n_rows * head_dim; ++i) {
+    out[i] = type == KVType::f32 ? static_cast<const float*>(rows)[i]
+                                 : fp16_to_f32(static_cast<const uint16_t*>(rows)[i]);
+  }
+  const size_t half = n_rot / 2;
+  for (size_t j = 0; j < n_rows; ++j) {
+    if (shifts[j] <= 0) continue;
+    float* o = out + j * head_dim;
+    const float* cs = turns + size_t(shifts[j]) * 2 * n_rot;
+    const float* sn = cs + n_rot;
+    for (size_t i = 0; i < half; ++i) {
+      const size_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+      const float x0 = o[a], x1 = o[b];
+      o[a] = x0 * cs[a] + x1 * sn[a];
+      o[b] = x1 * cs[b] + x0 * sn[b];
+    }
+  }
+}
+
+void rope_turn_row(const float* cos_sin, size_t n_rot, bool neox, float* turn) {
+  // R(-s) per pair (a, b): a' = a cos + b sin, b' = b cos - a sin.
+  float* cs = turn;
+  float* sn = turn + n_rot;
+  const size_t half = n_rot / 2;
+  for (size_t i = 0; i < half; ++i) {
+    const size_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    cs[a] = cs[b] = cos_sin[2 * i];
+    sn[a] = cos_sin[2 * i + 1];
+    sn[b] = -cos_sin[2 * i + 1];
+  }
+}
 
 
 void store_rows(const float* src, void* dst, KVType type, size_t n) {

@@ -40,6 +40,18 @@ void rope_apply(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin) 
   }
 }
 
+void rope_apply_inverse(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin) {
+  check_n_rot(n_rot);
+  const int64_t stride = style == RopeStyle::normal ? 1 : n_rot / 2;
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const int64_t first = style == RopeStyle::normal ? 2 * i : i;
+    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+    const float x0 = x[first], x1 = x[first + stride];
+    x[first] = x0 * c + x1 * s;
+    x[first + stride] = x1 * c - x0 * s;
+  }
+}
+
 void rope(float* x, int64_t pos, int64_t n_rot, float freq_base, RopeStyle style) {
   check_n_rot(n_rot);
   // Heads are small (n_rot <= 256 in every Llama variant); larger ones take the heap.

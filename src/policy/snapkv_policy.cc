@@ -1,8 +1,12 @@
 // Observation-window policy (SnapKV, Li et al. 2024, arXiv:2404.14469): once, when the prompt ends,
 // rows before the window are scored by the attention the last `window` prompt queries pay them,
 // smoothed with a 1-D average pool of width `kernel` (zero padding, divided by the width), and the
-// top budget - window of them are kept with the window itself and the sinks, per KV head. Decode
-// appends without evicting. Key-proxy: the window's own keys are the queries (causal, self included).
+// top budget - window of them are kept with the window itself and the sinks, per KV head.
+// Key-proxy: the window's own keys are the queries (causal, self included).
+// After the prompt (streams, docs/positions.md): the head stays at `budget` rows, the oldest
+// non-sink rows evicted first, so the prompt's kept rows go before any generated one and a long
+// generation ends as StreamingLLM's sinks + recent window. (Evicting only generated rows would
+// freeze the cache on the prompt and drop every generated row but the newest.)
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -21,7 +25,7 @@ class SnapKVPolicy final : public TokenPolicy {
       : n_sink_(config.n_sink), window_(int(config.get_int("window"))), kernel_(int(config.get_int("kernel"))),
         source_(config.score) {}
   std::string_view name() const override { return "snapkv"; }
-  bool bounded() const override { return false; }
+  bool bounded() const override { return done_; }  // the whole prompt is held until it ends
   bool wants_attention() const override { return source_ == ScoreSource::attention && !done_; }
 
   void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
@@ -38,7 +42,10 @@ class SnapKVPolicy final : public TokenPolicy {
     }
   }
 
-  void evict(LayerRows&, int) override {}
+  void evict(LayerRows& layer, int budget) override {
+    if (!done_) return;
+    for (HeadStore& head : layer.heads) evict_lowest(head, budget, Protection{n_sink_}, nullptr);
+  }
 
   void finish_prompt(LayerRows& layer, int budget) override {
     done_ = true;

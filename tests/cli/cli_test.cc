@@ -159,3 +159,35 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& test) { return "case" + std::to_string(test.index); });
 
 }  // namespace
+
+namespace {
+
+// The stream protocol from the command line: one result, 2 segments of 1,000 scored tokens, the
+// rule named in the JSON; the table names text positions; a bad rule is bad input.
+TEST(Cli, PerplexityStreamJsonAndPositions) {
+  const std::string base = "perplexity " + kModel +
+                           " -f ../shared/data/tinystories_val.txt -t 1 --stream --stream-tokens 2512 "
+                           "--segment 1000 --method h2o --budget 32";
+  CliRun r = run(base + " --json");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"positions\": \"cache\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"scored\": 2000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"first\": 1512"), std::string::npos) << r.out;
+  r = run(base + " --positions text");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("text-pos"), std::string::npos) << r.out;
+  r = run(base + " --positions rank");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("positions"), std::string::npos) << r.out;
+}
+
+TEST(Cli, GenerateTakesAnyLengthOnlyWithAnEvictingCache) {
+  CliRun r = run("generate " + kModel + " -t 1 -n 2100 --ignore-eos --method window --budget 16");
+  EXPECT_EQ(r.status, 0) << r.out.substr(r.out.size() > 400 ? r.out.size() - 400 : 0);
+  EXPECT_NE(r.out.find("generated: 2100 tokens"), std::string::npos);
+  r = run("generate " + kModel + " -t 1 -n 2100");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("exceeds the context of 2048 tokens of a full cache"), std::string::npos) << r.out;
+}
+
+}  // namespace

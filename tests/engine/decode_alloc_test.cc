@@ -1,6 +1,6 @@
 // A decode step allocates nothing: this program replaces the global operator new with a counting
 // one (so it is a test binary of its own) and runs steady-state decode steps of the engine with
-// evicting caches, every score source, 1 and 2 threads.
+// evicting caches, every score source, 1 and 2 threads, both position rules.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -64,14 +64,17 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
   for (const char* method : {"window", "streaming", "h2o", "squeeze", "chunkkv", "tova"}) {
     for (ScoreSource score : {ScoreSource::key_proxy, ScoreSource::attention}) {
       for (size_t threads : {1u, 2u}) {
+       for (PositionRule rule : {PositionRule::cache, PositionRule::text}) {
         SCOPED_TRACE(std::string(method) + " threads " + std::to_string(threads) +
-                     (score == ScoreSource::attention ? " attention" : " key-proxy"));
+                     (score == ScoreSource::attention ? " attention" : " key-proxy") + " positions " +
+                     to_string(rule));
         ThreadPool pool(threads);
         Engine engine(model, &pool);
         KVCacheConfig c;
         c.method = method;
         c.budget = 64;
         c.score = score;
+        c.positions = rule;
         auto cache = engine.make_cache(c);
         std::vector<float> logits;
         engine.begin_prompt(*cache);
@@ -88,6 +91,7 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
           engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
         }
         EXPECT_EQ(g_allocations.load() - before, 0);
+       }
       }
     }
   }

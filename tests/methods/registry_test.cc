@@ -101,11 +101,13 @@ TEST(Registry, AMethodReadsWhatItsPolicyAndAllocatorRead) {
     return out;
   };
   EXPECT_EQ(names(find_method("full")), std::set<std::string>{});
-  EXPECT_EQ(names(find_method("window")), (std::set<std::string>{"budget"}));
+  // Every evicting cache reads the position rule (the engine applies it); the full cache never shifts.
+  EXPECT_EQ(names(find_method("window")), (std::set<std::string>{"budget", "positions"}));
   EXPECT_EQ(names(find_method("chunkkv")),
-            (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "chunk_size"}));
+            (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "positions", "chunk_size"}));
   EXPECT_EQ(names(find_method("squeeze")), (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score",
-                                                                 "strength", "importance", "squeeze_fraction"}));
+                                                                 "positions", "strength", "importance",
+                                                                 "squeeze_fraction"}));
   KVCacheConfig c;
   c.method = "squeeze";
   EXPECT_FALSE(reads_param(c, "squeeze_fraction"));  // key-dispersion does not use it

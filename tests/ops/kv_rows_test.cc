@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "squeezekv/ops/model_ops.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -135,6 +136,46 @@ TEST(KVRows, QueryBlockDotsMatchesTheScalarTwin) {
           for (size_t j = 0; j < n; ++j) {
             EXPECT_NEAR(fast[i * ld + j], slow[i * ld + j], 1e-4 * std::sqrt(double(dim)));
           }
+        }
+      }
+    }
+  }
+}
+
+// Positions inside the cache: the SIMD kernel against its scalar twin (same rounding) and both
+// against rope_apply_inverse row by row, for both RoPE styles, partial rotation and odd widths.
+TEST(KVRows, RotateRowsBackMatchesTheScalarTwinAndTheInverseRope) {
+  constexpr int kShifts = 40;
+  for (RopeStyle style : {RopeStyle::normal, RopeStyle::neox}) {
+    const bool neox = style == RopeStyle::neox;
+    for (size_t dim : {6u, 8u, 16u, 64u, 128u}) {
+      for (size_t n_rot : {dim, dim / 2 % 2 == 0 ? dim / 2 : dim}) {
+        std::vector<float> cos_sin(n_rot), turns(kShifts * 2 * n_rot);
+        for (int s = 0; s < kShifts; ++s) {
+          rope_cache(s, int64_t(n_rot), 10000.0f, cos_sin.data());
+          rope_turn_row(cos_sin.data(), n_rot, neox, turns.data() + size_t(s) * 2 * n_rot);
+        }
+        for (KVType type : {KVType::f16, KVType::f32}) {
+          const size_t n_rows = 37;
+          const auto x = test::normal(n_rows * dim, dim + n_rot);
+          const auto rows = stored(x, type, 0);
+          std::vector<int32_t> shifts(n_rows);
+          for (size_t j = 0; j < n_rows; ++j) shifts[j] = int32_t((j * 7) % kShifts);
+          std::vector<float> simd(n_rows * dim), scalar(n_rows * dim), oracle(n_rows * dim);
+          rotate_rows_back(rows.data(), type, shifts.data(), n_rows, dim, n_rot, neox, turns.data(), simd.data());
+          rotate_rows_back_scalar(rows.data(), type, shifts.data(), n_rows, dim, n_rot, neox, turns.data(),
+                                  scalar.data());
+          load_rows(rows.data(), type, oracle.data(), n_rows * dim);
+          for (size_t j = 0; j < n_rows; ++j) {
+            rope_cache(shifts[j], int64_t(n_rot), 10000.0f, cos_sin.data());
+            rope_apply_inverse(oracle.data() + j * dim, int64_t(n_rot), style, cos_sin.data());
+          }
+          for (size_t i = 0; i < simd.size(); ++i) {
+            ASSERT_NEAR(simd[i], scalar[i], 1e-6f * (1.0f + std::fabs(scalar[i]))) << "dim " << dim << " i " << i;
+            ASSERT_NEAR(simd[i], oracle[i], 1e-6f * (1.0f + std::fabs(oracle[i]))) << "dim " << dim << " i " << i;
+          }
+          // Shift 0 rows are the stored values exactly.
+          EXPECT_EQ(simd[0], oracle[0]);
         }
       }
     }

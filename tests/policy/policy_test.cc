@@ -140,7 +140,7 @@ TEST(ChunkKV, EvictsWholeChunksByMeanScore) {
   EXPECT_EQ(kept(*cache), (std::vector<int64_t>{0, 1, 4, 5, 6, 7, 8, 9}));
 }
 
-TEST(SnapKV, KeepsTheWindowAndTheTopPooledRowsOnceThenAppends) {
+TEST(SnapKV, KeepsTheWindowAndTheTopPooledRowsOnceThenStaysAtTheBudget) {
   KVCacheConfig c = method("snapkv", 5, 0, 4);
   c.score = ScoreSource::attention;
   c.set("window", 2);
@@ -158,7 +158,9 @@ TEST(SnapKV, KeepsTheWindowAndTheTopPooledRowsOnceThenAppends) {
   // Prefix scores 0.5, 0, 0.4, 0, 0.1, 0.15, 0, 0.45 -> top 3: 0, 7, 2; plus window {8, 9}.
   EXPECT_EQ(kept(*cache), (std::vector<int64_t>{0, 2, 7, 8, 9}));
   decode(*cache, 3, 5);
-  EXPECT_EQ(cache->tokens_kept(), 8);  // decode appends without eviction
+  // A stream stays at the budget: the oldest rows go first (no sinks here), prompt rows before
+  // generated ones.
+  EXPECT_EQ(kept(*cache), (std::vector<int64_t>{8, 9, 10, 11, 12}));
 }
 
 TEST(SnapKV, PoolingSmoothsNeighbouringScores) {

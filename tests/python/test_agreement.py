@@ -32,7 +32,8 @@ def test_greedy_generation_matches_the_program():
     mine = squeezekv.Model.load(MODEL_PATH).generate("Once upon a time", config, n_predict=24,
                                                      temperature=0.0, threads=1)
     theirs = cli("generate", "-m", str(MODEL_PATH), "-p", "Once upon a time", "-n", "24", "--temp", "0",
-                 "-t", "1", "--method", "squeeze", "--budget", "8", "--sinks", "2", "--json")
+                 "-t", "1", "--method", "squeeze", "--budget", "8", "--sinks", "2", "--score", "key-proxy",
+                 "--json")
     assert mine["tokens"] == theirs["tokens"]
     assert mine["layer_budgets"] == theirs["layer_budgets"]
     assert mine["kept_bytes"] == theirs["kv_kept_bytes"]

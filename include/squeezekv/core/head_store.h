@@ -4,6 +4,13 @@
 // values[s * head_dim ..] (fp16 or f32), one fp32 score and the token's original position. An
 // evicted slot is marked free (position -1) and refilled by the next appended row, so eviction
 // never moves K/V; rows only move when the capacity changes (compaction keeps their order).
+//
+// Positions inside the cache (docs/positions.md): each slot also counts its `shift`, how many rows
+// of lower position were evicted since it was stored. An engine that rotated a key by its rank at
+// insertion (the live rows of lower position then) finds its rank now as that rank minus the
+// shift, and rotates the key back by `shift` positions when it reads it. Evictions are recorded
+// by evict() and folded into the shifts by apply_evictions() in one pass (LayerCache does this at
+// the end of every update; append does it first), so shifts() and max_shift() are current after it.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +42,10 @@ class HeadStore {
   const float* scores() const { return scores_.data(); }
   float* scores() { return scores_.data(); }
   const int64_t* positions() const { return positions_.data(); }
+  const int32_t* shifts() const { return shifts_.data(); }
+  // The largest shift of a live row (0: every rank equals the rank it was stored at).
+  int32_t max_shift() const { return max_shift_; }
+  bool evictions_pending() const { return !pending_.empty(); }
   bool live(int slot) const { return positions_[size_t(slot)] != kFree; }
 
   // Stores n rows (f32, [n, head_dim]) at positions first_pos.., free slots first; their slots are
@@ -43,6 +54,8 @@ class HeadStore {
   void append(const float* keys, const float* values, int n, int64_t first_pos, int growth_cap,
               std::vector<int>& slots);
   void evict(int slot);
+  // Adds to every live row's shift the rows evicted since the last call with lower position.
+  void apply_evictions();
   // Moves the live rows to slots [0, n_live) in slot order and sets capacity = max(rows, n_live).
   void compact(int rows);
   void clear();
@@ -62,6 +75,9 @@ class HeadStore {
   std::vector<std::byte> values_;
   std::vector<float> scores_;
   std::vector<int64_t> positions_;
+  std::vector<int32_t> shifts_;
+  std::vector<int64_t> pending_;  // positions evicted since the last apply_evictions
+  int32_t max_shift_ = 0;
   std::vector<int> free_;  // freed slots below n_slots_, reused last-freed first
 };
 

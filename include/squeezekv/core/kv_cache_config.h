@@ -23,6 +23,12 @@ enum class ScoreSource : uint8_t {
   attention,  // real attention probabilities fed back by the engine (original H2O)
 };
 
+// Which position RoPE gives a query and a kept row (docs/positions.md).
+enum class PositionRule : uint8_t {
+  cache,  // the rank among the rows the layer-head holds: distances never exceed the rows held
+  text,   // the position in the original text
+};
+
 struct KVCacheConfig {
   std::string method = "squeeze";  // a registered method id (`squeezekv methods`)
   int head_dim = 128;              // must match every update's keys and values
@@ -35,6 +41,7 @@ struct KVCacheConfig {
   double decay = 0.98;             // scores = decay * scores + a; in (0, 1], 1 = off
   ScoreSource score = ScoreSource::key_proxy;
   KVType kv_type = KVType::f16;
+  PositionRule positions = PositionRule::cache;
 
   // The method's preset pair can be overridden: any policy with any allocator.
   std::string policy{};     // "" = the method's token policy
@@ -67,7 +74,9 @@ struct KVCacheConfig {
 
 std::string to_string(ScoreSource source);
 std::string to_string(KVType type);
+std::string to_string(PositionRule rule);
 ScoreSource parse_score_source(const std::string& text);  // "key-proxy" | "attention"
 KVType parse_kv_type(const std::string& text);            // "f16" | "f32"
+PositionRule parse_position_rule(const std::string& text); // "cache" | "text"
 
 }  // namespace squeezekv

@@ -3,6 +3,11 @@
 // projection, SwiGLU MLP; final norm and logits). Attention of each layer reads that layer's own
 // kept rows, so every layer and head may hold a different number of tokens.
 //
+// Positions (docs/positions.md): with PositionRule::cache, once a layer has evicted, a new key and
+// query of head h are rotated by their rank among the rows h holds (rows held before the update
+// plus the token's index in it), and a kept key is rotated back by its HeadStore shift when read;
+// with PositionRule::text (or before any eviction, where both agree) by their text position.
+//
 // Buffers grow to the largest batch seen and are then reused: no allocation per token.
 #pragma once
 
@@ -52,8 +57,15 @@ class Engine {
   std::unique_ptr<ModelCache> make_cache(KVCacheConfig config) const;
 
  private:
-  void attention(LayerCache& cache, int n, int64_t pos0);
+  void attention(LayerCache& cache, int n, int64_t pos0, bool ranks);
   void reserve(int n);
+  // Rows [0, rows) of the rank table (cos/sin per rank, rope_cache's arithmetic) exist.
+  void ensure_rank_table(int64_t rows);
+  const float* rank_cos_sin(int64_t rank) const {
+    return rank_rope_.data() + size_t(rank) * size_t(model_.config().n_rot);
+  }
+  // Head g's keys rotated back by their shifts into rot_keys_ (f32 [n_kv, ld_rows, hd]).
+  void rotate_keys(const LayerCache& layer, size_t ld_rows);
 
   const Model& model_;
   ThreadPool* pool_;
@@ -63,6 +75,12 @@ class Engine {
   std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, before_;
   std::vector<float> k_heads_, v_heads_;  // [n_kv, n, hd]: the cache's update layout
   std::vector<float> rope_;                // cos/sin per token [n, n_rot]
+  std::vector<float> rank_rope_;           // cos/sin per rank [rows, n_rot]
+  std::vector<float> turns_;               // per shift: rotate_rows_back's table [rows, 2 n_rot]
+  int64_t rank_rows_ = 0;
+  std::vector<int64_t> head_rank0_;        // per KV head: rows held before the update
+  std::vector<float> rot_keys_;            // keys rotated back by their shifts
+  std::vector<uint8_t> rotated_;           // per KV head: rot_keys_ holds its keys
   std::vector<std::vector<float>> scratch_;  // per worker: a GQA group's logits over slots, mask
   std::vector<float> group_probs_;         // per KV head [n, slots] when attention is fed back
 };

@@ -1,4 +1,5 @@
-// Text generation with any cache configuration: prefill the prompt in chunks, then decode.
+// Text generation with any cache configuration: prefill the prompt in chunks (prefill.h), then
+// decode.
 #pragma once
 
 #include <cstdint>
@@ -14,14 +15,23 @@ namespace squeezekv {
 struct GenerateOptions {
   int n_predict = 128;     // tokens to generate (stops early at EOS)
   int n_batch = 512;       // prompt tokens per prefill update
-  int n_ctx = 0;           // 0 = the model's context length; prompt + output must fit
+  // A full cache only: 0 = the model's context length; prompt + output must fit. An evicting
+  // cache holds a bounded number of rows whatever the length, so it takes any length.
+  int n_ctx = 0;
   SamplerOptions sampler;
+  bool ignore_eos = false;   // keep generating past EOS (long streams)
+  bool keep_tokens = true;   // false: result.tokens stays empty, memory stays constant
+  int64_t speed_window = 10000;  // tokens timed at the start and the end of the output
 };
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens;
-  std::vector<int32_t> tokens;  // generated
+  std::vector<int32_t> tokens;  // generated (empty unless keep_tokens)
+  int64_t n_generated = 0;
   double prompt_seconds = 0.0, decode_seconds = 0.0;
+  // Decode seconds of the first and of the last speed_window generated tokens (0 when fewer
+  // than 2 * speed_window were generated): constant speed over a stream.
+  double first_window_seconds = 0.0, last_window_seconds = 0.0;
   double prompt_tokens_per_second() const;
   double decode_tokens_per_second() const;
   bool stopped_at_eos = false;

@@ -56,6 +56,20 @@ void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, si
 void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
                              size_t n, size_t head_dim, float* out, size_t ld_out);
 
+// Keys rotated back by their shifts (positions inside the cache, docs/positions.md): out row j
+// (f32 [n_rows, head_dim]) = row j with its first n_rot elements turned back by shifts[j] RoPE
+// positions, the rest as stored; rows with shift <= 0 are only converted. `turns` holds 2 * n_rot
+// floats per shift s (rope_turn_row of rope_cache(s)): per element a cosine, then a signed sine,
+// so out[i] = x[i] * cos[i] + x[partner i] * sin[i], partner i = i ^ 1 (normal RoPE) or
+// i +- n_rot/2 (NeoX). SIMD and scalar twin round alike (multiply, multiply, add).
+void rotate_rows_back(const void* rows, KVType type, const int32_t* shifts, size_t n_rows,
+                      size_t head_dim, size_t n_rot, bool neox, const float* turns, float* out);
+void rotate_rows_back_scalar(const void* rows, KVType type, const int32_t* shifts, size_t n_rows,
+                             size_t head_dim, size_t n_rot, bool neox, const float* turns,
+                             float* out);
+// One shift's row of `turns` from rope_cache's (cos, sin) pairs.
+void rope_turn_row(const float* cos_sin, size_t n_rot, bool neox, float* turn);
+
 // x[0..n) = exp(x - max) / sum over the entries with mask[j] != 0; masked entries become 0.
 // Returns false (and leaves zeros) when no entry is unmasked.
 bool masked_softmax(float* x, const uint8_t* mask, size_t n);

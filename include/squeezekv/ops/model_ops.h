@@ -66,5 +66,8 @@ void rope(float* x, int64_t pos, int64_t n_rot, float freq_base, RopeStyle style
 // bit-identical results.
 void rope_cache(int64_t pos, int64_t n_rot, float freq_base, float* cos_sin);
 void rope_apply(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin);
+// The inverse rotation with the same table: rope_apply_inverse(cos_sin of pos) turns x back by
+// pos (positions inside the cache rotate a kept key back by its shift, docs/positions.md).
+void rope_apply_inverse(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin);
 
 }  // namespace squeezekv
