@@ -8,6 +8,7 @@
 
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
+#include "policy/kept_rows.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -21,13 +22,6 @@ KVCacheConfig knorm(int budget, int n_sink, double recent, int dim = 2) {
   c.recent = recent;
   c.head_dim = dim;
   return c;
-}
-
-std::vector<int64_t> kept(const LayerCache& cache, int h = 0) {
-  std::vector<int64_t> out;
-  const HeadStore& head = cache.head(h);
-  for (int s : head.slots_by_position()) out.push_back(head.positions()[s]);
-  return out;
 }
 
 // One row per token whose key is (norm, 0): the norm is the only thing that matters.

@@ -9,6 +9,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
+#include "policy/kept_rows.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -22,13 +23,6 @@ KVCacheConfig method(const std::string& id, int budget, int n_sink, int dim = 8)
   c.head_dim = dim;
   c.decay = 1.0;  // hand-checked sums below are undecayed
   return c;
-}
-
-std::vector<int64_t> kept(const LayerCache& cache, int h = 0) {
-  std::vector<int64_t> out;
-  const HeadStore& head = cache.head(h);
-  for (int s : head.slots_by_position()) out.push_back(head.positions()[s]);
-  return out;
 }
 
 // Feeds n single-token updates of random keys.
