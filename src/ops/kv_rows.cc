@@ -448,7 +448,10 @@ bool masked_softmax(float* x, const uint8_t* mask, size_t n) {
 
 bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
                  size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld) {
-  row_dots_group(q, n_q, ld_q, rows, type, n_rows, head_dim, probs, ld);
+  // One query: row_dots keeps four rows in flight; the group kernel keeps one row per query
+  // group. Both give the same bits (row_dots_group's contract), so take the faster one.
+  if (n_q == 1) row_dots(q, rows, type, n_rows, head_dim, probs);
+  else row_dots_group(q, n_q, ld_q, rows, type, n_rows, head_dim, probs, ld);
   bool any = false;
   for (size_t g = 0; g < n_q; ++g) {
     float* row = probs + g * ld;
