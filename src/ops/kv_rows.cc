@@ -324,9 +324,11 @@ void RotateRowsBack(const void* rows, KVType type, const int32_t* shifts, size_t
   }
 }
 
-bool MaskedSoftmax(float* x, const uint8_t* mask, size_t n) {
+// x *= scale first (in the same pass as the maximum; scale 1 leaves every bit as it is).
+bool MaskedSoftmax(float* x, const uint8_t* mask, size_t n, float scale) {
   float mx = -std::numeric_limits<float>::infinity();
   for (size_t j = 0; j < n; ++j) {
+    x[j] *= scale;
     if (mask[j]) mx = std::max(mx, x[j]);
   }
   if (mx == -std::numeric_limits<float>::infinity()) {
@@ -443,7 +445,7 @@ void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, si
   HWY_DYNAMIC_DISPATCH(QueryBlockDots)(q, m, ld_q, kt, ld_kt, n, head_dim, out, ld_out);
 }
 bool masked_softmax(float* x, const uint8_t* mask, size_t n) {
-  return HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(x, mask, n);
+  return HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(x, mask, n, 1.0f);
 }
 
 bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
@@ -453,11 +455,7 @@ bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVTy
   if (n_q == 1) row_dots(q, rows, type, n_rows, head_dim, probs);
   else row_dots_group(q, n_q, ld_q, rows, type, n_rows, head_dim, probs, ld);
   bool any = false;
-  for (size_t g = 0; g < n_q; ++g) {
-    float* row = probs + g * ld;
-    for (size_t j = 0; j < n_rows; ++j) row[j] *= scale;
-    any = masked_softmax(row, mask, n_rows);
-  }
+  for (size_t g = 0; g < n_q; ++g) any = HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(probs + g * ld, mask, n_rows, scale);
   return any;
 }
 
