@@ -244,17 +244,10 @@ void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks) {
       if (mask[s]) hi = s + 1;
     }
     const float* q = q_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
-    if (most_shift > 0 && rotated_[size_t(g)]) {
-      const float* keys = rot_keys_.data() + size_t(g) * size_t(max_slots) * hd;
-      row_dots_group(q, group, hd, keys, KVType::f32, size_t(hi), hd, logits, ld);
-    } else {
-      row_dots_group(q, group, hd, head.keys(), head.type(), size_t(hi), hd, logits, ld);
-    }
-    for (size_t i = 0; i < group; ++i) {
-      float* row = logits + i * ld;
-      for (int s = 0; s < hi; ++s) row[s] *= scale;
-      masked_softmax(row, mask, size_t(hi));
-    }
+    // Keys turned back to their ranks (positions inside the cache) when any was shifted.
+    const bool rotated = most_shift > 0 && rotated_[size_t(g)];
+    const void* keys = rotated ? rot_keys_.data() + size_t(g) * size_t(max_slots) * hd : head.keys();
+    query_probs(q, group, hd, keys, rotated ? KVType::f32 : head.type(), size_t(hi), hd, mask, scale, logits, ld);
     float* out = att_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
     std::fill(out, out + group * hd, 0.0f);
     rows_weighted_sum_group(logits, group, ld, head.values(), head.type(), size_t(hi), hd, out, hd);
