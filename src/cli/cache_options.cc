@@ -29,6 +29,22 @@ std::string id_list(std::string_view name) {
   return out;
 }
 
+// What --help shows in place of CLI11's TEXT: the kind, or a choice's values.
+std::string type_name(const ParamSpec& spec) {
+  switch (spec.kind) {
+    case ParamKind::integer: return "INT";
+    case ParamKind::real: return "FLOAT";
+    case ParamKind::text: return "ID";
+    case ParamKind::choice: break;
+  }
+  std::string out;
+  for (std::string_view c : spec.choices) {
+    if (!out.empty()) out += '|';
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string CacheOptions::text(std::string_view name) const {
@@ -57,7 +73,6 @@ void add_cache_options(CLI::App& app, CacheOptions& o, std::initializer_list<std
     if (std::find(exclude.begin(), exclude.end(), spec->name) != exclude.end()) continue;
     const std::string name(spec->name);
     std::string help(spec->help);
-    if (spec->kind == ParamKind::choice) help += " (" + spec->range_text().substr(std::string("must be one of ").size()) + ")";
     if (spec->kind == ParamKind::text) help += ": " + id_list(name);
     help += owner_note(name);
     const bool field = param_owners(name).front() == "cache";
@@ -65,6 +80,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, std::initializer_list<std
     auto def = o.command_defaults.find(name);
     const std::string default_text = def != o.command_defaults.end() ? def->second : std::string(spec->default_value);
     if (!default_text.empty()) option->default_str(default_text);
+    option->type_name(type_name(*spec));
     o.options[name] = option;
   }
 }
