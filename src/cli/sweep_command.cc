@@ -35,6 +35,7 @@ nlohmann::json row(const PerplexityResult& r) {
           {"n_sink", c.n_sink}, {"strength", c.strength}, {"score", to_string(c.score)},
           {"importance", to_string(c.importance)}, {"squeeze_fraction", c.squeeze_fraction},
           {"recent", c.recent}, {"decay", c.decay}, {"kv_type", to_string(c.kv_type)},
+          {"positions", to_string(c.positions)},
           {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll}, {"mean_kl", r.mean_kl},
           {"top1_agreement", r.top1_agreement}, {"mean_kept_bytes", r.mean_kept_bytes},
           {"peak_kept_bytes", r.peak_kept_bytes}, {"mean_full_bytes", r.mean_full_bytes},
