@@ -24,7 +24,8 @@ struct PerplexityArgs {
 };
 
 nlohmann::json to_json(const PerplexityResult& r) {
-  return {{"method", r.config.method}, {"budget", r.config.budget}, {"chunks", r.chunks},
+  return {{"method", r.config.method}, {"budget", r.config.budget}, {"positions", to_string(r.config.positions)},
+          {"chunks", r.chunks},
           {"scored", r.scored}, {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll},
           {"mean_kl", r.mean_kl}, {"top1_agreement", r.top1_agreement},
           {"mean_kept_bytes", r.mean_kept_bytes}, {"peak_kept_bytes", r.peak_kept_bytes},
