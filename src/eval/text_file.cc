@@ -22,8 +22,9 @@ std::string read_text_file(const std::string& path, const std::string& name, uin
   std::string text;
   char block[1 << 16];
   while (file.read(block, sizeof block) || file.gcount() > 0) {
+    // Checked before appending, so memory never grows past the cap.
+    if (text.size() + size_t(file.gcount()) > max_bytes) throw FormatError(invalid_value(name, path, too_big));
     text.append(block, size_t(file.gcount()));
-    if (text.size() > max_bytes) throw FormatError(invalid_value(name, path, too_big));
   }
   if (file.bad()) throw FormatError(invalid_value(name, path, "read error"));
   return text;
