@@ -5,9 +5,14 @@ average budget, or squeeze_resolved_budget). ``KVCacheBuilder.for_model(model, c
 cache per layer sharing one coordinator, which is where the squeeze reallocation happens.
 
 The native cache needs the batch size and KV head count; unless the model tells them, they are
-taken from the first ``update_and_fetch`` (every layer of one model must then agree)."""
+taken from the first ``update_and_fetch`` (every layer of one model must then agree).
+
+Threads: a native cache is single-writer (the C++ library rejects overlapping calls). These
+classes serialise every call on one cache (all layers of one model share a lock), so several
+threads may share a cache; their updates run one at a time, in whatever order they take the lock."""
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import numpy as np
@@ -35,6 +40,7 @@ class _Group:
         self.native_config = config.to_native()
         self.n_layers = n_layers  # None: a lone layer (KVCacheFactory.create)
         self.native = None
+        self.lock = threading.Lock()  # one call at a time on the native cache (and its build)
         if n_kv_heads is not None:
             self.build(n_kv_heads, n_batch or 1)
 
@@ -65,26 +71,29 @@ class LayerCache:
         order. Heads holding fewer rows than the fullest are zero-padded at the end; ``fetch()``
         also gives the positions (-1 for padding)."""
         keys, values = _as_block(keys, "keys"), _as_block(values, "values")
-        native = self._group.layer(self._index, keys)
-        native.update(keys, values)
-        k, v, _ = native.fetch()
+        with self._group.lock:
+            native = self._group.layer(self._index, keys)
+            native.update(keys, values)
+            k, v, _ = native.fetch()
         return k, v
 
     def fetch(self):
         """(keys, values, positions) of the kept rows; empty arrays before the first update."""
-        native = self._native()
-        if native is None:
-            d = self._group.config.head_dim
-            empty = np.zeros((0, 0, 0, d), np.float32)
-            return empty, empty.copy(), np.zeros((0, 0, 0), np.int64)
-        return native.fetch()
+        with self._group.lock:
+            native = self._native()
+            if native is not None:
+                return native.fetch()
+        d = self._group.config.head_dim
+        empty = np.zeros((0, 0, 0, d), np.float32)
+        return empty, empty.copy(), np.zeros((0, 0, 0), np.int64)
 
     def _native(self):
         return self._group.layer(self._index)
 
     def _stat(self, name: str, before):
-        native = self._native()
-        return before if native is None else getattr(native, name)
+        with self._group.lock:
+            native = self._native()
+            return before if native is None else getattr(native, name)
 
     @property
     def layer_index(self) -> int:
@@ -139,9 +148,10 @@ class LayerCache:
         return self._stat("compression_ratio", 1.0)
 
     def reset(self) -> None:
-        native = self._native()
-        if native is not None:
-            native.reset()
+        with self._group.lock:
+            native = self._native()
+            if native is not None:
+                native.reset()
 
     def __repr__(self) -> str:
         return (f"LayerCache(layer={self._index}, method={self._group.config.method!r}, "
@@ -188,8 +198,9 @@ class ModelCaches(list):
         return 1.0 if kept == 0 else self.full_bytes / kept
 
     def reset(self) -> None:
-        if self._group.native is not None:
-            self._group.native.reset()
+        with self._group.lock:
+            if self._group.native is not None:
+                self._group.native.reset()
 
 
 def _layer_count_and_heads(model_or_layer_count):
@@ -230,8 +241,9 @@ class KVCacheBuilder:
         """One cache per layer sharing one coordinator. A squeezekv Model also fixes the KV heads
         and head_dim (the model's head_dim replaces config.head_dim, as the engine does)."""
         n_layers, model_heads = _layer_count_and_heads(model_or_layer_count)
-        if n_layers < 1:
-            raise ValueError(f"n_layers = {n_layers}: must be at least 1")
+        if not 1 <= n_layers <= _native.MAX_CACHE_LAYERS:
+            # before the per-layer wrappers are built: a huge count would exhaust memory first
+            raise ValueError(f"n_layers = {n_layers}: must lie in [1, {_native.MAX_CACHE_LAYERS}]")
         from .engine import Model
 
         if isinstance(model_or_layer_count, Model):

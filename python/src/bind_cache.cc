@@ -111,6 +111,7 @@ void bind_cache(py::module_& m) {
       .def("end_prompt", &ModelCache::end_prompt)
       .def("reset", &ModelCache::reset);
 
+  m.attr("MAX_CACHE_LAYERS") = kMaxCacheLayers;
   m.def("create_layer", &KVCacheFactory::create, py::arg("config"), py::arg("n_kv_heads") = 1,
         py::arg("n_batch") = 1, "One layer without a coordinator (KVCacheFactory::create).");
 }

@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/utf8.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/eval/perplexity.h"
 
@@ -27,7 +28,7 @@ py::dict model_info(const Model& model) {
   const ModelConfig& c = model.config();
   py::dict d;
   d["arch"] = c.arch;
-  d["name"] = c.name;
+  d["name"] = valid_utf8(c.name);  // a model's name may hold invalid UTF-8
   d["n_layers"] = c.n_layers;
   d["n_heads"] = c.n_heads;
   d["n_kv_heads"] = c.n_kv_heads;
@@ -57,7 +58,7 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
   std::vector<int> kept;
   for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).tokens_kept());
   py::dict d;
-  d["text"] = model.tokenizer().decode(r.tokens);
+  d["text"] = valid_utf8(model.tokenizer().decode(r.tokens));  // raw ids stay in "tokens"
   d["tokens"] = r.tokens;
   d["prompt_tokens"] = r.prompt_tokens;
   d["stopped_at_eos"] = r.stopped_at_eos;
@@ -119,7 +120,7 @@ void bind_engine(py::module_& m) {
         return tokenize_text_file(model.tokenizer(), path);
       }, py::arg("path"))
       .def("detokenize", [](const Model& model, const std::vector<int32_t>& tokens) {
-        return model.tokenizer().decode(tokens);
+        return valid_utf8(model.tokenizer().decode(tokens));  // a split character becomes U+FFFD
       }, py::arg("tokens"));
 
   m.def(

@@ -1,6 +1,7 @@
 // squeezekv's C++ errors as Python exceptions: bad parameters are ValueError (the message names
 // the parameter), a missing or malformed file is FormatError, both an OSError and a ValueError.
 #include <climits>
+#include <cstring>
 
 #include "bindings.h"
 #include "squeezekv/base/errors.h"
@@ -11,6 +12,15 @@ namespace squeezekv::python {
 namespace {
 
 PyObject* format_error = nullptr;  // owned by the module once added to it
+
+// PyErr_SetString fails (leaving an empty or decoding error) on a message quoting bad UTF-8 from a
+// file; invalid bytes become U+FFFD instead.
+void set_error(PyObject* type, const char* what) {
+  PyObject* text = PyUnicode_DecodeUTF8(what, Py_ssize_t(std::strlen(what)), "replace");
+  if (text == nullptr) return;  // the decoding error is set
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
 
 }  // namespace
 
@@ -28,9 +38,9 @@ void bind_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const InvalidArgument& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set_error(PyExc_ValueError, e.what());
     } catch (const FormatError& e) {
-      PyErr_SetString(format_error, e.what());
+      set_error(format_error, e.what());
     }
   });
 }

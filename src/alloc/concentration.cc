@@ -1,12 +1,21 @@
 #include "squeezekv/alloc/concentration.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include "squeezekv/base/errors.h"
 
 namespace squeezekv {
 
 double concentration_score(const float* keys, int n, int head_dim) {
   if (n < 2) return 0.0;
+  // A NaN or inf key would make the score NaN, and a NaN budget schedule after it.
+  for (size_t i = 0; i < size_t(n) * size_t(head_dim); ++i) {
+    if (!std::isfinite(keys[i])) {
+      require(false, "keys[" + std::to_string(i) + "]", keys[i], "concentration_score needs finite keys");
+    }
+  }
   // sum_{i != j} u_i . u_j = ||sum_j u_j||^2 - sum_j ||u_j||^2, accumulated in double so the
   // cancellation stays exact to well below 1e-5 even for thousands of near-identical keys.
   std::vector<double> sum(size_t(head_dim), 0.0);

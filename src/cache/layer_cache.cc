@@ -2,22 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/cache/coordinator.h"
 #include "squeezekv/base/errors.h"
+#include "cache/exclusive.h"
 
 namespace squeezekv {
 
 LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
                        int budget, std::unique_ptr<TokenPolicy> policy,
-                       BudgetCoordinator* coordinator)
+                       BudgetCoordinator* coordinator, std::atomic<bool>* shared_busy)
     : config_(config), layer_index_(layer_index), initial_budget_(budget), budget_(budget),
       budget_final_(coordinator == nullptr), policy_(std::move(policy)),
-      coordinator_(coordinator) {
-  require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be at least 1");
-  require(n_batch >= 1, "n_batch", n_batch, "must be at least 1");
+      coordinator_(coordinator), busy_(shared_busy ? shared_busy : &own_busy_) {
+  require(n_kv_heads >= 1 && n_kv_heads <= kMaxCacheHeads, "n_kv_heads", n_kv_heads,
+          "must lie in [1, " + std::to_string(kMaxCacheHeads) + "]");
+  require(n_batch >= 1 && n_batch <= kMaxCacheBatch, "n_batch", n_batch,
+          "must lie in [1, " + std::to_string(kMaxCacheBatch) + "]");
   require(budget >= 1, "budget", budget, "must be at least 1");
   rows_.n_batch = n_batch;
   rows_.n_kv_heads = n_kv_heads;
@@ -27,10 +31,15 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
 }
 
 void LayerCache::check_finite(const float* data, size_t n, const char* what) const {
+  // An f16 cache would store a finite f32 beyond 65504 as inf, silently.
+  const float limit = config_.kv_type == KVType::f16 ? 65504.0f : std::numeric_limits<float>::max();
   for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(data[i])) {
+    if (!(std::fabs(data[i]) <= limit)) {  // also catches NaN
+      const bool finite = std::isfinite(data[i]);
       throw InvalidArgument(std::string(what) + "[" + std::to_string(i) + "] = " +
-                            std::to_string(data[i]) + ": keys and values must be finite (layer " +
+                            std::to_string(data[i]) +
+                            (finite ? ": beyond the fp16 range (|x| <= 65504) of the f16 cache (layer "
+                                    : ": keys and values must be finite (layer ") +
                             std::to_string(layer_index_) + ")");
     }
   }
@@ -72,6 +81,16 @@ void LayerCache::add_attention(int h, const float* probs, int n_queries) {
   if (n_queries < 0 || n_queries > update_.n_new) {
     require(false, "n_queries", n_queries, "must lie in [0, " + std::to_string(update_.n_new) + "] (the update's tokens)");
   }
+  // NaN or negative probabilities would poison the scores that choose what is evicted.
+  const size_t n_probs = size_t(n_queries) * size_t(head(h).n_slots());
+  if (n_probs > 0 && probs == nullptr) require(false, "probs", "null", "attention probabilities must be given");
+  for (size_t i = 0; i < n_probs; ++i) {
+    if (!(probs[i] >= 0.0f && probs[i] <= std::numeric_limits<float>::max())) {
+      require(false, "probs[" + std::to_string(i) + "]", probs[i],
+              "attention probabilities must be finite and >= 0 (layer " + std::to_string(layer_index_) +
+                  ", head " + std::to_string(h) + ")");
+    }
+  }
   policy_->score_attention(rows_, h, probs, n_queries, head(h).n_slots());
 }
 
@@ -89,6 +108,7 @@ void LayerCache::end_update() {
 }
 
 void LayerCache::update(const float* keys, const float* values, int n_tokens) {
+  Exclusive only(*busy_, "update");
   begin_update(keys, values, n_tokens);
   end_update();
 }
@@ -113,6 +133,7 @@ void LayerCache::update(const KVBlockView& keys, const KVBlockView& values) {
 }
 
 FetchedRows LayerCache::fetch(int h) const {
+  Exclusive only(*busy_, "fetch");
   require(h >= 0 && h < n_heads(), "head", h, "out of range [0, " + std::to_string(n_heads()) + ")");
   const HeadStore& store = head(h);
   const size_t dim = size_t(store.head_dim());
@@ -129,10 +150,12 @@ FetchedRows LayerCache::fetch(int h) const {
 }
 
 void LayerCache::begin_prompt() {
+  Exclusive only(*busy_, "begin_prompt");
   if (!first_update_done_) explicit_prompt_ = true;
 }
 
 void LayerCache::end_prompt() {
+  Exclusive only(*busy_, "end_prompt");
   if (!explicit_prompt_) return;  // the first update already was the prompt
   explicit_prompt_ = false;
   prompt_pending_ = true;
@@ -167,14 +190,22 @@ void LayerCache::settle() {
 }
 
 void LayerCache::reset() {
+  Exclusive only(*busy_, "reset");
+  clear();
+}
+
+void LayerCache::clear() {
   for (HeadStore& h : rows_.heads) h.clear();
   rows_.tokens_seen = 0;
   policy_->reset();
   in_update_ = first_update_done_ = explicit_prompt_ = prompt_pending_ = false;
   concentration_ = 0.0;
   if (coordinator_) {
-    budget_ = initial_budget_;
-    budget_final_ = false;
+    // One layer's reset keeps a published schedule (its next report is ignored, so clearing it
+    // would leave the layer without a budget forever); ModelCache::reset clears the coordinator
+    // first, so there every layer falls back and measures again.
+    budget_final_ = coordinator_->is_final();
+    budget_ = budget_final_ ? coordinator_->budgets()[size_t(layer_index_)] : initial_budget_;
   }
 }
 

@@ -1,5 +1,6 @@
 #include "squeezekv/cache/model_cache.h"
 
+#include "cache/exclusive.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
@@ -8,7 +9,16 @@ namespace squeezekv {
 ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads, int n_batch)
     : config_(config) {
   config.validate();
-  require(n_layers >= 1, "n_layers", n_layers, "must be at least 1");
+  require(n_layers >= 1 && n_layers <= kMaxCacheLayers, "n_layers", n_layers,
+          "must lie in [1, " + std::to_string(kMaxCacheLayers) + "]");
+  require(n_kv_heads >= 1 && n_kv_heads <= kMaxCacheHeads, "n_kv_heads", n_kv_heads,
+          "must lie in [1, " + std::to_string(kMaxCacheHeads) + "]");
+  require(n_batch >= 1 && n_batch <= kMaxCacheBatch, "n_batch", n_batch,
+          "must lie in [1, " + std::to_string(kMaxCacheBatch) + "]");
+  // Checked before anything is allocated: every (layer, batch, head) is one row store.
+  const int64_t stores = int64_t(n_layers) * n_kv_heads * n_batch;
+  require(stores <= kMaxCacheHeadStores, "n_layers * n_kv_heads * n_batch", stores,
+          "at most " + std::to_string(kMaxCacheHeadStores) + " heads in one model cache");
   std::shared_ptr<const BudgetAllocator> allocator = make_allocator(config);
   std::vector<int> budgets;
   if (allocator->source() != MeasureSource::none) {
@@ -20,7 +30,8 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
   for (int i = 0; i < n_layers; ++i) {
     layers_.push_back(std::make_unique<LayerCache>(config, i, n_kv_heads, n_batch,
                                                    budgets[size_t(i)],
-                                                   make_token_policy(config), coordinator_.get()));
+                                                   make_token_policy(config), coordinator_.get(),
+                                                   &busy_));
   }
 }
 
@@ -33,8 +44,9 @@ void ModelCache::end_prompt() {
 }
 
 void ModelCache::reset() {
-  if (coordinator_) coordinator_->reset();
-  for (auto& layer : layers_) layer->reset();
+  Exclusive only(busy_, "reset");
+  if (coordinator_) coordinator_->reset();  // first, so that every layer falls back and re-measures
+  for (auto& layer : layers_) layer->clear();
 }
 
 std::vector<int> ModelCache::budgets() const {

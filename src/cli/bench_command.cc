@@ -166,7 +166,13 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
 
 void run(BenchArgs& a) {
   require(a.output == "md" || a.output == "csv" || a.output == "json", "-o", a.output, "must be md, csv or json");
-  require(a.bandwidth_mib >= 0, "--bandwidth-mib", a.bandwidth_mib, "must be >= 0 (0 = no probe)");
+  require(a.bandwidth_mib >= 0 && a.bandwidth_mib <= (1 << 16), "--bandwidth-mib", a.bandwidth_mib,
+          "must lie in [0, 65536] (0 = no probe)");
+  // Token counts size buffers and the cache: capped before any arithmetic (run_bench checks >= 0).
+  for (int n : a.bench.n_gen) require(n <= (1 << 20), "n_gen", n, "must be <= 1048576");
+  for (int n : a.bench.n_prompt) require(n <= (1 << 20), "n_prompt", n, "must be <= 1048576");
+  for (int n : a.bench.depths) require(n <= (1 << 20), "depth", n, "must be <= 1048576");
+  for (int n : a.bench.threads) require(n <= 256, "threads", n, "must be <= 256");
   a.bench.caches = cache_configs(a.cache);
   const Model model = Model::load(a.model_path);
   const ModelFacts facts = model_facts(model, a.model_path);

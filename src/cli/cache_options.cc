@@ -91,4 +91,11 @@ nlohmann::json to_json(const ParamValue& value) {
   return std::get<std::string>(value);
 }
 
+std::string cache_label(const KVCacheConfig& config) {
+  const MethodInfo& method = find_method(config.method);
+  const std::string policy = resolved_policy(config), allocator = resolved_allocator(config);
+  if (policy == method.policy && allocator == method.allocator) return config.method;
+  return config.method + " (policy " + policy + ", allocator " + allocator + ")";
+}
+
 }  // namespace squeezekv::cli

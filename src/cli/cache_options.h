@@ -31,6 +31,10 @@ struct CacheOptions {
 // Adds one option per registered parameter that the command line exposes, except `exclude`.
 void add_cache_options(CLI::App& app, CacheOptions& options, std::initializer_list<std::string_view> exclude = {});
 
+// What runs, for messages: the method id, plus its policy and allocator when --policy or
+// --allocator replaced the method's own (e.g. "streaming (policy cumulative, allocator squeeze)").
+std::string cache_label(const KVCacheConfig& config);
+
 // A parameter's value in JSON with its own type (numbers stay numbers).
 nlohmann::json to_json(const ParamValue& value);
 

@@ -11,7 +11,9 @@
 #include "cli/model_options.h"
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/utf8.h"
 #include "squeezekv/engine/generate.h"
+#include "squeezekv/eval/text_file.h"
 
 namespace squeezekv::cli {
 namespace {
@@ -38,13 +40,7 @@ std::string join(const std::vector<int>& v) {
 
 void run(GenerateArgs& a) {
   KVCacheConfig config = a.cache.resolve();
-  if (!a.prompt_file.empty()) {
-    std::ifstream file(a.prompt_file, std::ios::binary);
-    if (!file) throw InvalidArgument(invalid_value("--file", a.prompt_file, "cannot be opened"));
-    std::ostringstream text;
-    text << file.rdbuf();
-    a.prompt = text.str();
-  }
+  if (!a.prompt_file.empty()) a.prompt = read_text_file(a.prompt_file, "--file");
   const Model model = Model::load(a.model.model_path);
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
@@ -58,16 +54,18 @@ void run(GenerateArgs& a) {
     std::printf("%s", a.prompt.c_str());
     std::fflush(stdout);
   }
+  Utf8Stream text;  // never prints half a character
   const GenerateResult r = generate(engine, *cache, a.prompt, a.gen, [&](int32_t token) {
     if (a.json) return;
-    std::printf("%s", model.tokenizer().piece(token).c_str());
+    std::printf("%s", text.push(model.tokenizer().piece(token)).c_str());
     std::fflush(stdout);
   });
+  if (!a.json) std::printf("%s", text.finish().c_str());
   std::vector<int> kept;
   for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).tokens_kept());
   const double repeats = a.stats || a.json ? repeated_ngram_share(r.tokens, 4) : 0.0;
   if (a.json) {
-    nlohmann::json out = {{"prompt", a.prompt}, {"text", model.tokenizer().decode(r.tokens)},
+    nlohmann::json out = {{"prompt", valid_utf8(a.prompt)}, {"text", valid_utf8(model.tokenizer().decode(r.tokens))},
                           {"prompt_tokens", r.prompt_tokens.size()}, {"generated_tokens", r.n_generated},
                           {"tokens", r.tokens}, {"prompt_tokens_per_second", r.prompt_tokens_per_second()},
                           {"decode_tokens_per_second", r.decode_tokens_per_second()},
@@ -81,7 +79,7 @@ void run(GenerateArgs& a) {
   std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s; generated: %zu tokens, %.1f tokens/s\n",
                r.prompt_tokens.size(), r.prompt_tokens_per_second(), size_t(r.n_generated), r.decode_tokens_per_second());
   std::fprintf(stderr, "cache: %s, layer budgets %s\n       kept rows %s\n       KV resident %.1f KiB, a full cache %.1f KiB (%.2fx)\n",
-               config.method.c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
+               cache_label(config).c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
                double(cache->kept_bytes()) / 1024.0, double(cache->full_bytes()) / 1024.0, cache->compression_ratio());
   if (a.stats) std::fprintf(stderr, "repeated 4-grams: %.1f %% of the output\n", 100.0 * repeats);
   if (r.last_window_seconds > 0) {
@@ -99,10 +97,11 @@ void register_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "generate text with any eviction method");
   add_model_options(*cmd, args->model);
-  cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
-  cmd->add_option("-f,--file", args->prompt_file, "read the prompt from this file (instead of -p)");
+  auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
+  cmd->add_option("-f,--file", args->prompt_file, "read the prompt from this file (instead of -p)")->excludes(prompt);
   cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")->capture_default_str();
-  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size of a full cache (0 = the model's); an evicting cache takes any length")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size of a full cache (0 = the model's); an evicting cache takes any length")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--temp", args->gen.sampler.temperature, "temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", args->gen.sampler.top_k, "top-k sampling (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", args->gen.sampler.top_p, "top-p sampling (1 = off)")->capture_default_str();

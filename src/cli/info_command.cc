@@ -44,7 +44,8 @@ void run(const InfoArgs& a) {
                          {"bytes", t.n_bytes}});
     }
     out["tensors"] = tensors;
-    std::printf("%s\n", out.dump(2).c_str());
+    // A model's strings may hold invalid UTF-8: replaced (U+FFFD), never an error.
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
   std::printf("model        %s (GGUF v%u, %zu keys, %zu tensors)\n", f.path().c_str(), f.version(),

@@ -49,5 +49,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "squeezekv: internal error: %s\n", e.what());
     return 1;
   }
+  // A full disk or closed pipe on stdout is an error too, not a silent loss.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "squeezekv: error: writing to standard output failed\n");
+    return squeezekv::cli::kExitBadInput;
+  }
   return 0;
 }

@@ -83,7 +83,7 @@ void run(PerplexityArgs& a) {
   }
   std::printf("%zu tokens, n_ctx %d, %d chunks, %lld scored tokens\n", tokens.size(), options.n_ctx,
               r.chunks, static_cast<long long>(r.scored));
-  std::printf("method %s: PPL = %.4f, mean NLL = %.6f\n", config.method.c_str(), r.perplexity, r.mean_nll);
+  std::printf("method %s: PPL = %.4f, mean NLL = %.6f\n", cache_label(config).c_str(), r.perplexity, r.mean_nll);
   std::printf("against the full cache: KL = %.6f nats/token, top-1 agreement %.2f %%\n", r.mean_kl,
               100.0 * r.top1_agreement);
   std::printf("KV resident: mean %.1f KiB, peak %.1f KiB; a full cache: mean %.1f KiB, peak %.1f KiB\n",

@@ -11,6 +11,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/output_file.h"
 #include "cli/progress.h"
 #include "cli/stream_report.h"
 #include "squeezekv/base/errors.h"
@@ -68,21 +69,22 @@ std::vector<std::string> csv_columns() {
   return out;
 }
 
-void write_csv(const std::string& path, const nlohmann::json& rows) {
-  std::ofstream out(path);
-  if (!out) throw InvalidArgument(invalid_value("--csv", path, "cannot open for writing"));
+void write_csv(OutputFile& out, const nlohmann::json& rows) {
   const std::vector<std::string> columns = csv_columns();
-  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << columns[i];
-  out << "\n";
+  std::string text;
+  for (size_t i = 0; i < columns.size(); ++i) text += (i ? "," : "") + columns[i];
+  text += "\n";
   for (const auto& r : rows) {
     for (size_t i = 0; i < columns.size(); ++i) {
       const auto& v = r[columns[i]];
-      if (i) out << ',';
-      if (v.is_string()) out << '"' << v.get<std::string>() << '"';
-      else out << v.dump();
+      if (i) text += ',';
+      if (v.is_string()) text += '"' + v.get<std::string>() + '"';
+      else text += v.dump();
     }
-    out << "\n";
+    text += "\n";
   }
+  out.write(text);
+  out.close();
 }
 
 // --stream: every evicting configuration over the text as one stream (a full cache would grow
@@ -134,6 +136,8 @@ void run(SweepArgs& a) {
     a.spec.axes.push_back(std::move(parsed));
   }
   const std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
+  // Opened before the sweep runs, so that an unwritable path fails at once.
+  OutputFile json_out("--json", a.json_path), csv_out("--csv", a.csv_path);
   const Model model = Model::load(a.model.model_path);
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
@@ -149,14 +153,13 @@ void run(SweepArgs& a) {
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const PerplexityResult& r : results) rows.push_back(row(r));
-  if (!a.json_path.empty()) {
-    std::ofstream out(a.json_path);
-    if (!out) throw InvalidArgument(invalid_value("--json", a.json_path, "cannot open for writing"));
+  if (json_out.is_open()) {
     nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text.text_path}, {"text_tokens", tokens.size()},
                           {"n_ctx", options.n_ctx}, {"n_batch", options.n_batch}, {"results", rows}};
-    out << doc.dump(2) << "\n";
+    json_out.write(doc.dump(2) + "\n");
+    json_out.close();
   }
-  if (!a.csv_path.empty()) write_csv(a.csv_path, rows);
+  if (csv_out.is_open()) write_csv(csv_out, rows);
   std::printf("%-58s %6s %9s %9s %8s %7s %10s\n", "variant", "budget", "PPL", "KL", "top-1", "KV KiB", "full KiB");
   for (const PerplexityResult& r : results) {
     std::printf("%-58s %6s %9.4f %9.5f %7.2f%% %7.1f %10.1f\n", sweep_variant(r.config).c_str(),

@@ -8,6 +8,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "cli/output_file.h"
 #include "cli/progress.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/synth.h"
@@ -40,6 +41,7 @@ nlohmann::json to_json(const SynthResult& r) {
 
 void run(SynthArgs& a) {
   a.synth.base = a.cache.resolve({{"head_dim", std::to_string(a.head_dim)}});
+  OutputFile out("--out", a.out);  // before the work: an unwritable path fails at once
   const auto start = std::chrono::steady_clock::now();
   std::vector<SynthResult> results;
   {
@@ -53,11 +55,8 @@ void run(SynthArgs& a) {
                         {"threads", a.synth.threads},         {"total_seconds", total_s},
                         {"results", nlohmann::json::array()}};
   for (const SynthResult& r : results) doc["results"].push_back(to_json(r));
-  if (!a.out.empty()) {
-    std::ofstream file(a.out);
-    if (!file) throw InvalidArgument(invalid_value("--out", a.out, "cannot open for writing"));
-    file << doc.dump(2) << "\n";
-  }
+  out.write(doc.dump(2) + "\n");
+  out.close();
   if (a.json) {
     std::printf("%s\n", doc.dump(2).c_str());
     return;

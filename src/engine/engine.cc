@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/finite_check.h"
 #include "squeezekv/base/errors.h"
 
 namespace squeezekv {
@@ -190,6 +191,7 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     matmul_swiglu(w.w_gate, w.w_up, xb_.data(), n, gate_.data(), up_.data(), pool_);
     matmul(w.w_down, gate_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
+    require_finite_activations(x_.data(), size_t(n) * dim, l);  // NaN weights: an error, not junk
   }
 
   if (mode == Logits::none) return;
@@ -198,6 +200,7 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   rms_rows(x_.data() + size_t(first) * dim, model_.output_norm(), rows, c.norm_eps, xb_.data());
   logits.resize(size_t(rows) * size_t(c.vocab));
   matmul(model_.output(), xb_.data(), rows, logits.data(), pool_);
+  require_finite_activations(logits.data(), logits.size(), -1);
 }
 
 void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks) {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/quote.h"
 #include "squeezekv/engine/gguf.h"
 
 namespace squeezekv {
@@ -53,7 +54,10 @@ uint64_t align_up(uint64_t x, uint64_t alignment) {
   return (x + alignment - 1) / alignment * alignment;
 }
 
-std::string quoted(std::string_view s) {
+std::string quoted(std::string_view s) { return quoted_excerpt(s); }
+
+// A path the user gave: shown whole, control bytes escaped.
+std::string quoted_path(std::string_view s) {
   std::string out = "'";
   for (char c : s) {
     auto u = static_cast<unsigned char>(c);
@@ -87,7 +91,7 @@ class GgufParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw FormatError("model " + quoted(f_.path_) + ": " + context_ + ": " + what);
+    throw FormatError("model " + quoted_path(f_.path_) + ": " + context_ + ": " + what);
   }
 
   uint64_t left() const { return f_.size_ - pos_; }
@@ -388,12 +392,12 @@ GgufFile GgufFile::open(const std::string& path) {
   GgufFile f;
   f.path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FormatError("cannot open model " + quoted(path) + ": " + std::strerror(errno));
+  if (fd < 0) throw FormatError("cannot open model " + quoted_path(path) + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
     ::close(fd);
-    throw FormatError("cannot open model " + quoted(path) + ": " +
+    throw FormatError("cannot open model " + quoted_path(path) + ": " +
                       (err ? std::strerror(err) : "not a regular file"));
   }
   f.size_ = static_cast<uint64_t>(st.st_size);
@@ -406,7 +410,7 @@ GgufFile GgufFile::open(const std::string& path) {
     int err = errno;
     ::close(fd);
     if (p == MAP_FAILED) {
-      throw FormatError("cannot map model " + quoted(path) + ": " + std::strerror(err));
+      throw FormatError("cannot map model " + quoted_path(path) + ": " + std::strerror(err));
     }
     f.base_ = static_cast<const uint8_t*>(p);
     f.mapped_ = true;
@@ -464,7 +468,7 @@ const GgufValue* GgufFile::find(std::string_view key) const {
 
 const GgufValue& GgufFile::get(std::string_view key) const {
   const GgufValue* v = find(key);
-  if (!v) throw FormatError("model " + quoted(path_) + ": missing key " + quoted(key));
+  if (!v) throw FormatError("model " + quoted_path(path_) + ": missing key " + quoted(key));
   return *v;
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/quote.h"
 
 namespace squeezekv {
 namespace {
@@ -16,12 +17,12 @@ std::string shape_string(std::span<const int64_t> dims) {
 // The tensor `name` with GGUF shape `ne` (ne0 first); FormatError naming it otherwise.
 const GgufTensor& tensor(const GgufFile& file, const std::string& name, std::vector<int64_t> ne) {
   const GgufTensor* t = file.find_tensor(name);
-  if (!t) throw FormatError("model '" + file.path() + "': missing tensor '" + name + "'");
+  if (!t) throw FormatError("model '" + file.path() + "': missing tensor " + quoted_excerpt(name));
   const auto dims = t->dims();
   bool ok = dims.size() == ne.size() || (ne.size() == 2 && ne[1] == 1 && dims.size() == 1);
   for (size_t i = 0; ok && i < dims.size(); ++i) ok = dims[i] == ne[i];
   if (!ok) {
-    throw FormatError("tensor '" + name + "' has shape " + shape_string(dims) + ", expected " +
+    throw FormatError("tensor " + quoted_excerpt(name) + " has shape " + shape_string(dims) + ", expected " +
                       shape_string(ne));
   }
   t->type();  // throws for a type squeezekv cannot compute on, naming tensor and type
@@ -58,8 +59,8 @@ Model Model::load(const std::string& path) {
   ModelConfig& c = model.config_;
   c.arch = std::string(f.get_string("general.architecture"));
   if (c.arch != "llama" && c.arch != "qwen2") {
-    throw FormatError("general.architecture = '" + c.arch +
-                      "': unsupported architecture (squeezekv runs llama and qwen2)");
+    throw FormatError("general.architecture = " + quoted_excerpt(c.arch) +
+                      ": unsupported architecture (squeezekv runs llama and qwen2)");
   }
   if (auto name = f.find_string("general.name")) c.name = std::string(*name);
   const std::string a = c.arch + ".";
@@ -127,6 +128,20 @@ Model Model::load(const std::string& path) {
       w.bv = vector_f32(f, b + "attn_v.bias", kv_dim);
     }
     model.layers_.push_back(std::move(w));
+  }
+  // Every block tensor must belong to a block the header declares: a block_count smaller than
+  // the blocks stored would otherwise run a truncated model without a word.
+  for (const GgufTensor& t : f.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    const size_t dot = t.name.find('.', 4);
+    const std::string index(t.name.substr(4, dot == std::string_view::npos ? std::string_view::npos : dot - 4));
+    const bool numeric = !index.empty() && index.size() <= 9 &&
+                         index.find_first_not_of("0123456789") == std::string::npos;
+    if (!numeric || std::stoi(index) >= c.n_layers) {
+      throw FormatError("model '" + path + "': tensor " + quoted_excerpt(t.name) +
+                        " lies outside the " + std::to_string(c.n_layers) + " blocks of " + a +
+                        "block_count: the tensors must match the header");
+    }
   }
   return model;
 }

@@ -110,14 +110,18 @@ Vocab synthetic_vocab(int64_t size) {
 
 void check_spec(const RandomModelSpec& s) {
   require(s.arch == "llama" || s.arch == "qwen2", "arch", s.arch, "must be llama or qwen2");
-  require(s.dim > 0, "dim", s.dim, "must be > 0");
-  require(s.n_layers > 0, "n_layers", s.n_layers, "must be > 0");
+  // Bounds far above any real model, checked before the vocabulary or a tensor is allocated.
+  require(s.dim > 0 && s.dim <= (1 << 16), "dim", s.dim, "must lie in [1, 65536]");
+  require(s.n_layers > 0 && s.n_layers <= 4096, "n_layers", s.n_layers, "must lie in [1, 4096]");
   require(s.n_heads > 0 && s.dim % s.n_heads == 0, "n_heads", s.n_heads, "must divide dim");
   require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "n_kv_heads", s.n_kv_heads,
           "must divide n_heads");
   require((s.dim / s.n_heads) % 2 == 0, "head_dim", s.dim / s.n_heads, "must be even (RoPE)");
-  require(s.ffn_dim > 0, "ffn_dim", s.ffn_dim, "must be > 0");
-  require(s.vocab >= 259, "vocab", s.vocab, "must be at least 259 (3 special + 256 byte tokens)");
+  require(s.ffn_dim > 0 && s.ffn_dim <= (1 << 18), "ffn_dim", s.ffn_dim, "must lie in [1, 262144]");
+  require(s.vocab >= 259 && s.vocab <= (1 << 21), "vocab", s.vocab,
+          "must lie in [259, 2097152] (3 special + 256 byte tokens at least)");
+  require(s.context_length > 0 && s.context_length <= (1u << 24), "context_length", s.context_length,
+          "must lie in [1, 16777216]");
   require(!s.k_quant_mix || s.weight_type == TensorType::q4_k, "k_quant_mix", "true",
           "needs weight_type Q4_K (the Q4_K_M recipe)");
   int64_t block = block_layout(s.weight_type).block_elems;

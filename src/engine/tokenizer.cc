@@ -6,6 +6,7 @@
 
 #include "engine/tokenizer_util.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/quote.h"
 
 namespace squeezekv {
 
@@ -45,7 +46,7 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   } else {
     throw FormatError(
         key_error("tokenizer.ggml.model",
-                  "= '" + std::string(model) + "': unsupported (expected llama or gpt2)"));
+                  "= " + quoted_excerpt(model) + ": unsupported (expected llama or gpt2)"));
   }
 
   auto texts = file.get_strings("tokenizer.ggml.tokens");

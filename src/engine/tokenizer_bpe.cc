@@ -10,6 +10,7 @@
 
 #include "engine/tokenizer_util.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/quote.h"
 #include "squeezekv/engine/tokenizer.h"
 
 namespace squeezekv {
@@ -148,8 +149,8 @@ void Tokenizer::init_bpe(const GgufFile& file) {
   } else if (pre == "qwen2") {
     pattern = kQwen2Regex;
   } else {
-    throw FormatError("tokenizer: key 'tokenizer.ggml.pre' = '" + std::string(pre) +
-                      "': unsupported pre-tokenizer (supported: default, gpt2, llama3, "
+    throw FormatError("tokenizer: key 'tokenizer.ggml.pre' = " + quoted_excerpt(pre) +
+                      ": unsupported pre-tokenizer (supported: default, gpt2, llama3, "
                       "llama-v3, llama-bpe, qwen2)");
   }
   pretokenizer_ = std::make_shared<const Pretokenizer>(pattern);
@@ -162,8 +163,8 @@ void Tokenizer::init_bpe(const GgufFile& file) {
     size_t space = rule.find(' ', 1);
     if (space == std::string_view::npos) {
       throw FormatError("tokenizer: key 'tokenizer.ggml.merges' [" + std::to_string(rank) +
-                        "] = '" + std::string(rule) +
-                        "': expected two tokens separated by a space");
+                        "] = " + quoted_excerpt(rule) +
+                        ": expected two tokens separated by a space");
     }
     std::string_view left = rule.substr(0, space);
     std::string_view right = rule.substr(space + 1);

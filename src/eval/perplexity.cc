@@ -8,6 +8,7 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/prefill.h"
+#include "squeezekv/eval/text_file.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
@@ -36,11 +37,7 @@ bool is_reference(const KVCacheConfig& c, const KVCacheConfig& reference) {
 }  // namespace
 
 std::vector<int32_t> tokenize_text_file(const Tokenizer& tokenizer, const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw InvalidArgument(invalid_value("text file", path, "cannot be opened"));
-  std::ostringstream text;
-  text << file.rdbuf();
-  std::string s = text.str();
+  std::string s = read_text_file(path);
   if (!s.empty() && s.back() == '\n') s.pop_back();
   return tokenizer.encode(s, true);
 }

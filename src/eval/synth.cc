@@ -6,6 +6,7 @@
 #include <cmath>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "squeezekv/alloc/concentration.h"
@@ -101,11 +102,24 @@ std::vector<float> gaussian_samples(size_t n, uint64_t seed, float scale) {
 
 std::vector<SynthResult> run_synth(const SynthOptions& options,
                                    const std::function<void(int, int)>& progress) {
-  require(options.kv_heads >= 1, "kv_heads", options.kv_heads, "must be at least 1");
-  require(options.decode_tokens >= 0, "decode_tokens", options.decode_tokens, "must be at least 0");
-  require(options.threads >= 1, "threads", options.threads, "must be at least 1");
-  for (int l : options.layers) require(l >= 1, "layers", l, "must be at least 1");
-  for (int s : options.seq_lens) require(s >= 1, "seq_len", s, "must be at least 1");
+  // Every count is bounded before any arithmetic or allocation uses it.
+  const auto in = [](int v, int lo, int hi) { return v >= lo && v <= hi; };
+  const auto range = [](int lo, int hi) {
+    return "must lie in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  };
+  require(in(options.kv_heads, 1, kMaxCacheHeads), "kv_heads", options.kv_heads, range(1, kMaxCacheHeads));
+  require(in(options.decode_tokens, 0, kMaxSynthTokens), "decode_tokens", options.decode_tokens,
+          range(0, kMaxSynthTokens));
+  require(in(options.threads, 1, kMaxSynthThreads), "threads", options.threads, range(1, kMaxSynthThreads));
+  for (int l : options.layers) require(in(l, 1, kMaxCacheLayers), "layers", l, range(1, kMaxCacheLayers));
+  for (int s : options.seq_lens) require(in(s, 1, kMaxSynthTokens), "seq_len", s, range(1, kMaxSynthTokens));
+  for (int s : options.seq_lens) {
+    // One layer's prompt and decode keys are held as f32 at once.
+    const int64_t floats = int64_t(options.kv_heads) * options.base.head_dim * (int64_t(s) + options.decode_tokens);
+    require(floats <= kMaxSynthLayerFloats, "seq_len", s,
+            "kv_heads * head_dim * (seq_len + decode) = " + std::to_string(floats) + " exceeds " +
+                std::to_string(kMaxSynthLayerFloats) + " floats per layer");
+  }
   const bool squeeze = resolved_allocator(options.base) == "squeeze";
   const std::vector<double> strengths = squeeze ? options.strengths : std::vector<double>{options.base.get_real("strength")};
   std::vector<GridPoint> grid;

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "squeezekv/base/errors.h"
+
 #include "test_util.h"
 
 namespace squeezekv {
@@ -48,6 +52,14 @@ TEST(Concentration, MeanOverHeads) {
   double expected = 0;
   for (int h = 0; h < 3; ++h) expected += concentration_score(keys.data() + h * 160, 20, 8) / 3;
   EXPECT_DOUBLE_EQ(concentration_score(keys.data(), 3, 20, 8), expected);
+}
+
+TEST(Concentration, NonFiniteKeysAreRejected) {
+  std::vector<float> keys = test::normal(3 * 4, 1);
+  keys[5] = std::nanf("");
+  EXPECT_THROW(concentration_score(keys.data(), 3, 4), InvalidArgument);
+  keys[5] = INFINITY;
+  EXPECT_THROW(concentration_score(keys.data(), 1, 3, 4), InvalidArgument);
 }
 
 }  // namespace

@@ -234,6 +234,15 @@ static void test_lone_layer_attention(void) {
       sum += probs[s];
     }
     for (int s = 0; s < n; ++s) probs[s] = (float)(probs[s] / sum);
+    if (t == 5) { /* NaN or negative attention is refused, naming it; the good one then goes in */
+      const float good = probs[0];
+      probs[0] = NAN;
+      CHECK(squeezekv_cache_add_attention(cache, 0, 0, probs, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+      CHECK(strstr(squeezekv_last_error(), "probs[0] = nan") != NULL);
+      probs[0] = -1.0f;
+      CHECK(squeezekv_cache_add_attention(cache, 0, 0, probs, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+      probs[0] = good;
+    }
     CHECK(squeezekv_cache_add_attention(cache, 0, 0, probs, 1) == SQUEEZEKV_STATUS_OK);
     CHECK(squeezekv_cache_end_update(cache, 0) == SQUEEZEKV_STATUS_OK);
   }

@@ -155,8 +155,77 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"random-model -o x.gguf --preset huge", "--preset = huge"},
         BadInput{"random-model -o x.gguf --type q4_k --dim 128", "dim = 128"},
         BadInput{"random-model -o no/such/dir/x.gguf", "no/such/dir/x.gguf"},
-        BadInput{"frobnicate", "frobnicate"}),
+        BadInput{"frobnicate", "frobnicate"},
+        // Sizes and counts are range-checked before any arithmetic or allocation.
+        BadInput{"synth -t 40000", "threads = 40000"},
+        BadInput{"synth --seq-len 2147483647", "seq_len = 2147483647"},
+        BadInput{"synth --heads 1000000", "kv_heads = 1000000"},
+        BadInput{"bench " + kModel + " --bandwidth-mib 2147483647", "--bandwidth-mib = 2147483647"},
+        BadInput{"bench " + kModel + " -n 2147483647", "n_gen = 2147483647"},
+        BadInput{"bench " + kModel + " -p 2147483647", "n_prompt = 2147483647"},
+        BadInput{"random-model -o x.gguf --vocab 2147483647", "vocab = 2147483647"},
+        BadInput{"random-model -o x.gguf --layers 2147483647", "n_layers = 2147483647"},
+        // A directory is not text; a device is read only up to the cap.
+        BadInput{"perplexity " + kModel + " -f tests", "tests: is a directory"},
+        BadInput{"sweep " + kModel + " -f tests", "tests: is a directory"},
+        BadInput{"generate " + kModel + " -f tests", "--file = tests: is a directory"},
+        // Contradictory or out-of-range options.
+        BadInput{"generate " + kModel + " -p hi -f ../shared/data/tinystories_val.txt", "excludes"},
+        BadInput{"generate " + kModel + " -c -1", "ctx-size"},
+        // Output files: opened before the work, write failures reported.
+        BadInput{"synth --layers 2 --seq-len 16 --budget 8 --strength 1 --out /dev/full", "--out = /dev/full"},
+        BadInput{"synth --layers 2 --seq-len 16 --budget 8 --strength 1 --out no/such/dir/x.json",
+                 "--out = no/such/dir/x.json"},
+        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
+                 "--budgets 16 --csv /dev/full", "--csv = /dev/full"},
+        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
+                 "--budgets 16 --json /dev/full", "--json = /dev/full"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
+
+// An unwritable --json path fails before the sweep runs (the sweep announces itself first).
+TEST(Cli, SweepChecksItsOutputFilesBeforeTheWork) {
+  const CliRun r = run("sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 "
+                       "--methods h2o --budgets 16 --json no/such/dir/x.json");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--json = no/such/dir/x.json: cannot open for writing"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("configurations"), std::string::npos) << r.out;
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+// Sampling at temperature 3 picks byte-fallback tokens that split characters: the JSON and the
+// streamed text stay valid UTF-8 (U+FFFD for what cannot be completed), the ids stay in "tokens".
+TEST(Cli, GeneratedTextIsAlwaysValidUtf8) {
+  const std::string args = "generate " + kModel + " -n 64 -t 1 --temp 3 --top-k 0 --top-p 1 --seed 1";
+  const CliRun json = run(args + " --json 2>/dev/null");
+  EXPECT_EQ(json.status, 0) << json.out;
+  EXPECT_NE(json.out.find("\"tokens\""), std::string::npos) << json.out;
+  EXPECT_TRUE(valid_utf8(json.out)) << json.out;
+  const CliRun text = run(args + " 2>/dev/null");
+  EXPECT_EQ(text.status, 0) << text.out;
+  EXPECT_TRUE(valid_utf8(text.out)) << text.out;
+}
+
+// The label says what runs when --policy or --allocator replace the method's own.
+TEST(Cli, CacheLabelNamesAReplacedPolicyAndAllocator) {
+  const CliRun r = run("generate " + kModel + " -p hi -n 4 --temp 0 -t 1 --method streaming --policy cumulative "
+                       "--allocator squeeze");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("cache: streaming (policy cumulative, allocator squeeze)"), std::string::npos) << r.out;
+  const CliRun plain = run("generate " + kModel + " -p hi -n 4 --temp 0 -t 1 --method streaming");
+  EXPECT_NE(plain.out.find("cache: streaming, layer budgets"), std::string::npos) << plain.out;
+}
 
 }  // namespace
 

@@ -256,5 +256,58 @@ TEST(KVCacheConfig, RejectsEachBadFieldByName) {
   EXPECT_NO_THROW(KVCacheConfig{}.validate());
 }
 
+// Values enter the cache checked: an f16 cache cannot hold a finite f32 beyond 65504 (it would
+// store inf), and attention fed back must be finite and non-negative.
+TEST(LayerCacheInput, F32BeyondTheFp16RangeIsRejectedByAnF16Cache) {
+  KVCacheConfig c = h2o(8, 2, 4);
+  std::vector<float> k(4, 1.0f), v(4, 1.0f);
+  k[2] = 70000.0f;
+  auto f16 = KVCacheFactory::create(c, 1);
+  try {
+    f16->update(k.data(), v.data(), 1);
+    FAIL() << "accepted 70000 into an f16 cache";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("keys[2] = 70000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fp16 range"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer 0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(f16->tokens_seen(), 0);
+  k[2] = 65504.0f;  // the largest f16 is fine
+  EXPECT_NO_THROW(f16->update(k.data(), v.data(), 1));
+  v[0] = -1e6f;
+  EXPECT_THROW(f16->update(k.data(), v.data(), 1), InvalidArgument);
+  c.kv_type = KVType::f32;  // an f32 cache holds it
+  auto f32 = KVCacheFactory::create(c, 1);
+  EXPECT_NO_THROW(f32->update(k.data(), v.data(), 1));
+}
+
+TEST(LayerCacheInput, AttentionMustBeFiniteAndNonNegative) {
+  KVCacheConfig c = h2o(8, 2, 4);
+  c.set("score", std::string("attention"));
+  auto layer = KVCacheFactory::create(c, 1);
+  const std::vector<float> k = test::normal(4, 1);
+  for (float bad : {std::nanf(""), -0.5f, INFINITY}) {
+    layer->begin_update(k.data(), k.data(), 1);
+    std::vector<float> probs(size_t(layer->head(0).n_slots()), 0.0f);
+    probs[0] = bad;
+    EXPECT_THROW(layer->add_attention(0, probs.data(), 1), InvalidArgument) << bad;
+    probs[0] = 1.0f;
+    EXPECT_NO_THROW(layer->add_attention(0, probs.data(), 1));
+    layer->end_update();
+  }
+}
+
+TEST(LayerCacheInput, AbsurdHeadAndBatchCountsFailBeforeAllocating) {
+  EXPECT_THROW(KVCacheFactory::create(h2o(8, 2), 1 << 30), InvalidArgument);
+  EXPECT_THROW(KVCacheFactory::create(h2o(8, 2), 1, 1 << 30), InvalidArgument);
+  EXPECT_THROW(KVCacheBuilder::for_model(1 << 30, h2o(8, 2)), InvalidArgument);
+  EXPECT_THROW(KVCacheBuilder::for_model(4096, h2o(8, 2), 4096, 4096), InvalidArgument);
+  try {
+    KVCacheBuilder::for_model(2147483647, h2o(8, 2));
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("n_layers = 2147483647"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace squeezekv

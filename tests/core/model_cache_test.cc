@@ -159,5 +159,60 @@ TEST(ForModel, RejectsBadConfigurationAtBuildTime) {
   EXPECT_THROW(ModelCache(c, 2, 0), InvalidArgument);
 }
 
+// Reset under a coordinator (docs/semantics.md, "The coordinator"): one layer's reset keeps the
+// published budget, so that layer evicts again on its next prompt; the whole cache's reset clears
+// the schedule and every layer measures again.
+TEST(Reset, OneLayerOfAFinalScheduleKeepsItsBudgetAndEvictsAgain) {
+  for (const char* method : {"squeeze", "h2o", "pyramidkv", "streaming"}) {
+    KVCacheConfig c = squeeze(16, 1.0, 16);
+    c.method = method;
+    auto model = KVCacheBuilder::for_model(3, c, 2);
+    run_mock(*model, 2, 200, 16, 0, 11);
+    const std::vector<int> budgets = model->budgets();
+    model->layer(1).reset();
+    EXPECT_EQ(model->layer(1).tokens_seen(), 0) << method;
+    EXPECT_EQ(model->budgets(), budgets) << method;
+    EXPECT_TRUE(model->layer(1).budget_final()) << method;
+    // 2000 new tokens into the reset layer: it stays within its budget.
+    for (int chunk = 0; chunk < 10; ++chunk) {
+      const auto k = test::mock_layer_keys(1, 3, 2, 200, 16, 77 + uint64_t(chunk));
+      const auto v = test::normal(k.size(), 99 + uint64_t(chunk));
+      model->layer(1).update(k.data(), v.data(), 200);
+    }
+    EXPECT_EQ(model->layer(1).tokens_seen(), 2000) << method;
+    EXPECT_LE(model->layer(1).tokens_kept(), budgets[1]) << method;
+  }
+}
+
+TEST(Reset, WholeModelCacheMeasuresAgain) {
+  auto model = KVCacheBuilder::for_model(3, squeeze(16, 1.0, 16), 2);
+  run_mock(*model, 2, 200, 16, 0, 11);
+  ASSERT_TRUE(model->coordinator()->is_final());
+  model->reset();
+  EXPECT_FALSE(model->coordinator()->is_final());
+  for (int l = 0; l < 3; ++l) {
+    EXPECT_FALSE(model->layer(l).budget_final());
+    EXPECT_EQ(model->layer(l).layer_budget(), 16);
+  }
+  run_mock(*model, 2, 200, 16, 2, 12);
+  ASSERT_TRUE(model->coordinator()->is_final());
+  const std::vector<int> b = model->budgets();
+  EXPECT_EQ(std::accumulate(b.begin(), b.end(), 0), 3 * 16);
+  for (int l = 0; l < 3; ++l) EXPECT_LE(model->layer(l).tokens_kept(), b[size_t(l)]);
+}
+
+TEST(Reset, OneLayerBeforeTheScheduleIsFinalWaitsForTheOthers) {
+  auto model = KVCacheBuilder::for_model(2, squeeze(16, 1.0, 16), 1);
+  const auto k0 = test::mock_layer_keys(0, 2, 1, 100, 16, 1);
+  model->layer(0).update(k0.data(), k0.data(), 100);
+  model->layer(0).reset();
+  EXPECT_FALSE(model->layer(0).budget_final());
+  model->layer(0).update(k0.data(), k0.data(), 100);
+  const auto k1 = test::mock_layer_keys(1, 2, 1, 100, 16, 2);
+  model->layer(1).update(k1.data(), k1.data(), 100);
+  ASSERT_TRUE(model->coordinator()->is_final());
+  for (int l = 0; l < 2; ++l) EXPECT_LE(model->layer(l).tokens_kept(), model->budgets()[size_t(l)]);
+}
+
 }  // namespace
 }  // namespace squeezekv

@@ -125,3 +125,54 @@ def test_bad_shapes_name_the_parameter():
         caches[1].update_and_fetch(bad, good)
     with pytest.raises(ValueError, match="keys.dtype"):
         caches[1].update_and_fetch(good.astype(np.int32), good)
+
+
+@pytest.mark.parametrize("method", ["h2o", "streaming", "window", "full", "squeeze"])
+def test_eight_threads_share_one_cache(method):
+    # update releases the GIL; the package serialises calls on one cache, so nothing is lost.
+    import threading
+
+    config = squeezekv.KVCacheConfig(method=method, head_dim=D, squeeze_budget=16)
+    caches = squeezekv.KVCacheBuilder.for_model(2, config, n_kv_heads=HEADS)
+    keys = np.random.default_rng(1).standard_normal((1, HEADS, 8, D)).astype(np.float32)
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(60):
+                caches[(t + i) % 2].update_and_fetch(keys, keys)
+        except Exception as e:  # noqa: BLE001 - any error fails the test below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for cache in caches:
+        assert cache.tokens_seen == 8 * 30 * 8
+        if method != "full":
+            assert cache.tokens_kept <= cache.layer_budget
+
+
+def test_reset_of_one_squeeze_layer_keeps_its_budget():
+    config = squeezekv.KVCacheConfig(method="squeeze", head_dim=D, squeeze_budget=16)
+    caches = squeezekv.KVCacheBuilder.for_model(3, config, n_kv_heads=HEADS)
+    rng = np.random.default_rng(2)
+    for layer, cache in enumerate(caches):
+        cache.update_and_fetch(*(mock_layer_keys(rng, layer, 3, heads=HEADS, seq=200, head_dim=D),) * 2)
+    caches[1].reset()
+    for _ in range(10):
+        keys = mock_layer_keys(rng, 1, 3, heads=HEADS, seq=200, head_dim=D)
+        caches[1].update_and_fetch(keys, keys)
+    assert caches[1].tokens_seen == 2000
+    assert caches[1].tokens_kept <= caches[1].layer_budget
+
+
+def test_for_model_rejects_absurd_layer_counts_before_allocating():
+    config = squeezekv.KVCacheConfig(method="h2o", head_dim=D, squeeze_budget=16)
+    with pytest.raises(ValueError, match="n_layers"):
+        squeezekv.KVCacheBuilder.for_model(2**31, config, n_kv_heads=1)
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        squeezekv.KVCacheBuilder.for_model(2, config, n_kv_heads=2**20)

@@ -71,3 +71,25 @@ def test_bad_generate_options(model):
         model.generate("Once", threads=-2)
     with pytest.raises(ValueError, match="configs"):
         model.sweep("Once upon a time", [])
+
+
+def test_text_is_always_valid_even_when_tokens_split_a_character(model):
+    euro = [3 + 0xE2, 3 + 0x82, 3 + 0xAC]  # the byte tokens <0xE2> <0x82> <0xAC>
+    assert model.detokenize(euro) == "\u20ac"
+    assert model.detokenize(euro[:2]) == "\ufffd"  # a split character: never UnicodeDecodeError
+    assert model.detokenize([3 + 0xFF]) == "\ufffd"
+    out = model.generate("Once upon a time", n_predict=64, temperature=3.0, top_k=0, top_p=1.0, seed=1)
+    assert isinstance(out["text"], str) and len(out["tokens"]) > 0  # the raw ids stay available
+
+
+def test_format_error_of_a_corrupt_file_has_a_short_escaped_message(tmp_path):
+    import struct
+
+    key = bytes(range(0x80, 0x100)) * 4096  # 512 KiB of invalid UTF-8 as a key name
+    data = b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, len(key)) + key + struct.pack("<I", 0xEEEEEEEE)
+    path = tmp_path / "corrupt.gguf"
+    path.write_bytes(data)
+    with pytest.raises(squeezekv.FormatError) as error:
+        squeezekv.Model.load(str(path))
+    message = str(error.value)
+    assert "\\x80\\x81" in message and len(message) < 600, message[:600]

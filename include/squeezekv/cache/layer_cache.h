@@ -6,8 +6,14 @@
 //   add_attention(h, p, n)    only when wants_attention(): the probabilities, for scoring
 //   end_update()              evict down to the budget
 // update() does all three for callers without attention of their own (the reference library's API).
+//
+// A cache is single-writer: update, fetch, reset and the prompt calls of one cache (every layer of
+// a model cache together, since a publish trims them all) must not overlap. Overlapping calls are
+// detected and the later one throws InvalidArgument; nothing is corrupted. Callers that share a
+// cache between threads serialise it themselves (the Python module does).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +26,13 @@
 namespace squeezekv {
 
 class BudgetCoordinator;
+
+// Far beyond any GGUF model (the largest have ~128 layers and heads), low enough that a wrong
+// count fails before anything is allocated.
+inline constexpr int kMaxCacheLayers = 4096;
+inline constexpr int kMaxCacheHeads = 4096;
+inline constexpr int kMaxCacheBatch = 4096;
+inline constexpr int64_t kMaxCacheHeadStores = int64_t(1) << 20;
 
 // A read-only, contiguous [batch, heads, seq, head_dim] block of f32 (the reference library's tensor shape).
 struct KVBlockView {
@@ -42,7 +55,8 @@ class LayerCache {
   // `budget` is the layer's rows per head until a coordinator publishes the final schedule;
   // with a coordinator the layer keeps every row until then.
   LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
-             int budget, std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator);
+             int budget, std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator,
+             std::atomic<bool>* shared_busy = nullptr);
   LayerCache(const LayerCache&) = delete;
   LayerCache& operator=(const LayerCache&) = delete;
 
@@ -86,6 +100,8 @@ class LayerCache {
   const LayerRows& rows() const { return rows_; }
 
  private:
+  friend class ModelCache;
+  void clear();   // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;
   void settle();  // evict / finish the prompt once the budget is final
 
@@ -103,6 +119,8 @@ class LayerCache {
   bool first_update_done_ = false;
   bool explicit_prompt_ = false;  // begin_prompt() called and end_prompt() not yet
   bool prompt_pending_ = false;   // the prompt ended; finish_prompt not yet applied
+  std::atomic<bool> own_busy_{false};
+  std::atomic<bool>* busy_;        // set while a call runs: own_busy_ or the model cache's flag
 };
 
 }  // namespace squeezekv

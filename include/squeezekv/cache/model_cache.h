@@ -2,6 +2,8 @@
 // measures the prompt. KVCacheFactory and KVCacheBuilder keep the reference library's entry points.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -35,6 +37,7 @@ class ModelCache {
   KVCacheConfig config_;
   std::unique_ptr<BudgetCoordinator> coordinator_;
   std::vector<std::unique_ptr<LayerCache>> layers_;
+  std::atomic<bool> busy_{false};  // the single-writer flag every layer shares (layer_cache.h)
 };
 
 // The reference library's KVCacheFactory.create: one layer, no coordinator — a uniform layer with the average

@@ -24,6 +24,11 @@ inline float mock_key(float gaussian, int layer, int n_layers) {
   return (1.0f - frac) * gaussian + 3.0f * frac;
 }
 
+// Bounds of the synthetic sweep, checked before anything is allocated or a thread started.
+inline constexpr int kMaxSynthThreads = 256;
+inline constexpr int kMaxSynthTokens = 1 << 20;
+inline constexpr int64_t kMaxSynthLayerFloats = int64_t(1) << 28;  // 1 GiB of keys per layer
+
 struct SynthOptions {
   std::vector<int> layers = {12, 32};
   std::vector<int> seq_lens = {256, 512};
