@@ -27,29 +27,30 @@ void rope_cache(int64_t pos, int64_t n_rot, float freq_base, float* cos_sin) {
   }
 }
 
-void rope_apply(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin) {
+namespace {
+
+// Rotates each pair by the table's angle; sign -1 turns it back (sine negated, cosine kept).
+void rotate_pairs(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin, float sign) {
   check_n_rot(n_rot);
   // Pair i is (x[first], x[first + stride]): adjacent for normal, half a rotation apart for NeoX.
   const int64_t stride = style == RopeStyle::normal ? 1 : n_rot / 2;
   for (int64_t i = 0; i < n_rot / 2; ++i) {
     const int64_t first = style == RopeStyle::normal ? 2 * i : i;
-    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+    const float c = cos_sin[2 * i], s = sign * cos_sin[2 * i + 1];
     const float x0 = x[first], x1 = x[first + stride];
     x[first] = x0 * c - x1 * s;
     x[first + stride] = x0 * s + x1 * c;
   }
 }
 
+}  // namespace
+
+void rope_apply(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin) {
+  rotate_pairs(x, n_rot, style, cos_sin, 1.0f);
+}
+
 void rope_apply_inverse(float* x, int64_t n_rot, RopeStyle style, const float* cos_sin) {
-  check_n_rot(n_rot);
-  const int64_t stride = style == RopeStyle::normal ? 1 : n_rot / 2;
-  for (int64_t i = 0; i < n_rot / 2; ++i) {
-    const int64_t first = style == RopeStyle::normal ? 2 * i : i;
-    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-    const float x0 = x[first], x1 = x[first + stride];
-    x[first] = x0 * c + x1 * s;
-    x[first + stride] = x1 * c - x0 * s;
-  }
+  rotate_pairs(x, n_rot, style, cos_sin, -1.0f);
 }
 
 void rope(float* x, int64_t pos, int64_t n_rot, float freq_base, RopeStyle style) {
