@@ -15,17 +15,14 @@
 #include "squeezekv/engine/random_model.h"
 #include "squeezekv/eval/perplexity.h"
 #include "test_util.h"
+#include "stories_model.h"
 
 namespace squeezekv {
 namespace {
 
-const char* kModel = test::kStoriesModel;
 const char* kText = test::kTinyStoriesText;
 
-const Model& stories() {
-  static const Model model = Model::load(kModel);  // a missing file fails here, never skips
-  return model;
-}
+using test::stories;
 
 std::vector<float> last_logits(const Model& model, const std::vector<int32_t>& tokens,
                                KVType kv_type, ThreadPool* pool = nullptr, int batch = 512) {

@@ -9,17 +9,14 @@
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/eval/perplexity.h"
 #include "squeezekv/eval/stream_perplexity.h"
+#include "stories_model.h"
 
 namespace squeezekv {
 namespace {
 
-const char* kModel = "../shared/models/stories260K.gguf";
-const char* kText = "../shared/data/tinystories_val.txt";
+const char* kText = test::kTinyStoriesText;
 
-const Model& stories() {
-  static const Model model = Model::load(kModel);  // a missing file fails here, never skips
-  return model;
-}
+using test::stories;
 
 const std::vector<int32_t>& text_tokens() {
   static const std::vector<int32_t> tokens = tokenize_text_file(stories().tokenizer(), kText);

@@ -8,14 +8,12 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/eval/perplexity.h"
+#include "stories_model.h"
 
 namespace squeezekv {
 namespace {
 
-const Model& stories() {
-  static const Model model = Model::load("../shared/models/stories260K.gguf");
-  return model;
-}
+using test::stories;
 
 // Resident bytes of a cache whose every head holds `rows` slots.
 size_t bytes_for_rows(const Model& model, int rows) {
@@ -26,7 +24,7 @@ size_t bytes_for_rows(const Model& model, int rows) {
 TEST(Prefill, ALongPromptStaysWithinBudgetPlusOneChunk) {
   Engine engine(stories(), nullptr);
   const std::vector<int32_t> tokens =
-      tokenize_text_file(stories().tokenizer(), "../shared/data/tinystories_val.txt");
+      tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
   for (const char* method : {"window", "h2o", "squeeze", "tova"}) {
     SCOPED_TRACE(method);
     KVCacheConfig c;

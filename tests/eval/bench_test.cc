@@ -10,14 +10,12 @@
 #include "squeezekv/eval/bench.h"
 #include "squeezekv/ops/thread_pool.h"
 #include "test_util.h"
+#include "stories_model.h"
 
 namespace squeezekv {
 namespace {
 
-const Model& stories() {
-  static const Model model = Model::load(test::kStoriesModel);
-  return model;
-}
+using test::stories;
 
 KVCacheConfig cache(const std::string& method, int budget) {
   KVCacheConfig c;

@@ -11,14 +11,12 @@
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/registry.h"
 #include "test_util.h"
+#include "stories_model.h"
 
 namespace squeezekv {
 namespace {
 
-const Model& stories() {
-  static const Model model = Model::load(test::kStoriesModel);
-  return model;
-}
+using test::stories;
 
 TEST(HiddenCosine, EngineValueEqualsAnIndependentComputationFromDumpedStates) {
   Engine engine(stories(), nullptr);

@@ -9,18 +9,16 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/perplexity.h"
+#include "stories_model.h"
 
 namespace squeezekv {
 namespace {
 
-const Model& stories() {
-  static const Model model = Model::load("../shared/models/stories260K.gguf");
-  return model;
-}
+using test::stories;
 
 const std::vector<int32_t>& text_tokens() {
   static const std::vector<int32_t> tokens =
-      tokenize_text_file(stories().tokenizer(), "../shared/data/tinystories_val.txt");
+      tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
   return tokens;
 }
 
