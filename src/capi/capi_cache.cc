@@ -126,7 +126,7 @@ int32_t squeezekv_param_count(void) { return int32_t(squeezekv::all_params().siz
 namespace {
 // The registry's strings are literals, so data() is NUL-terminated.
 const squeezekv::ParamSpec* param_at(int32_t i) {
-  static const std::vector<const squeezekv::ParamSpec*> params = squeezekv::all_params();
+  const std::vector<const squeezekv::ParamSpec*>& params = squeezekv::all_params();
   return i >= 0 && size_t(i) < params.size() ? params[size_t(i)] : nullptr;
 }
 }  // namespace

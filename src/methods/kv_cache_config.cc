@@ -1,7 +1,7 @@
 #include "squeezekv/core/kv_cache_config.h"
 
-#include <cmath>
-#include <limits>
+#include <string>
+#include <vector>
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
@@ -9,7 +9,6 @@
 namespace squeezekv {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 // Row counts stay below 2^30 so that budget arithmetic (sums over layers, budget + chunk) never
 // overflows an int.
 constexpr double kMaxRows = double(1 << 30) - 1;
@@ -17,61 +16,91 @@ constexpr std::string_view kScores[] = {"key-proxy", "attention"};
 constexpr std::string_view kKVTypes[] = {"f16", "f32"};
 constexpr std::string_view kPositionRules[] = {"cache", "text"};
 
-// The cache's own fields, in the order interfaces list them.
-// The cache's own fields, in the order interfaces list them (a sweep label shows score, recent,
-// decay and sinks in this order).
-const ParamSpec kCacheParams[] = {
-    {"method", ParamKind::text, "squeeze", "eviction method id (see `squeezekv methods`)"},
-    {"policy", ParamKind::text, "", "override the method's token policy"},
-    {"allocator", ParamKind::text, "", "override the method's layer allocator"},
-    {"head_dim", ParamKind::integer, "128", "dimension of every key and value row", 1, 65536, false,
-     {}, {}, /*on_command_line=*/false},
-    {"budget", ParamKind::integer, "512", "average rows kept per layer and KV head", 1, kMaxRows},
-    {"resolved_budget", ParamKind::integer, "none", "explicit budget of a lone layer cache", 1, kMaxRows,
-     false, {}, {}, /*on_command_line=*/false, /*optional=*/true},
-    {"score", ParamKind::choice, "key-proxy", "score source of the policies that score rows", 0, 0,
-     false, kScores, {}, true, false, {}, /*label=*/"score"},
-    {"recent", ParamKind::real, "0.5", "share of (budget - sinks) kept as the newest rows", 0, 1, false,
-     {}, {}, true, false, {}, /*label=*/"recent"},
-    {"decay", ParamKind::real, "0.98", "score decay per token; 1 = off", 0, 1, /*min_open=*/true, {}, {},
-     true, false, {}, /*label=*/"decay", /*omit_if=*/"1"},
-    {"n_sink", ParamKind::integer, "4", "first positions never evicted (attention sinks)", 0, kMaxRows,
-     false, {}, "sinks", true, false, {}, /*label=*/"sinks"},
-    {"kv_type", ParamKind::choice, "f16", "stored K/V type", 0, 0, false, kKVTypes},
-    {"positions", ParamKind::choice, "cache",
-     "RoPE positions: cache (a row's rank among the rows held) or text (its place in the text)", 0, 0, false,
-     kPositionRules, {}, true, false, {}, /*label=*/"text-pos", /*omit_if=*/"cache"},
+using Value = ParamValue;
+using Config = KVCacheConfig;
+
+int64_t as_int(const Value& v) { return std::get<int64_t>(v); }
+double as_real(const Value& v) { return std::get<double>(v); }
+const std::string& as_text(const Value& v) { return std::get<std::string>(v); }
+
+// One of the cache's own fields: its spec, and how it is read and written (set receives a value
+// already checked against the spec, integers widened where a real is expected).
+struct Field {
+  ParamSpec spec;
+  Value (*get)(const Config&);
+  void (*set)(Config&, const Value&);
 };
 
-int to_int(const ParamSpec& spec, const ParamValue& value) {
-  spec.check(value);
-  return int(std::get<int64_t>(value));
-}
+// In the order interfaces list them (a sweep label shows score, recent, decay and sinks so).
+const Field kFields[] = {
+    {{"method", ParamKind::text, "squeeze", "eviction method id (see `squeezekv methods`)"},
+     [](const Config& c) -> Value { return c.method; }, [](Config& c, const Value& v) { c.method = as_text(v); }},
+    {{"policy", ParamKind::text, "", "override the method's token policy"},
+     [](const Config& c) -> Value { return c.policy; }, [](Config& c, const Value& v) { c.policy = as_text(v); }},
+    {{"allocator", ParamKind::text, "", "override the method's layer allocator"},
+     [](const Config& c) -> Value { return c.allocator; },
+     [](Config& c, const Value& v) { c.allocator = as_text(v); }},
+    {{"head_dim", ParamKind::integer, "128", "dimension of every key and value row", 1, 65536, false, {}, {},
+      /*on_command_line=*/false},
+     [](const Config& c) -> Value { return int64_t(c.head_dim); },
+     [](Config& c, const Value& v) { c.head_dim = int(as_int(v)); }},
+    {{"budget", ParamKind::integer, "512", "average rows kept per layer and KV head", 1, kMaxRows},
+     [](const Config& c) -> Value { return int64_t(c.budget); },
+     [](Config& c, const Value& v) { c.budget = int(as_int(v)); }},
+    {{"resolved_budget", ParamKind::integer, "none", "explicit budget of a lone layer cache", 1, kMaxRows, false,
+      {}, {}, /*on_command_line=*/false, /*optional=*/true},
+     [](const Config& c) -> Value {
+       return c.resolved_budget ? Value(int64_t(*c.resolved_budget)) : Value(std::string("none"));
+     },
+     [](Config& c, const Value& v) {
+       if (std::holds_alternative<int64_t>(v)) c.resolved_budget = int(as_int(v));
+       else c.resolved_budget.reset();  // "none"
+     }},
+    {{"score", ParamKind::choice, "key-proxy", "score source of the policies that score rows", 0, 0, false,
+      kScores, {}, true, false, {}, /*label=*/"score"},
+     [](const Config& c) -> Value { return to_string(c.score); },
+     [](Config& c, const Value& v) { c.score = parse_score_source(as_text(v)); }},
+    {{"recent", ParamKind::real, "0.5", "share of (budget - sinks) kept as the newest rows", 0, 1, false, {}, {},
+      true, false, {}, /*label=*/"recent"},
+     [](const Config& c) -> Value { return c.recent; }, [](Config& c, const Value& v) { c.recent = as_real(v); }},
+    {{"decay", ParamKind::real, "0.98", "score decay per token; 1 = off", 0, 1, /*min_open=*/true, {}, {}, true,
+      false, {}, /*label=*/"decay", /*omit_if=*/"1"},
+     [](const Config& c) -> Value { return c.decay; }, [](Config& c, const Value& v) { c.decay = as_real(v); }},
+    {{"n_sink", ParamKind::integer, "4", "first positions never evicted (attention sinks)", 0, kMaxRows, false,
+      {}, "sinks", true, false, {}, /*label=*/"sinks"},
+     [](const Config& c) -> Value { return int64_t(c.n_sink); },
+     [](Config& c, const Value& v) { c.n_sink = int(as_int(v)); }},
+    {{"kv_type", ParamKind::choice, "f16", "stored K/V type", 0, 0, false, kKVTypes},
+     [](const Config& c) -> Value { return to_string(c.kv_type); },
+     [](Config& c, const Value& v) { c.kv_type = parse_kv_type(as_text(v)); }},
+    {{"positions", ParamKind::choice, "cache",
+      "RoPE positions: cache (a row's rank among the rows held) or text (its place in the text)", 0, 0, false,
+      kPositionRules, {}, true, false, {}, /*label=*/"text-pos", /*omit_if=*/"cache"},
+     [](const Config& c) -> Value { return to_string(c.positions); },
+     [](Config& c, const Value& v) { c.positions = parse_position_rule(as_text(v)); }},
+};
 
-double to_real(const ParamSpec& spec, const ParamValue& value) {
-  spec.check(value);
-  if (const auto* i = std::get_if<int64_t>(&value)) return double(*i);
-  return std::get<double>(value);
-}
-
-bool is_field(std::string_view name) {
-  for (const ParamSpec& spec : kCacheParams) {
-    if (spec.name == name) return true;
+const Field* find_field(std::string_view name) {
+  for (const Field& f : kFields) {
+    if (f.spec.name == name) return &f;
   }
-  return false;
+  return nullptr;
 }
 
 }  // namespace
 
-std::span<const ParamSpec> cache_params() { return kCacheParams; }
+std::span<const ParamSpec> cache_params() {
+  // The specs alone, contiguous for the registry's walks; built once (thread-safe static).
+  static const std::vector<ParamSpec> specs = [] {
+    std::vector<ParamSpec> out;
+    for (const Field& f : kFields) out.push_back(f.spec);
+    return out;
+  }();
+  return specs;
+}
 
 void KVCacheConfig::set(std::string_view name, std::string_view text) {
-  const ParamSpec& spec = require_param(name);
-  if (spec.optional && (text == "none" || text.empty())) {
-    if (name == "resolved_budget") resolved_budget.reset();
-    return;
-  }
-  set(name, spec.parse(text));
+  set(name, require_param(name).parse(text));
 }
 
 void KVCacheConfig::set(std::string_view name, const ParamValue& value) {
@@ -81,44 +110,14 @@ void KVCacheConfig::set(std::string_view name, const ParamValue& value) {
   if (spec.kind == ParamKind::real) {
     if (const auto* i = std::get_if<int64_t>(&value)) v = double(*i);
   }
-  if (name == "method") method = std::get<std::string>(v);
-  else if (name == "policy") policy = std::get<std::string>(v);
-  else if (name == "allocator") allocator = std::get<std::string>(v);
-  else if (name == "head_dim") head_dim = to_int(spec, v);
-  else if (name == "budget") budget = to_int(spec, v);
-  else if (name == "n_sink") n_sink = to_int(spec, v);
-  else if (name == "resolved_budget") resolved_budget = to_int(spec, v);
-  else if (name == "recent") recent = to_real(spec, v);
-  else if (name == "decay") decay = to_real(spec, v);
-  else if (name == "score") {
-    spec.check(v);
-    score = parse_score_source(std::get<std::string>(v));
-  } else if (name == "kv_type") {
-    spec.check(v);
-    kv_type = parse_kv_type(std::get<std::string>(v));
-  } else if (name == "positions") {
-    spec.check(v);
-    positions = parse_position_rule(std::get<std::string>(v));
-  } else {
-    spec.check(v);
-    params.insert_or_assign(std::string(name), std::move(v));
-  }
+  spec.check(v);
+  if (const Field* field = find_field(name)) field->set(*this, v);
+  else params.insert_or_assign(std::string(name), std::move(v));
 }
 
 ParamValue KVCacheConfig::get(std::string_view name) const {
   const ParamSpec& spec = require_param(name);
-  if (name == "method") return method;
-  if (name == "policy") return policy;
-  if (name == "allocator") return allocator;
-  if (name == "head_dim") return int64_t(head_dim);
-  if (name == "budget") return int64_t(budget);
-  if (name == "n_sink") return int64_t(n_sink);
-  if (name == "resolved_budget") return resolved_budget ? ParamValue(int64_t(*resolved_budget)) : ParamValue(std::string("none"));
-  if (name == "recent") return recent;
-  if (name == "decay") return decay;
-  if (name == "score") return to_string(score);
-  if (name == "kv_type") return to_string(kv_type);
-  if (name == "positions") return to_string(positions);
+  if (const Field* field = find_field(name)) return field->get(*this);
   if (auto it = params.find(name); it != params.end()) return it->second;
   for (const MethodInfo& m : all_methods()) {
     if (m.id != method) continue;
@@ -152,9 +151,9 @@ void KVCacheConfig::validate() const {
           "the full policy keeps every row and takes allocator none; every other policy needs a "
           "budget allocator (uniform, pyramid, squeeze)");
   // The fields every cache has: their ranges, then the rules between them.
-  for (const ParamSpec& spec : kCacheParams) {
+  for (const Field& f : kFields) {
+    const ParamSpec& spec = f.spec;
     if (spec.kind == ParamKind::text) continue;
-    if (spec.optional && !resolved_budget) continue;
     spec.check(get(spec.name));
   }
   if (p.id != "full") {
@@ -168,7 +167,7 @@ void KVCacheConfig::validate() const {
   // Component parameters set by name are range-checked whoever owns them, so that a value is
   // accepted or refused the same way whichever method it is given with.
   for (const auto& [name, value] : params) {
-    require(!is_field(name), name, format_value(value), "is a field, not a component parameter");
+    require(find_field(name) == nullptr, name, format_value(value), "is a field, not a component parameter");
     require_param(name).check(value);
   }
   if (p.validate) p.validate(*this);

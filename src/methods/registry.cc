@@ -79,33 +79,27 @@ const MethodInfo& find_method(std::string_view id) {
   throw InvalidArgument(invalid_value("method", std::string(id), "unknown method id (known: " + ids(all_methods()) + ")"));
 }
 
-std::vector<const ParamSpec*> all_params() {
-  std::vector<const ParamSpec*> out;
-  auto add = [&](std::span<const ParamSpec> specs) {
-    for (const ParamSpec& spec : specs) {
-      const bool seen = std::any_of(out.begin(), out.end(), [&](const ParamSpec* p) { return p->name == spec.name; });
-      if (!seen) out.push_back(&spec);
-    }
-  };
-  add(cache_params());
-  for (const PolicyInfo* p : kPolicies) add(p->params);
-  for (const AllocatorInfo* a : kAllocators) add(a->params);
-  return out;
+const std::vector<const ParamSpec*>& all_params() {
+  // Built once (thread-safe static): the cache's fields, then each policy's and allocator's own.
+  static const std::vector<const ParamSpec*> params = [] {
+    std::vector<const ParamSpec*> out;
+    auto add = [&](std::span<const ParamSpec> specs) {
+      for (const ParamSpec& spec : specs) {
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const ParamSpec* p) { return p->name == spec.name; });
+        if (!seen) out.push_back(&spec);
+      }
+    };
+    add(cache_params());
+    for (const PolicyInfo* p : kPolicies) add(p->params);
+    for (const AllocatorInfo* a : kAllocators) add(a->params);
+    return out;
+  }();
+  return params;
 }
 
 const ParamSpec* find_param(std::string_view name) {
-  for (const ParamSpec& spec : cache_params()) {
-    if (spec.name == name) return &spec;
-  }
-  for (const PolicyInfo* p : kPolicies) {
-    for (const ParamSpec& spec : p->params) {
-      if (spec.name == name) return &spec;
-    }
-  }
-  for (const AllocatorInfo* a : kAllocators) {
-    for (const ParamSpec& spec : a->params) {
-      if (spec.name == name) return &spec;
-    }
+  for (const ParamSpec* spec : all_params()) {
+    if (spec->name == name) return spec;
   }
   return nullptr;
 }

@@ -33,7 +33,7 @@ const MethodInfo& find_method(std::string_view id);
 // The cache's own fields (method, head_dim, budget, n_sink, ...) as parameters.
 std::span<const ParamSpec> cache_params();
 // Every parameter once: the cache's fields, then each policy's and each allocator's.
-std::vector<const ParamSpec*> all_params();
+const std::vector<const ParamSpec*>& all_params();
 // The spec of a parameter by name; null when unknown.
 const ParamSpec* find_param(std::string_view name);
 // Throws InvalidArgument naming the unknown parameter.
