@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Turns `squeezekv sweep --stream --json` files into markdown: per budget, every method's stream
-perplexity with --positions cache and text, its ratio to the sliding window's (same budget, same
-rule), and the drift of that ratio from the first 16,384-token segment to the last; then each
-method's perplexity per segment.
+perplexity under each position rule present (span, cache, text), its ratio to the sliding
+window's (same budget, same rule), and the drift of that ratio from the first segment to the
+last.
 
 usage: scripts/stream_tables.py STREAM.json [STREAM.json ...] > tables.md
 """
 import json
 import sys
 from collections import defaultdict
+
+RULES = ["span", "cache", "text"]  # the columns, in this order, for the rules present
 
 
 def method_label(r):
@@ -28,23 +30,43 @@ def main():
         by[(r["budget"], r["positions"])][method_label(r)] = r
     print(f"Stream of {tokens} tokens, warm-up {warmup}, segments of {segment} scored tokens.\n")
     budgets = sorted({b for b, _ in by})
+    rules = [r for r in RULES if any(key[1] == r for key in by)]
     for budget in budgets:
-        cache, text = by.get((budget, "cache"), {}), by.get((budget, "text"), {})
-        window = cache.get("window")
+        per_rule = {rule: by.get((budget, rule), {}) for rule in rules}
         print(f"### Budget {budget}\n")
-        print("| method | PPL, cache positions | / window | drift of / window, first to last segment | PPL, text positions | KV KiB |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
-        for m in sorted(set(cache) | set(text), key=lambda m: cache.get(m, text.get(m))["perplexity"]):
-            c, t = cache.get(m), text.get(m)
-            ratio = drift = ""
-            if c and window:
-                ratio = "{:.3f}".format(c["perplexity"] / window["perplexity"])
-                first = c["segments"][0]["perplexity"] / window["segments"][0]["perplexity"]
-                last = c["segments"][-1]["perplexity"] / window["segments"][-1]["perplexity"]
-                drift = "{:+.1f} %".format(100 * (last / first - 1))
-            print("| {} | {} | {} | {} | {} | {:.1f} |".format(
-                m, "{:.4f}".format(c["perplexity"]) if c else "", ratio, drift,
-                "{:.4f}".format(t["perplexity"]) if t else "", (c or t)["mean_kept_bytes"] / 1024))
+        head, line = ["method"], ["---"]
+        for rule in rules:
+            head += [f"PPL, {rule} positions"]
+            line += ["---:"]
+            if rule != "text":
+                head += ["/ window", "drift of / window, first to last segment"]
+                line += ["---:", "---:"]
+        print("| " + " | ".join(head + ["KV KiB"]) + " |")
+        print("| " + " | ".join(line + ["---:"]) + " |")
+        methods = set().union(*per_rule.values())
+        first = per_rule[rules[0]]
+
+        def key(m):
+            row = first.get(m) or next(p[m] for p in per_rule.values() if m in p)
+            return row["perplexity"]
+
+        for m in sorted(methods, key=key):
+            cells = [m]
+            any_row = None
+            for rule in rules:
+                r, window = per_rule[rule].get(m), per_rule[rule].get("window")
+                any_row = any_row or r
+                cells.append("{:.4f}".format(r["perplexity"]) if r else "")
+                if rule == "text":
+                    continue
+                if r and window:
+                    a = r["segments"][0]["perplexity"] / window["segments"][0]["perplexity"]
+                    b = r["segments"][-1]["perplexity"] / window["segments"][-1]["perplexity"]
+                    cells += ["{:.3f}".format(r["perplexity"] / window["perplexity"]), "{:+.1f} %".format(100 * (b / a - 1))]
+                else:
+                    cells += ["", ""]
+            cells.append("{:.1f}".format(any_row["mean_kept_bytes"] / 1024))
+            print("| " + " | ".join(cells) + " |")
         print()
 
 

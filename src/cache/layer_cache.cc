@@ -107,6 +107,10 @@ void LayerCache::end_update() {
   settle();
 }
 
+void LayerCache::rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle style, float rope_base) {
+  for (HeadStore& head : rows_.heads) head.rotate_keys_to_origin(upto, n_rot, style, rope_base);
+}
+
 void LayerCache::update(const float* keys, const float* values, int n_tokens) {
   Exclusive only(*busy_, "update");
   begin_update(keys, values, n_tokens);
@@ -172,6 +176,10 @@ void LayerCache::set_budget(int budget) {
 void LayerCache::settle() {
   if (!budget_final_) return;  // keep the whole prompt until the schedule is known
   const bool prompt_end = prompt_pending_;
+  // Rows older than the span go first, so the policy fills its budget from rows within it.
+  if (config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded()) {
+    evict_aged(rows_.tokens_seen - config_.max_distance);
+  }
   if (prompt_end) {
     prompt_pending_ = false;
     policy_->finish_prompt(rows_, budget_);
@@ -185,6 +193,17 @@ void LayerCache::settle() {
       if (h.capacity() > target) h.compact(target);
     } else if (prompt_end && h.capacity() > h.n_live()) {
       h.compact(h.n_live());
+    }
+  }
+}
+
+void LayerCache::evict_aged(int64_t before) {
+  const auto n_sink = int64_t(config_.n_sink);
+  // Every head in slot order: heads that append and evict alike keep matching slots (tova).
+  for (HeadStore& head : rows_.heads) {
+    for (int s = 0; s < head.n_slots(); ++s) {
+      const int64_t p = head.positions()[s];
+      if (p != HeadStore::kFree && p >= n_sink && p < before) head.evict(s);
     }
   }
 }

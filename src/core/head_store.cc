@@ -101,6 +101,24 @@ void HeadStore::reallocate(int new_capacity) {
   free_.clear();
 }
 
+void HeadStore::rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle style, float rope_base) {
+  if (upto <= origin_upto_) return;
+  const auto hd = size_t(head_dim_);
+  turn_scratch_.resize(hd + size_t(n_rot));
+  float* row = turn_scratch_.data();
+  float* cos_sin = row + hd;
+  for (int s = 0; s < n_slots_; ++s) {
+    const int64_t p = positions_[size_t(s)];
+    if (p == kFree || p <= origin_upto_ || p > upto) continue;
+    std::byte* key = keys_.data() + size_t(s) * row_bytes();
+    load_rows(key, type_, row, hd);
+    rope_cache(p, n_rot, rope_base, cos_sin);
+    rope_apply_inverse(row, n_rot, style, cos_sin);
+    store_rows(row, key, type_, hd);
+  }
+  origin_upto_ = upto;
+}
+
 void HeadStore::compact(int rows) { reallocate(std::max(rows, n_live_)); }
 
 void HeadStore::clear() {
@@ -113,6 +131,7 @@ void HeadStore::clear() {
   free_ = {};
   capacity_ = n_slots_ = n_live_ = 0;
   max_shift_ = 0;
+  origin_upto_ = -1;
 }
 
 std::vector<int> HeadStore::slots_by_position() const {

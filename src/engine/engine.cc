@@ -7,6 +7,7 @@
 
 #include "engine/finite_check.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 
@@ -55,6 +56,7 @@ void Engine::rotate_keys(const LayerCache& layer, size_t ld_rows) {
 
 std::unique_ptr<ModelCache> Engine::make_cache(KVCacheConfig config) const {
   config.head_dim = model_.config().head_dim;
+  if (config.max_distance == 0) config.max_distance = std::max<int64_t>(model_.config().context_length - 1, 0);
   return std::make_unique<ModelCache>(config, model_.config().n_layers, model_.config().n_kv_heads);
 }
 
@@ -119,8 +121,15 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     require(false, "cache head_dim", cache.config().head_dim,
             "the model's head dimension is " + std::to_string(c.head_dim));
   }
-  reserve(n);
   const int64_t pos0 = cache.layer(0).tokens_seen();
+  // Clamped distances: every query of an update must be at least as far on as the clamped
+  // position it places old rows at, so an update spans at most max_distance + 1 tokens.
+  const int64_t clamp = span_distance(cache);
+  if (clamp > 0 && n > clamp + 1 && pos0 + n - 1 > clamp) {
+    forward_in_pieces(tokens, cache, mode, logits, int(clamp + 1));
+    return;
+  }
+  reserve(n);
   const auto dim = size_t(c.dim);
   const size_t q_dim = size_t(c.n_heads) * size_t(c.head_dim);
   const size_t kv_dim = size_t(c.n_kv_heads) * size_t(c.head_dim);
@@ -178,7 +187,11 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
       }
     }
     layer.begin_update(k_heads_.data(), v_heads_.data(), n);
-    attention(layer, n, pos0, ranks);
+    // Rows farther than the clamp from the update's last query turn to position 0 once; the
+    // attention places them at that query's position minus the clamp.
+    const int64_t clamped_at = clamp > 0 ? pos0 + n - 1 - clamp : -1;
+    if (clamped_at >= 0) layer.rotate_keys_to_origin(clamped_at, c.n_rot, c.rope_style, c.rope_base);
+    attention(layer, n, pos0, ranks, clamped_at);
     layer.end_update();
     matmul(w.wo, att_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
@@ -203,7 +216,66 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   require_finite_activations(logits.data(), logits.size(), -1);
 }
 
-void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks) {
+int64_t Engine::span_distance(const ModelCache& cache) const {
+  const KVCacheConfig& config = cache.config();
+  if (config.positions != PositionRule::span || resolved_policy_info(config).id == "full") return 0;
+  if (config.max_distance > 0) return config.max_distance;
+  return std::max<int64_t>(model_.config().context_length - 1, 0);  // 0: no clamp (unknown context)
+}
+
+void Engine::forward_in_pieces(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
+                               std::vector<float>& logits, int piece) {
+  const int n = int(tokens.size());
+  const auto vocab = size_t(model_.config().vocab);
+  std::vector<float> part;
+  if (mode == Logits::all) logits.resize(size_t(n) * vocab);
+  for (int first = 0; first < n; first += piece) {
+    const int count = std::min(piece, n - first);
+    const bool last = first + count == n;
+    const Logits want = mode == Logits::all ? Logits::all : (last ? mode : Logits::none);
+    forward(tokens.subspan(size_t(first), size_t(count)), cache, want, part);
+    if (mode == Logits::all) std::copy(part.begin(), part.end(), logits.begin() + long(size_t(first) * vocab));
+    else if (last && mode == Logits::last) logits.swap(part);
+  }
+}
+
+void Engine::patch_clamped_keys(const LayerCache& layer, int64_t clamped_at) {
+  const ModelConfig& c = model_.config();
+  const auto hd = size_t(c.head_dim);
+  const auto n_kv = size_t(c.n_kv_heads);
+  // Rows at position 0 in the cache (the sinks, once a stream passes the distance) are few: their
+  // keys are turned forward to clamped_at into a small side buffer, and the attention reads the
+  // rest of the head's rows as stored.
+  size_t most = 0;
+  if (clamp_counts_.size() < n_kv) clamp_counts_.resize(n_kv);
+  for (size_t g = 0; g < n_kv; ++g) {
+    const HeadStore& head = layer.head(int(g));
+    size_t count = 0;
+    for (int s = 0; s < head.n_slots(); ++s) count += head.at_origin(s) ? 1 : 0;
+    clamp_counts_[g] = count;
+    most = std::max(most, count);
+  }
+  clamp_stride_ = most;
+  if (most == 0) return;
+  if (clamp_slots_.size() < n_kv * most) clamp_slots_.resize(n_kv * most);
+  if (clamp_keys_.size() < n_kv * most * hd) clamp_keys_.resize(n_kv * most * hd);
+  clamp_cos_sin_.resize(size_t(c.n_rot));
+  rope_cache(clamped_at, c.n_rot, c.rope_base, clamp_cos_sin_.data());
+  for (size_t g = 0; g < n_kv; ++g) {
+    const HeadStore& head = layer.head(int(g));
+    size_t j = 0;
+    for (int s = 0; s < head.n_slots(); ++s) {
+      if (!head.at_origin(s)) continue;
+      float* key = clamp_keys_.data() + (g * most + j) * hd;
+      load_rows(head.key_row(s), head.type(), key, hd);
+      rope_apply(key, c.n_rot, c.rope_style, clamp_cos_sin_.data());
+      clamp_slots_[g * most + j] = s;
+      ++j;
+    }
+  }
+}
+
+void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks, int64_t clamped_at) {
   const ModelConfig& c = model_.config();
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
@@ -224,6 +296,8 @@ void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks) {
     ensure_rank_table(int64_t(most_shift) + 1);
     rotate_keys(layer, size_t(max_slots));
   }
+  clamp_stride_ = 0;
+  if (clamped_at >= 0) patch_clamped_keys(layer, clamped_at);
   const bool feed = layer.wants_attention();
   const size_t probs_per_head = size_t(n) * size_t(max_slots);
   if (feed && group_probs_.size() < size_t(c.n_kv_heads) * probs_per_head) {
@@ -250,7 +324,13 @@ void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks) {
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.
     const bool rotated = most_shift > 0 && rotated_[size_t(g)];
     const void* keys = rotated ? rot_keys_.data() + size_t(g) * size_t(max_slots) * hd : head.keys();
-    query_probs(q, group, hd, keys, rotated ? KVType::f32 : head.type(), size_t(hi), hd, mask, scale, logits, ld);
+    RowPatches patches;
+    if (clamp_stride_ > 0) {
+      patches = {clamp_keys_.data() + size_t(g) * clamp_stride_ * hd, clamp_slots_.data() + size_t(g) * clamp_stride_,
+                 clamp_counts_[size_t(g)]};
+    }
+    query_probs_patched(q, group, hd, keys, rotated ? KVType::f32 : head.type(), size_t(hi), hd, mask, scale, logits,
+                        ld, patches);
     float* out = att_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
     std::fill(out, out + group * hd, 0.0f);
     rows_weighted_sum_group(logits, group, ld, head.values(), head.type(), size_t(hi), hd, out, hd);

@@ -96,7 +96,7 @@ std::string cache_label(const KVCacheConfig& config) {
   std::string label = config.method;
   if (config.method != "full") label += " b" + std::to_string(config.budget);
   if (config.score == ScoreSource::attention) label += " attention";
-  if (config.method != "full" && config.positions == PositionRule::text) label += " text-pos";
+  if (config.method != "full" && config.positions != PositionRule::span) label += " pos=" + to_string(config.positions);
   return label;
 }
 

@@ -14,7 +14,7 @@ namespace {
 constexpr double kMaxRows = double(1 << 30) - 1;
 constexpr std::string_view kScores[] = {"key-proxy", "attention"};
 constexpr std::string_view kKVTypes[] = {"f16", "f32"};
-constexpr std::string_view kPositionRules[] = {"cache", "text"};
+constexpr std::string_view kPositionRules[] = {"span", "cache", "text"};
 
 using Value = ParamValue;
 using Config = KVCacheConfig;
@@ -73,11 +73,17 @@ const Field kFields[] = {
     {{"kv_type", ParamKind::choice, "f16", "stored K/V type", 0, 0, false, kKVTypes},
      [](const Config& c) -> Value { return to_string(c.kv_type); },
      [](Config& c, const Value& v) { c.kv_type = parse_kv_type(as_text(v)); }},
-    {{"positions", ParamKind::choice, "cache",
-      "RoPE positions: cache (a row's rank among the rows held) or text (its place in the text)", 0, 0, false,
-      kPositionRules, {}, true, false, {}, /*label=*/"text-pos", /*omit_if=*/"cache"},
+    {{"positions", ParamKind::choice, "span",
+      "RoPE positions: span (its place in the text, rows kept within max_distance, sinks read at that "
+      "distance), cache (a row's rank among the rows held) or text (its place in the text)", 0, 0, false,
+      kPositionRules, {}, true, false, {}, /*label=*/"pos", /*omit_if=*/"span"},
      [](const Config& c) -> Value { return to_string(c.positions); },
      [](Config& c, const Value& v) { c.positions = parse_position_rule(as_text(v)); }},
+    {{"max_distance", ParamKind::integer, "0",
+      "positions span: the farthest query-to-key distance (0 = the model's context length - 1)", 0,
+      kMaxRows, false, {}, {}, true, false, {}, /*label=*/"max-dist", /*omit_if=*/"0"},
+     [](const Config& c) -> Value { return c.max_distance; },
+     [](Config& c, const Value& v) { c.max_distance = as_int(v); }},
 };
 
 const Field* find_field(std::string_view name) {
@@ -180,7 +186,14 @@ std::string to_string(ScoreSource source) {
 
 std::string to_string(KVType type) { return type == KVType::f16 ? "f16" : "f32"; }
 
-std::string to_string(PositionRule rule) { return rule == PositionRule::cache ? "cache" : "text"; }
+std::string to_string(PositionRule rule) {
+  switch (rule) {
+    case PositionRule::cache: return "cache";
+    case PositionRule::span: return "span";
+    case PositionRule::text: break;
+  }
+  return "text";
+}
 
 ScoreSource parse_score_source(const std::string& text) {
   if (text == "key-proxy") return ScoreSource::key_proxy;
@@ -191,7 +204,8 @@ ScoreSource parse_score_source(const std::string& text) {
 PositionRule parse_position_rule(const std::string& text) {
   if (text == "cache") return PositionRule::cache;
   if (text == "text") return PositionRule::text;
-  throw InvalidArgument(invalid_value("positions", text, "expected cache or text"));
+  if (text == "span") return PositionRule::span;
+  throw InvalidArgument(invalid_value("positions", text, "expected cache, span or text"));
 }
 
 KVType parse_kv_type(const std::string& text) {

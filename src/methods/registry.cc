@@ -140,7 +140,7 @@ namespace {
 
 bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
   // The engine applies the position rule to every cache that evicts; the full cache never shifts.
-  if (name == "positions") return p.id != "full";
+  if (name == "positions" || name == "max_distance") return p.id != "full";
   return owns(p.params, name) || owns(a.params, name) || contains(p.reads, name) ||
          contains(a.reads, name) || (name == "score" && p.scores_rows);
 }
@@ -150,6 +150,7 @@ bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_vi
 bool reads_param(const KVCacheConfig& config, std::string_view name) {
   const AllocatorInfo& a = resolved_allocator_info(config);
   if (a.uses && owns(a.params, name) && !a.uses(config, name)) return false;
+  if (name == "max_distance" && config.positions != PositionRule::span) return false;
   return component_reads(resolved_policy_info(config), a, name);
 }
 

@@ -450,10 +450,23 @@ bool masked_softmax(float* x, const uint8_t* mask, size_t n) {
 
 bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
                  size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld) {
+  return query_probs_patched(q, n_q, ld_q, rows, type, n_rows, head_dim, mask, scale, probs, ld, {});
+}
+
+bool query_probs_patched(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
+                         size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld,
+                         RowPatches patches) {
   // One query: row_dots keeps four rows in flight; the group kernel keeps one row per query
   // group. Both give the same bits (row_dots_group's contract), so take the faster one.
   if (n_q == 1) row_dots(q, rows, type, n_rows, head_dim, probs);
   else row_dots_group(q, n_q, ld_q, rows, type, n_rows, head_dim, probs, ld);
+  for (size_t j = 0; j < patches.count; ++j) {
+    const auto slot = size_t(patches.slots[j]);
+    if (slot >= n_rows) continue;
+    for (size_t g = 0; g < n_q; ++g) {
+      row_dots(q + g * ld_q, patches.keys + j * head_dim, KVType::f32, 1, head_dim, probs + g * ld + slot);
+    }
+  }
   bool any = false;
   for (size_t g = 0; g < n_q; ++g) any = HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(probs + g * ld, mask, n_rows, scale);
   return any;

@@ -239,12 +239,12 @@ TEST(Cli, PerplexityStreamJsonAndPositions) {
                            "--segment 1000 --method h2o --budget 32";
   CliRun r = run(base + " --json");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("\"positions\": \"cache\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"positions\": \"span\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"scored\": 2000"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"first\": 1512"), std::string::npos) << r.out;
   r = run(base + " --positions text");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("text-pos"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pos=text"), std::string::npos) << r.out;
   r = run(base + " --positions rank");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("positions"), std::string::npos) << r.out;

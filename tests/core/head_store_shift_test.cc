@@ -137,5 +137,56 @@ TEST(HeadStoreShift, InverseRotationByTheShiftGivesTheRankNow) {
   }
 }
 
+// Clamped distances (PositionRule::span): rows up to a position turn to RoPE position 0 in place,
+// each once; later rows and values are untouched.
+TEST(HeadStoreOrigin, TurnsKeysUpToAPositionBackToZeroOnce) {
+  constexpr int kDim = 8, kRot = 8;
+  const float base = 10000.0f;
+  HeadStore head(kDim, KVType::f32);
+  append(head, 12, 0);
+  head.evict(slot_of(head, 3));
+  head.apply_evictions();
+  std::vector<float> before(size_t(head.n_slots()) * kDim), values(before.size());
+  load_rows(head.keys(), KVType::f32, before.data(), before.size());
+  load_rows(head.values(), KVType::f32, values.data(), values.size());
+  EXPECT_EQ(head.origin_upto(), -1);
+  head.rotate_keys_to_origin(6, kRot, RopeStyle::normal, base);
+  head.rotate_keys_to_origin(4, kRot, RopeStyle::normal, base);  // never moves back
+  EXPECT_EQ(head.origin_upto(), 6);
+  std::vector<float> after(before.size()), cos_sin(kRot);
+  load_rows(head.keys(), KVType::f32, after.data(), after.size());
+  for (int s = 0; s < head.n_slots(); ++s) {
+    if (!head.live(s)) continue;
+    const int64_t p = head.positions()[s];
+    SCOPED_TRACE(p);
+    EXPECT_EQ(head.at_origin(s), p <= 6);
+    std::vector<float> want(before.begin() + s * kDim, before.begin() + (s + 1) * kDim);
+    if (p <= 6) {
+      rope_cache(p, kRot, base, cos_sin.data());
+      rope_apply_inverse(want.data(), kRot, RopeStyle::normal, cos_sin.data());
+    }
+    for (int i = 0; i < kDim; ++i) EXPECT_EQ(after[size_t(s * kDim + i)], want[size_t(i)]);
+  }
+  // A second call up to a later position turns only the rows it newly reaches.
+  head.rotate_keys_to_origin(8, kRot, RopeStyle::normal, base);
+  std::vector<float> again(before.size());
+  load_rows(head.keys(), KVType::f32, again.data(), again.size());
+  for (int s = 0; s < head.n_slots(); ++s) {
+    const int64_t p = head.positions()[s];
+    if (p == HeadStore::kFree) continue;
+    std::vector<float> want(after.begin() + s * kDim, after.begin() + (s + 1) * kDim);
+    if (p == 7 || p == 8) {
+      rope_cache(p, kRot, base, cos_sin.data());
+      rope_apply_inverse(want.data(), kRot, RopeStyle::normal, cos_sin.data());
+    }
+    for (int i = 0; i < kDim; ++i) EXPECT_EQ(again[size_t(s * kDim + i)], want[size_t(i)]) << p;
+  }
+  std::vector<float> values_after(values.size());
+  load_rows(head.values(), KVType::f32, values_after.data(), values_after.size());
+  EXPECT_EQ(values_after, values);
+  head.clear();
+  EXPECT_EQ(head.origin_upto(), -1);
+}
+
 }  // namespace
 }  // namespace squeezekv

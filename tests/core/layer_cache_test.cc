@@ -89,6 +89,49 @@ TEST(LayerCache, BudgetNeverExceededAndSinksKeptUnderStress) {
   }
 }
 
+// PositionRule::span: after every update no non-sink row lies more than max_distance behind the
+// next token, for every policy that bounds its rows, and the budget and sinks hold as before.
+// Under the text rule the same updates keep older rows (the check is not vacuous).
+TEST(LayerCache, SpanRuleEvictsRowsOlderThanTheDistance) {
+  // Returns how many (step, head) pairs held a non-sink row farther back than 30.
+  auto run = [](const char* method, PositionRule rule) {
+    KVCacheConfig c = h2o(24, 3);
+    c.method = method;
+    c.positions = rule;
+    c.max_distance = 30;
+    auto cache = KVCacheFactory::create(c, 3);
+    uint64_t seed = 7;
+    int far = 0;
+    for (int step = 0; step < 60; ++step) {
+      const int n = 1 + int(seed % 5);
+      const auto k = test::normal(size_t(3 * n * 16), seed++), v = test::normal(size_t(3 * n * 16), seed++);
+      cache->update(k.data(), v.data(), n);
+      for (int h = 0; h < 3; ++h) {
+        const auto pos = sorted_positions(cache->head(h));
+        EXPECT_LE(int(pos.size()), 24);
+        for (int64_t s = 0; s < std::min<int64_t>(3, cache->tokens_seen()); ++s) {
+          EXPECT_TRUE(std::count(pos.begin(), pos.end(), s)) << "sink " << s << " lost";
+        }
+        far += int(std::count_if(pos.begin(), pos.end(),
+                                 [&](int64_t p) { return p >= 3 && p < cache->tokens_seen() - 30; }) > 0);
+      }
+      if (std::string(method) == "tova") {  // one selection for all heads: slots still match
+        for (int h = 1; h < 3; ++h) {
+          for (int s = 0; s < cache->head(0).n_slots(); ++s) {
+            EXPECT_EQ(cache->head(h).positions()[s], cache->head(0).positions()[s]);
+          }
+        }
+      }
+    }
+    return far;
+  };
+  for (const char* method : {"h2o", "tova", "chunkkv", "knorm"}) {
+    SCOPED_TRACE(method);
+    EXPECT_EQ(run(method, PositionRule::span), 0);
+    EXPECT_GT(run(method, PositionRule::text), 0);
+  }
+}
+
 TEST(LayerCache, BudgetPlusOneLeavesExactlyTheBudget) {
   auto cache = KVCacheFactory::create(h2o(10, 2));
   const auto k = test::normal(11 * 16, 5), v = test::normal(11 * 16, 6);

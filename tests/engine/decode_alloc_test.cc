@@ -64,7 +64,7 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
   for (const char* method : {"window", "streaming", "h2o", "squeeze", "chunkkv", "tova"}) {
     for (ScoreSource score : {ScoreSource::key_proxy, ScoreSource::attention}) {
       for (size_t threads : {1u, 2u}) {
-       for (PositionRule rule : {PositionRule::cache, PositionRule::text}) {
+       for (PositionRule rule : {PositionRule::span, PositionRule::cache, PositionRule::text}) {
         SCOPED_TRACE(std::string(method) + " threads " + std::to_string(threads) +
                      (score == ScoreSource::attention ? " attention" : " key-proxy") + " positions " +
                      to_string(rule));
@@ -75,6 +75,7 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
         c.budget = 64;
         c.score = score;
         c.positions = rule;
+        c.max_distance = 50;  // span: past the 100-token prompt, so rows age out and sinks are clamped
         auto cache = engine.make_cache(c);
         std::vector<float> logits;
         engine.begin_prompt(*cache);

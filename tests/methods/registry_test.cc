@@ -101,14 +101,19 @@ TEST(Registry, AMethodReadsWhatItsPolicyAndAllocatorRead) {
     return out;
   };
   EXPECT_EQ(names(find_method("full")), std::set<std::string>{});
-  // Every evicting cache reads the position rule (the engine applies it); the full cache never shifts.
-  EXPECT_EQ(names(find_method("window")), (std::set<std::string>{"budget", "positions"}));
-  EXPECT_EQ(names(find_method("chunkkv")),
-            (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "positions", "chunk_size"}));
+  // Every evicting cache reads the position rule and its distance (the engine and the cache apply
+  // them); the full cache always uses text positions.
+  EXPECT_EQ(names(find_method("window")), (std::set<std::string>{"budget", "positions", "max_distance"}));
+  EXPECT_EQ(names(find_method("chunkkv")), (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score",
+                                                                 "positions", "max_distance", "chunk_size"}));
   EXPECT_EQ(names(find_method("squeeze")), (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score",
-                                                                 "positions", "strength", "importance",
-                                                                 "squeeze_fraction"}));
+                                                                 "positions", "max_distance", "strength",
+                                                                 "importance", "squeeze_fraction"}));
   KVCacheConfig c;
+  EXPECT_TRUE(reads_param(c, "max_distance"));  // the span rule, the default
+  c.positions = PositionRule::cache;
+  EXPECT_FALSE(reads_param(c, "max_distance"));
+  c.positions = PositionRule::span;
   c.method = "squeeze";
   EXPECT_FALSE(reads_param(c, "squeeze_fraction"));  // key-dispersion does not use it
   c.set("importance", "hidden-cosine");

@@ -66,6 +66,9 @@ class LayerCache {
   int n_heads() const { return int(rows_.heads.size()); }
   bool wants_attention() const { return policy_->wants_attention(); }
   void add_attention(int h, const float* probs, int n_queries);
+  // PositionRule::span: every head's keys at positions <= upto turned to RoPE position 0, once
+  // each (HeadStore::rotate_keys_to_origin); called between begin_update and end_update.
+  void rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle style, float rope_base);
   void end_update();
 
   // ---- seed-style API ----
@@ -104,6 +107,8 @@ class LayerCache {
   void clear();   // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;
   void settle();  // evict / finish the prompt once the budget is final
+  // PositionRule::span: every non-sink row at a position below `before` goes.
+  void evict_aged(int64_t before);
 
   KVCacheConfig config_;
   int layer_index_;

@@ -11,6 +11,11 @@
 // shift, and rotates the key back by `shift` positions when it reads it. Evictions are recorded
 // by evict() and folded into the shifts by apply_evictions() in one pass (LayerCache does this at
 // the end of every update; append does it first), so shifts() and max_shift() are current after it.
+//
+// Clamped distances (PositionRule::span): keys are stored rotated by their text position; once a
+// row is farther than the clamp from every query it will meet, rotate_keys_to_origin turns its key
+// back to RoPE position 0 in place (once per row), and the engine rotates such rows forward to the
+// clamped position when it reads them.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "squeezekv/ops/kv_rows.h"
+#include "squeezekv/ops/model_ops.h"
 
 namespace squeezekv {
 
@@ -56,6 +62,17 @@ class HeadStore {
   void evict(int slot);
   // Adds to every live row's shift the rows evicted since the last call with lower position.
   void apply_evictions();
+  // Turns the keys of live rows at positions in (origin_upto(), upto] back by their own position
+  // (rope_cache's arithmetic), so they sit at RoPE position 0; origin_upto() becomes upto. Rows
+  // stored afterwards must have higher positions (they do: positions only grow).
+  void rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle style, float rope_base);
+  // Rows at positions <= this hold keys at RoPE position 0 (-1: none).
+  int64_t origin_upto() const { return origin_upto_; }
+  bool at_origin(int slot) const {
+    const int64_t p = positions_[size_t(slot)];
+    return p != kFree && p <= origin_upto_;
+  }
+
   // Moves the live rows to slots [0, n_live) in slot order and sets capacity = max(rows, n_live).
   void compact(int rows);
   void clear();
@@ -78,6 +95,8 @@ class HeadStore {
   std::vector<int32_t> shifts_;
   std::vector<int64_t> pending_;  // positions evicted since the last apply_evictions
   int32_t max_shift_ = 0;
+  int64_t origin_upto_ = -1;
+  std::vector<float> turn_scratch_;  // one key row and its cos/sin table (rotate_keys_to_origin)
   std::vector<int> free_;  // freed slots below n_slots_, reused last-freed first
 };
 

@@ -25,6 +25,8 @@ enum class ScoreSource : uint8_t {
 
 // Which position RoPE gives a query and a kept row (docs/positions.md).
 enum class PositionRule : uint8_t {
+  span,   // the position in the text, rows kept within max_distance of the newest token (sinks
+          // excepted: they are read at that distance)
   cache,  // the rank among the rows the layer-head holds: distances never exceed the rows held
   text,   // the position in the original text
 };
@@ -41,7 +43,12 @@ struct KVCacheConfig {
   double decay = 0.98;             // scores = decay * scores + a; in (0, 1], 1 = off
   ScoreSource score = ScoreSource::key_proxy;
   KVType kv_type = KVType::f16;
-  PositionRule positions = PositionRule::cache;
+  PositionRule positions = PositionRule::span;
+  // PositionRule::span: the largest query-to-key distance RoPE sees. The cache evicts every
+  // non-sink row farther back than this; the engine reads sinks at this distance. 0 = the model's
+  // context length - 1 (Engine::make_cache resolves it; a cache built without an engine and
+  // max_distance 0 does not age rows).
+  int64_t max_distance = 0;
 
   // The method's preset pair can be overridden: any policy with any allocator.
   std::string policy{};     // "" = the method's token policy
@@ -77,6 +84,6 @@ std::string to_string(KVType type);
 std::string to_string(PositionRule rule);
 ScoreSource parse_score_source(const std::string& text);  // "key-proxy" | "attention"
 KVType parse_kv_type(const std::string& text);            // "f16" | "f32"
-PositionRule parse_position_rule(const std::string& text); // "cache" | "text"
+PositionRule parse_position_rule(const std::string& text); // "cache" | "text" | "span"
 
 }  // namespace squeezekv

@@ -53,11 +53,22 @@ class Engine {
   const Model& model() const { return model_; }
   ThreadPool* pool() const { return pool_; }
 
-  // A cache shaped for this model (its layers, KV heads and head dimension).
+  // A cache shaped for this model (its layers, KV heads and head dimension; max_distance 0 becomes
+  // the model's context length - 1).
   std::unique_ptr<ModelCache> make_cache(KVCacheConfig config) const;
 
  private:
-  void attention(LayerCache& cache, int n, int64_t pos0, bool ranks);
+  // clamped_at >= 0 (PositionRule::span): rows at positions <= clamped_at, turned to position 0
+  // in the cache, are read at position clamped_at.
+  void attention(LayerCache& cache, int n, int64_t pos0, bool ranks, int64_t clamped_at);
+  // The clamp of PositionRule::span for this cache (0: the rule does not apply).
+  int64_t span_distance(const ModelCache& cache) const;
+  // forward() over consecutive pieces of at most `piece` tokens.
+  void forward_in_pieces(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
+                         std::vector<float>& logits, int piece);
+  // The keys of the rows at position 0 in the cache turned forward to clamped_at, per KV head
+  // (clamp_keys_, clamp_slots_, clamp_counts_; clamp_stride_ rows per head, 0 when none).
+  void patch_clamped_keys(const LayerCache& layer, int64_t clamped_at);
   void reserve(int n);
   // Rows [0, rows) of the rank table (cos/sin per rank, rope_cache's arithmetic) exist.
   void ensure_rank_table(int64_t rows);
@@ -79,7 +90,13 @@ class Engine {
   std::vector<float> turns_;               // per shift: rotate_rows_back's table [rows, 2 n_rot]
   int64_t rank_rows_ = 0;
   std::vector<int64_t> head_rank0_;        // per KV head: rows held before the update
-  std::vector<float> rot_keys_;            // keys rotated back by their shifts
+  std::vector<float> rot_keys_;            // keys rotated back by their shifts (or clamped)
+  // PositionRule::span: per KV head, the rows read at the clamped position and their turned keys.
+  std::vector<float> clamp_keys_;          // [n_kv, clamp_stride_, hd]
+  std::vector<int32_t> clamp_slots_;       // [n_kv, clamp_stride_]
+  std::vector<size_t> clamp_counts_;       // [n_kv]
+  size_t clamp_stride_ = 0;
+  std::vector<float> clamp_cos_sin_;
   std::vector<uint8_t> rotated_;           // per KV head: rot_keys_ holds its keys
   std::vector<std::vector<float>> scratch_;  // per worker: a GQA group's logits over slots, mask
   std::vector<float> group_probs_;         // per KV head [n, slots] when attention is fed back

@@ -114,8 +114,8 @@ BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repet
 // Peak resident set of this process so far (getrusage), bytes.
 uint64_t peak_rss_bytes();
 
-// "full", "squeeze b512", "squeeze b512 attention", "squeeze b512 text-pos": a short label of a
-// configuration (text-pos: PositionRule::text).
+// "full", "squeeze b512", "squeeze b512 attention", "squeeze b512 pos=text": a short label of a
+// configuration (the position rule when it is not the default).
 std::string cache_label(const KVCacheConfig& config);
 
 }  // namespace squeezekv

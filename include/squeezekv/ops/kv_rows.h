@@ -82,4 +82,18 @@ bool masked_softmax(float* x, const uint8_t* mask, size_t n);
 bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
                  size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld);
 
+// Rows read through other keys than the stored ones: keys (f32 [count, head_dim]) replace the
+// stored keys of slots[0..count) in the dot products (slots >= n_rows are ignored). The engine
+// reads the rows a span-rule cache holds beyond its distance so (docs/positions.md).
+struct RowPatches {
+  const float* keys = nullptr;
+  const int32_t* slots = nullptr;
+  size_t count = 0;
+};
+// query_probs with those rows' logits computed from their patch keys (the same dot kernel), the
+// others bit-identical to query_probs.
+bool query_probs_patched(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
+                         size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld,
+                         RowPatches patches);
+
 }  // namespace squeezekv
