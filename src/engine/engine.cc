@@ -125,7 +125,7 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   // Clamped distances: every query of an update must be at least as far on as the clamped
   // position it places old rows at, so an update spans at most max_distance + 1 tokens.
   const int64_t clamp = span_distance(cache);
-  if (clamp > 0 && n > clamp + 1 && pos0 + n - 1 > clamp) {
+  if (clamp > 0 && n > clamp + 1 && pos0 + n - 1 >= clamp) {
     forward_in_pieces(tokens, cache, mode, logits, int(clamp + 1));
     return;
   }

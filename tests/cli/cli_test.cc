@@ -87,6 +87,22 @@ TEST(Cli, BenchTablesInEveryFormat) {
   EXPECT_NE(json.out.find("\"weight_bytes_per_token\""), std::string::npos) << json.out;
 }
 
+// --score and --positions comma lists: one row per combination, labelled by the rule when it is
+// not the default (a list given on the command line is split before it is checked).
+TEST(Cli, BenchTakesCommaListsOfScoresAndPositions) {
+  const CliRun r = run("bench " + kModel + " -p 0 -n 4 -r 1 -t 1 -d 32 --method h2o --budget 16 --bandwidth-mib 0 "
+                       "--score key-proxy,attention --positions text,span,cache --max-distance 20");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* label : {"| h2o b16 pos=text | tg4", "| h2o b16 | tg4", "| h2o b16 pos=cache | tg4",
+                            "| h2o b16 attention pos=text | tg4", "| h2o b16 attention | tg4",
+                            "| h2o b16 attention pos=cache | tg4"}) {
+    EXPECT_NE(r.out.find(label), std::string::npos) << label << "\n" << r.out;
+  }
+  const CliRun bad = run("bench " + kModel + " -p 0 -n 4 -r 1 --method h2o --positions text,rank");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("positions = rank"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, RandomModelWritesAModelTheEngineRuns) {
   const std::string path = testing::TempDir() + "cli_random_q4_k_m.gguf";
   const CliRun w = run("random-model -o " + path + " --type q4_k_m --dim 256 --ffn 256 --vocab 300 --layers 8");

@@ -3,10 +3,13 @@
 // projection, SwiGLU MLP; final norm and logits). Attention of each layer reads that layer's own
 // kept rows, so every layer and head may hold a different number of tokens.
 //
-// Positions (docs/positions.md): with PositionRule::cache, once a layer has evicted, a new key and
-// query of head h are rotated by their rank among the rows h holds (rows held before the update
-// plus the token's index in it), and a kept key is rotated back by its HeadStore shift when read;
-// with PositionRule::text (or before any eviction, where both agree) by their text position.
+// Positions (docs/positions.md): with PositionRule::span (the default) queries and keys take their
+// text positions, and rows the cache holds beyond max_distance (the sinks, in a stream) are read
+// at that distance through keys turned in a side buffer. With PositionRule::cache, once a layer
+// has evicted, a new key and query of head h are rotated by their rank among the rows h holds
+// (rows held before the update plus the token's index in it), and a kept key is rotated back by
+// its HeadStore shift when read; with PositionRule::text (or before any eviction, where both
+// agree) by their text position.
 //
 // Buffers grow to the largest batch seen and are then reused: no allocation per token.
 #pragma once
