@@ -3,8 +3,11 @@
 // continuous batching cannot change any sequence's tokens.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/engine.h"
+#include "squeezekv/engine/random_model.h"
 #include "squeezekv/ops/model_ops.h"
 #include "squeezekv/ops/thread_pool.h"
 #include "stories_model.h"
@@ -39,8 +42,9 @@ KVCacheConfig config_for(const std::string& method) {
 
 // One sequence alone: chunked prompt, then greedy decode; the logits of every step that has them.
 std::vector<std::vector<float>> alone(Engine& engine, const Seq& seq) {
+  const Model& model = engine.model();
   auto cache = engine.make_cache(config_for(seq.method));
-  const auto tokens = stories().tokenizer().encode(seq.prompt, true);
+  const auto tokens = model.tokenizer().encode(seq.prompt, true);
   std::vector<std::vector<float>> out;
   std::vector<float> logits;
   engine.begin_prompt(*cache);
@@ -52,7 +56,7 @@ std::vector<std::vector<float>> alone(Engine& engine, const Seq& seq) {
   engine.end_prompt(*cache);
   out.push_back(logits);
   for (int d = 1; d < kDecode; ++d) {
-    const auto token = int32_t(argmax(logits.data(), stories().config().vocab));
+    const auto token = int32_t(argmax(logits.data(), model.config().vocab));
     engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
     out.push_back(logits);
   }
@@ -62,6 +66,7 @@ std::vector<std::vector<float>> alone(Engine& engine, const Seq& seq) {
 // Every sequence in one batch per step: prompts join at their start step and are prefilled in
 // chunks while the others decode.
 std::vector<std::vector<std::vector<float>>> together(Engine& engine) {
+  const Model& model = engine.model();
   const size_t n = std::size(kSeqs);
   std::vector<std::unique_ptr<ModelCache>> caches;
   std::vector<std::vector<int32_t>> prompts;
@@ -71,7 +76,7 @@ std::vector<std::vector<std::vector<float>>> together(Engine& engine) {
   std::vector<std::vector<std::vector<float>>> out(n);
   for (const Seq& s : kSeqs) {
     caches.push_back(engine.make_cache(config_for(s.method)));
-    prompts.push_back(stories().tokenizer().encode(s.prompt, true));
+    prompts.push_back(model.tokenizer().encode(s.prompt, true));
   }
   for (int step = 0;; ++step) {
     std::vector<SequenceStep> steps;
@@ -97,14 +102,14 @@ std::vector<std::vector<std::vector<float>>> together(Engine& engine) {
       if (steps[j].mode == Logits::none) continue;
       if (out[i].empty()) engine.end_prompt(*caches[i]);
       out[i].push_back(logits[i]);
-      next[i] = int32_t(argmax(logits[i].data(), stories().config().vocab));
+      next[i] = int32_t(argmax(logits[i].data(), model.config().vocab));
     }
   }
   return out;
 }
 
-void expect_batched_equals_alone(ThreadPool* pool) {
-  Engine engine(stories(), pool);
+void expect_batched_equals_alone(const Model& model, ThreadPool* pool) {
+  Engine engine(model, pool);
   const auto batched = together(engine);
   for (size_t i = 0; i < std::size(kSeqs); ++i) {
     SCOPED_TRACE(kSeqs[i].method);
@@ -116,11 +121,32 @@ void expect_batched_equals_alone(ThreadPool* pool) {
   }
 }
 
-TEST(ForwardBatch, EachSequenceGetsTheLogitsItGetsAlone) { expect_batched_equals_alone(nullptr); }
+TEST(ForwardBatch, EachSequenceGetsTheLogitsItGetsAlone) { expect_batched_equals_alone(stories(), nullptr); }
 
 TEST(ForwardBatch, WithAThreadPoolToo) {
   ThreadPool pool(2);
-  expect_batched_equals_alone(&pool);
+  expect_batched_equals_alone(stories(), &pool);
+}
+
+// stories260K is F32; the quantised kernels quantise activations per token and take 4 tokens at
+// a time (batches of 5 or more rows mix both paths), which must not change any row either.
+TEST(ForwardBatch, QuantisedWeightsToo) {
+  for (const bool k_quants : {false, true}) {
+    SCOPED_TRACE(k_quants ? "q4_k_m" : "q8_0");
+    RandomModelSpec spec;
+    spec.dim = 256;
+    spec.n_heads = 4;
+    spec.n_kv_heads = 2;
+    spec.ffn_dim = 512;
+    spec.weight_type = k_quants ? TensorType::q4_k : TensorType::q8_0;
+    spec.k_quant_mix = k_quants;
+    const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_forward_batch_test.gguf").string();
+    write_random_model(path, spec);
+    const Model model = Model::load(path);
+    std::filesystem::remove(path);
+    ThreadPool pool(2);
+    expect_batched_equals_alone(model, &pool);
+  }
 }
 
 TEST(ForwardBatch, TheEvictingCachesEvicted) {
