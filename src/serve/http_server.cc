@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+#include <netinet/in.h>
+
 #include <atomic>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -28,6 +31,24 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
 }
 
 std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+// cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients connecting at once gets
+// connections reset. Its socket is private: find our listening socket by its port and listen
+// again with a longer backlog (Linux updates the backlog of a listening socket).
+void widen_backlog(int port) {
+  for (int fd = 3; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (bound == port) ::listen(fd, 512);
+  }
+}
 
 }  // namespace
 
@@ -225,6 +246,7 @@ void HttpServer::bind() {
     impl_->bound_port = impl_->server.bind_to_port(o.host.c_str(), o.port) ? o.port : -1;
   }
   require(impl_->bound_port > 0, "port", o.port, "cannot listen on " + o.host + ":" + std::to_string(o.port));
+  widen_backlog(impl_->bound_port);
 }
 
 int HttpServer::port() const { return impl_->bound_port; }
