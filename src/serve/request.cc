@@ -134,7 +134,7 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
                                                            "stream_options", "suffix", "top_logprobs"};
   static const std::set<std::string, std::less<>> known = {"model", "max_tokens", "max_completion_tokens",
                                                            "temperature", "top_p", "top_k", "seed", "stop",
-                                                           "stream", "squeezekv"};
+                                                           "stream", "squeezekv", "ignore_eos"};
   for (const auto& [key, value] : j.items()) {
     if (key == (chat ? "messages" : "prompt")) continue;
     if (!known.contains(key) && !inert.contains(key)) bad(key, "unknown field '" + key + "'");
@@ -183,6 +183,10 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean()) bad("stream", "'stream' must be a boolean");
     r.stream = j["stream"].get<bool>();
+  }
+  if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
+    if (!j["ignore_eos"].is_boolean()) bad("ignore_eos", "'ignore_eos' must be a boolean");
+    r.ignore_eos = j["ignore_eos"].get<bool>();
   }
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];

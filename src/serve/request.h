@@ -38,7 +38,8 @@ struct CompletionRequest {
   SamplerOptions sampler;
   std::vector<std::string> stop;  // up to 4 strings; the output ends before the first one
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage: a last chunk with the counts
+  bool include_usage = false;
+  bool ignore_eos = false;        // as llama.cpp's server: generate max_tokens whatever comes     // stream_options.include_usage: a last chunk with the counts
   KVCacheConfig cache;
   std::optional<int32_t> stop_token;  // the chat format's end of turn, when the vocabulary has it
 };
