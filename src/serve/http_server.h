@@ -17,7 +17,7 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                       // 0: any free port (see HttpServer::port)
   size_t max_body_bytes = size_t(1) << 20;  // larger bodies get 413
-  int threads = 64;                       // HTTP threads: concurrent connections served
+  int threads = 256;                      // HTTP threads: connections served at once (streams hold one each)
   RequestLimits limits;
 };
 
