@@ -111,8 +111,14 @@ void Scheduler::run() {
       if (stopping_) break;
       admit_locked();
       for (Job& job : incoming_) {
-        auto cache = engine_.make_cache(job.request.cache);
-        active.push_back(std::make_unique<Session>(next_id_++, std::move(job), std::move(cache)));
+        try {  // checked when parsed, so this should not throw; if it does, only this request fails
+          auto cache = engine_.make_cache(job.request.cache);
+          active.push_back(std::make_unique<Session>(next_id_++, std::move(job), std::move(cache)));
+        } catch (const std::exception& e) {
+          job.channel->fail(500, std::string("cannot start the session: ") + e.what());
+          reserved_ -= job.promise;
+          --running_;
+        }
       }
       incoming_.clear();
     }
