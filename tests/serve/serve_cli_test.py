@@ -106,6 +106,20 @@ class Curl(unittest.TestCase):
         self.assertEqual(json.loads(curl(self.port, "/v1/models"))["data"][0]["id"], "stories260K")
         self.assertEqual(json.loads(curl(self.port, "/health"))["status"], "ok")
 
+    def test_a_client_leaving_a_non_streamed_request_frees_its_session(self):
+        before = metric(self.port, "squeezekv_requests_cancelled_total")
+        body = {"prompt": "Once upon a time", "max_tokens": 60000, "ignore_eos": True,
+                "squeezekv": {"method": "window", "budget": 32}}
+        r = subprocess.run(["curl", "-s", "-m", "0.5", f"http://127.0.0.1:{self.port}/v1/completions",
+                            "-d", json.dumps(body)], capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 28)  # curl gave up: the answer was still being generated
+        for _ in range(100):
+            if metric(self.port, "squeezekv_requests_cancelled_total") > before:
+                break
+            time.sleep(0.02)
+        self.assertEqual(metric(self.port, "squeezekv_requests_cancelled_total"), before + 1)
+        self.assertEqual(metric(self.port, "squeezekv_sessions_active"), 0)
+
     def test_memory_returns_to_idle_after_load(self):
         def load():
             def one(i):
