@@ -14,6 +14,7 @@ set(rank_engine 6)
 set(rank_eval 7)
 set(rank_capi 8)
 set(rank_c 8)
+set(rank_serve 8)
 set(rank_cli 9)
 
 file(GLOB_RECURSE files RELATIVE ${ROOT} ${ROOT}/src/*.cc ${ROOT}/src/*.h ${ROOT}/include/*.h)

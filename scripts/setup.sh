@@ -7,12 +7,17 @@ packages=(
   libcli11-dev nlohmann-json3-dev              # command line, JSON output
   libhwy-dev                                   # portable SIMD with runtime dispatch
   libpcre2-dev                                 # Unicode-aware pre-tokenizer regexes
+  libcpp-httplib-dev                           # `squeezekv serve`'s HTTP (what llama.cpp's server uses)
+  curl                                         # the server's tests drive it with curl
   python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The server's client test runs the official openai npm package: Node.js and npm, unless some
+# Node.js (e.g. NodeSource's, which bundles npm) is installed already.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"

@@ -14,5 +14,6 @@ void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_sweep(CLI::App& app);
 void register_random_model(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace squeezekv::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   squeezekv::cli::register_bench(app);
   squeezekv::cli::register_sweep(app);
   squeezekv::cli::register_random_model(app);
+  squeezekv::cli::register_serve(app);
   // CLI11 reports an unknown first word as a missing subcommand; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

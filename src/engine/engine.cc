@@ -104,11 +104,8 @@ void rms_rows(const float* x, const std::vector<float>& weight, int n, float eps
 
 }  // namespace
 
-void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
-                     std::vector<float>& logits) {
+void Engine::check_cache(const ModelCache& cache) const {
   const ModelConfig& c = model_.config();
-  const int n = int(tokens.size());
-  require(n >= 1, "tokens", n, "forward needs at least one token");
   // Messages are built only on failure: no allocation per token.
   if (cache.n_layers() != c.n_layers) {
     require(false, "cache layers", cache.n_layers(), "the model has " + std::to_string(c.n_layers) + " layers");
@@ -121,13 +118,48 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     require(false, "cache head_dim", cache.config().head_dim,
             "the model's head dimension is " + std::to_string(c.head_dim));
   }
-  const int64_t pos0 = cache.layer(0).tokens_seen();
+}
+
+void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
+                     std::vector<float>& logits) {
+  check_cache(cache);
   // Clamped distances: every query of an update must be at least as far on as the clamped
   // position it places old rows at, so an update spans at most max_distance + 1 tokens.
   const int64_t clamp = span_distance(cache);
+  const int64_t pos0 = cache.layer(0).tokens_seen();
+  const auto n = int64_t(tokens.size());
   if (clamp > 0 && n > clamp + 1 && pos0 + n - 1 >= clamp) {
     forward_in_pieces(tokens, cache, mode, logits, int(clamp + 1));
     return;
+  }
+  const SequenceStep step{tokens, &cache, mode, &logits};
+  forward_batch(std::span(&step, 1));
+}
+
+void Engine::forward_batch(std::span<const SequenceStep> steps) {
+  const ModelConfig& c = model_.config();
+  require(!steps.empty(), "steps", 0, "forward_batch needs at least one sequence");
+  int n = 0;  // rows of every sequence together
+  int logit_rows = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const SequenceStep& step = steps[s];
+    require(step.cache != nullptr, "cache", "null", "every sequence needs its cache");
+    require(!step.tokens.empty(), "tokens", 0, "forward needs at least one token");
+    require(step.mode == Logits::none || step.logits != nullptr, "logits", "null",
+            "a sequence that asks for logits needs somewhere to put them");
+    check_cache(*step.cache);
+    const int64_t clamp = span_distance(*step.cache);
+    const auto n_step = int64_t(step.tokens.size());
+    if (clamp > 0 && n_step > clamp + 1 && step.cache->layer(0).tokens_seen() + n_step - 1 >= clamp) {
+      require(false, "tokens", n_step,
+              "more than max_distance + 1 = " + std::to_string(clamp + 1) +
+                  " tokens in one update of a span-rule cache (forward() splits them; split them)");
+    }
+    for (size_t o = 0; o < s; ++o) {
+      require(steps[o].cache != step.cache, "cache", s, "two sequences of one batch share a cache");
+    }
+    n += int(step.tokens.size());
+    logit_rows += step.mode == Logits::all ? int(step.tokens.size()) : step.mode == Logits::last ? 1 : 0;
   }
   reserve(n);
   const auto dim = size_t(c.dim);
@@ -135,17 +167,31 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   const size_t kv_dim = size_t(c.n_kv_heads) * size_t(c.head_dim);
   const auto hd = size_t(c.head_dim);
 
-  for (int t = 0; t < n; ++t) model_.embed(tokens[size_t(t)], x_.data() + size_t(t) * dim);
-  for (int t = 0; t < n; ++t) rope_cache(pos0 + t, c.n_rot, c.rope_base, rope_.data() + size_t(t) * size_t(c.n_rot));
+  std::vector<SeqSpan>& spans = spans_;
+  spans.clear();
+  int row = 0;
+  for (const SequenceStep& step : steps) {
+    ModelCache& cache = *step.cache;
+    const int n_s = int(step.tokens.size());
+    const int64_t pos0 = cache.layer(0).tokens_seen();
+    // An allocator that reads the residual stream measures the cache's first update (as one that
+    // reads keys does), so the prompt is held whole for one prefill chunk at most.
+    const BudgetCoordinator* coordinator = cache.coordinator();
+    const bool measure = coordinator && coordinator->allocator().source() == MeasureSource::residual &&
+                         !coordinator->is_final() && !coordinator->reported(0);
+    spans.push_back({row, n_s, pos0, measure});
+    for (int t = 0; t < n_s; ++t) {
+      model_.embed(step.tokens[size_t(t)], x_.data() + size_t(row + t) * dim);
+      rope_cache(pos0 + t, c.n_rot, c.rope_base, rope_.data() + size_t(row + t) * size_t(c.n_rot));
+    }
+    row += n_s;
+  }
+  bool any_measure = false;
+  for (const SeqSpan& sp : spans) any_measure = any_measure || sp.measure;
 
-  // An allocator that reads the residual stream measures the cache's first update (as one that
-  // reads keys does), so the prompt is held whole for one prefill chunk at most.
-  BudgetCoordinator* coordinator = cache.coordinator();
-  const bool measure = coordinator && coordinator->allocator().source() == MeasureSource::residual &&
-                       !coordinator->is_final() && !coordinator->reported(0);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    if (observer_ || measure) std::copy(x_.begin(), x_.begin() + long(size_t(n) * dim), before_.begin());
+    if (observer_ || any_measure) std::copy(x_.begin(), x_.begin() + long(size_t(n) * dim), before_.begin());
     rms_rows(x_.data(), w.attn_norm, n, c.norm_eps, xb_.data());
     // q, k and v in one parallel region: one hand-off instead of three.
     const MatmulOutput qkv[3] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
@@ -153,51 +199,63 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     add_bias(q_.data(), w.bq, n);
     add_bias(k_.data(), w.bk, n);
     add_bias(v_.data(), w.bv, n);
-    LayerCache& layer = cache.layer(l);
-    // Ranks replace text positions once the layer has evicted (before, the two are equal).
-    bool ranks = false;
-    if (cache.config().positions == PositionRule::cache) {
-      int64_t most = 0;
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        head_rank0_[size_t(h)] = layer.head(h).n_live();
-        ranks = ranks || head_rank0_[size_t(h)] < pos0;
-        most = std::max(most, head_rank0_[size_t(h)]);
+    for (size_t s = 0; s < steps.size(); ++s) {
+      const SeqSpan& sp = spans[s];
+      ModelCache& cache = *steps[s].cache;
+      LayerCache& layer = cache.layer(l);
+      // Ranks replace text positions once the layer has evicted (before, the two are equal).
+      bool ranks = false;
+      if (cache.config().positions == PositionRule::cache) {
+        int64_t most = 0;
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          head_rank0_[size_t(h)] = layer.head(h).n_live();
+          ranks = ranks || head_rank0_[size_t(h)] < sp.pos0;
+          most = std::max(most, head_rank0_[size_t(h)]);
+        }
+        if (ranks) ensure_rank_table(most + sp.n);
       }
-      if (ranks) ensure_rank_table(most + n);
+      const int group = c.group();
+      for (int t = 0; t < sp.n; ++t) {
+        const size_t r = size_t(sp.row0 + t);
+        const float* cs = rope_.data() + r * size_t(c.n_rot);
+        for (int h = 0; h < c.n_heads; ++h) {
+          const float* rot = ranks ? rank_cos_sin(head_rank0_[size_t(h / group)] + t) : cs;
+          rope_apply(q_.data() + r * q_dim + size_t(h) * hd, c.n_rot, c.rope_style, rot);
+        }
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const float* rot = ranks ? rank_cos_sin(head_rank0_[size_t(h)] + t) : cs;
+          rope_apply(k_.data() + r * kv_dim + size_t(h) * hd, c.n_rot, c.rope_style, rot);
+        }
+      }
+      // The cache takes [kv_heads, n, hd].
+      for (int t = 0; t < sp.n; ++t) {
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const size_t src = size_t(sp.row0 + t) * kv_dim + size_t(h) * hd;
+          const size_t dst = (size_t(h) * size_t(sp.n) + size_t(t)) * hd;
+          std::memcpy(k_heads_.data() + dst, k_.data() + src, hd * sizeof(float));
+          std::memcpy(v_heads_.data() + dst, v_.data() + src, hd * sizeof(float));
+        }
+      }
+      layer.begin_update(k_heads_.data(), v_heads_.data(), sp.n);
+      // Rows farther than the clamp from the update's last query turn to position 0 once; the
+      // attention places them at that query's position minus the clamp.
+      const int64_t clamp = span_distance(cache);
+      const int64_t clamped_at = clamp > 0 ? sp.pos0 + sp.n - 1 - clamp : -1;
+      if (clamped_at >= 0) layer.rotate_keys_to_origin(clamped_at, c.n_rot, c.rope_style, c.rope_base);
+      attention(layer, sp.row0, sp.n, sp.pos0, ranks, clamped_at);
+      layer.end_update();
     }
-    const int group = c.group();
-    for (int t = 0; t < n; ++t) {
-      const float* cs = rope_.data() + size_t(t) * size_t(c.n_rot);
-      for (int h = 0; h < c.n_heads; ++h) {
-        const float* r = ranks ? rank_cos_sin(head_rank0_[size_t(h / group)] + t) : cs;
-        rope_apply(q_.data() + size_t(t) * q_dim + size_t(h) * hd, c.n_rot, c.rope_style, r);
-      }
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        const float* r = ranks ? rank_cos_sin(head_rank0_[size_t(h)] + t) : cs;
-        rope_apply(k_.data() + size_t(t) * kv_dim + size_t(h) * hd, c.n_rot, c.rope_style, r);
-      }
-    }
-    // The cache takes [kv_heads, n, hd].
-    for (int t = 0; t < n; ++t) {
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        const size_t src = size_t(t) * kv_dim + size_t(h) * hd;
-        const size_t dst = (size_t(h) * size_t(n) + size_t(t)) * hd;
-        std::memcpy(k_heads_.data() + dst, k_.data() + src, hd * sizeof(float));
-        std::memcpy(v_heads_.data() + dst, v_.data() + src, hd * sizeof(float));
-      }
-    }
-    layer.begin_update(k_heads_.data(), v_heads_.data(), n);
-    // Rows farther than the clamp from the update's last query turn to position 0 once; the
-    // attention places them at that query's position minus the clamp.
-    const int64_t clamped_at = clamp > 0 ? pos0 + n - 1 - clamp : -1;
-    if (clamped_at >= 0) layer.rotate_keys_to_origin(clamped_at, c.n_rot, c.rope_style, c.rope_base);
-    attention(layer, n, pos0, ranks, clamped_at);
-    layer.end_update();
     matmul(w.wo, att_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
-    if (observer_) observer_(l, before_.data(), x_.data(), n, c.dim);
-    if (measure) {  // the last layer's report publishes the schedule
-      coordinator->report(l, coordinator->allocator().measure_residual(before_.data(), x_.data(), n, c.dim));
+    for (size_t s = 0; s < steps.size(); ++s) {
+      const SeqSpan& sp = spans[s];
+      const float* before = before_.data() + size_t(sp.row0) * dim;
+      const float* after = x_.data() + size_t(sp.row0) * dim;
+      if (observer_) observer_(l, before, after, sp.n, c.dim);
+      if (sp.measure) {  // the last layer's report publishes the schedule
+        BudgetCoordinator* coordinator = steps[s].cache->coordinator();
+        coordinator->report(l, coordinator->allocator().measure_residual(before, after, sp.n, c.dim));
+      }
     }
 
     rms_rows(x_.data(), w.ffn_norm, n, c.norm_eps, xb_.data());
@@ -207,13 +265,33 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
     require_finite_activations(x_.data(), size_t(n) * dim, l);  // NaN weights: an error, not junk
   }
 
-  if (mode == Logits::none) return;
-  const int first = mode == Logits::all ? 0 : n - 1;
-  const int rows = n - first;
-  rms_rows(x_.data() + size_t(first) * dim, model_.output_norm(), rows, c.norm_eps, xb_.data());
-  logits.resize(size_t(rows) * size_t(c.vocab));
-  matmul(model_.output(), xb_.data(), rows, logits.data(), pool_);
-  require_finite_activations(logits.data(), logits.size(), -1);
+  if (logit_rows == 0) return;
+  // The rows that want logits, normed side by side, then one product for all of them.
+  int out_row = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const SeqSpan& sp = spans[s];
+    if (steps[s].mode == Logits::none) continue;
+    const int first = steps[s].mode == Logits::all ? 0 : sp.n - 1;
+    const int rows = sp.n - first;
+    rms_rows(x_.data() + size_t(sp.row0 + first) * dim, model_.output_norm(), rows, c.norm_eps,
+             xb_.data() + size_t(out_row) * dim);
+    out_row += rows;
+  }
+  const auto vocab = size_t(c.vocab);
+  // One sequence writes straight into its own vector: no copy on the single-sequence path.
+  std::vector<float>& all = steps.size() == 1 ? *steps[0].logits : batch_logits_;
+  all.resize(size_t(logit_rows) * vocab);
+  matmul(model_.output(), xb_.data(), logit_rows, all.data(), pool_);
+  require_finite_activations(all.data(), all.size(), -1);
+  if (steps.size() == 1) return;
+  out_row = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].mode == Logits::none) continue;
+    const size_t rows = steps[s].mode == Logits::all ? size_t(spans[s].n) : 1;
+    steps[s].logits->assign(all.begin() + long(size_t(out_row) * vocab),
+                            all.begin() + long((size_t(out_row) + rows) * vocab));
+    out_row += int(rows);
+  }
 }
 
 int64_t Engine::span_distance(const ModelCache& cache) const {
@@ -275,7 +353,7 @@ void Engine::patch_clamped_keys(const LayerCache& layer, int64_t clamped_at) {
   }
 }
 
-void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks, int64_t clamped_at) {
+void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ranks, int64_t clamped_at) {
   const ModelConfig& c = model_.config();
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
@@ -320,7 +398,7 @@ void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks, int64
       mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos;
       if (mask[s]) hi = s + 1;
     }
-    const float* q = q_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
+    const float* q = q_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.
     const bool rotated = most_shift > 0 && rotated_[size_t(g)];
     const void* keys = rotated ? rot_keys_.data() + size_t(g) * size_t(max_slots) * hd : head.keys();
@@ -331,7 +409,7 @@ void Engine::attention(LayerCache& layer, int n, int64_t pos0, bool ranks, int64
     }
     query_probs_patched(q, group, hd, keys, rotated ? KVType::f32 : head.type(), size_t(hi), hd, mask, scale, logits,
                         ld, patches);
-    float* out = att_.data() + size_t(t) * q_dim + size_t(g) * group * hd;
+    float* out = att_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
     std::fill(out, out + group * hd, 0.0f);
     rows_weighted_sum_group(logits, group, ld, head.values(), head.type(), size_t(hi), hd, out, hd);
     if (feed) {

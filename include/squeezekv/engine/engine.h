@@ -32,6 +32,15 @@ enum class Logits { none, last, all };
 using ResidualObserver =
     std::function<void(int layer, const float* before, const float* after, int n_tokens, int dim)>;
 
+// One sequence's share of a batched forward pass: its new tokens, its own cache (at the positions
+// that follow what the cache has seen) and where its logits go.
+struct SequenceStep {
+  std::span<const int32_t> tokens;
+  ModelCache* cache = nullptr;
+  Logits mode = Logits::last;
+  std::vector<float>* logits = nullptr;  // resized; may be null when mode is Logits::none
+};
+
 class Engine {
  public:
   // `pool` may be null (single-threaded); it must outlive the engine.
@@ -42,6 +51,13 @@ class Engine {
   // model's layer count, KV heads and head dimension (InvalidArgument otherwise).
   void forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
                std::vector<float>& logits);
+
+  // Several sequences in one pass (continuous batching): norms, projections and the MLP run over
+  // every sequence's rows together, so the weights are read once for all of them; RoPE and
+  // attention run per sequence over its own cache. Each sequence's logits are bit for bit what
+  // forward() gives it alone (the matmuls compute every row independently of the others, see
+  // ops/matmul.h). The observer sees each sequence's rows separately. The caches must be distinct.
+  void forward_batch(std::span<const SequenceStep> steps);
 
   // A prompt spread over several forward calls: between these the cache keeps the prompt for the
   // policies that act once at its end (snapkv).
@@ -61,9 +77,11 @@ class Engine {
   std::unique_ptr<ModelCache> make_cache(KVCacheConfig config) const;
 
  private:
+  // Attention of rows [row0, row0 + n) of q_ (one sequence) into the same rows of att_.
   // clamped_at >= 0 (PositionRule::span): rows at positions <= clamped_at, turned to position 0
   // in the cache, are read at position clamped_at.
-  void attention(LayerCache& cache, int n, int64_t pos0, bool ranks, int64_t clamped_at);
+  void attention(LayerCache& cache, int row0, int n, int64_t pos0, bool ranks, int64_t clamped_at);
+  void check_cache(const ModelCache& cache) const;
   // The clamp of PositionRule::span for this cache (0: the rule does not apply).
   int64_t span_distance(const ModelCache& cache) const;
   // forward() over consecutive pieces of at most `piece` tokens.
@@ -103,6 +121,15 @@ class Engine {
   std::vector<uint8_t> rotated_;           // per KV head: rot_keys_ holds its keys
   std::vector<std::vector<float>> scratch_;  // per worker: a GQA group's logits over slots, mask
   std::vector<float> group_probs_;         // per KV head [n, slots] when attention is fed back
+  // forward_batch, per sequence: its first row in the batch, its rows, the text position of its
+  // first token, whether its allocator measures the residual stream in this step.
+  struct SeqSpan {
+    int row0, n;
+    int64_t pos0;
+    bool measure;
+  };
+  std::vector<SeqSpan> spans_;
+  std::vector<float> batch_logits_;        // forward_batch: every sequence's logits rows together
 };
 
 }  // namespace squeezekv

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Benchmark client for `squeezekv serve` (standard library only, loopback only, bounded).
+
+For each concurrency level it starts that many streaming clients at once, each asking for exactly
+--tokens tokens (ignore_eos), and reports the aggregate generated tokens/s (every stream's tokens
+over the wall time of the level), the per-stream tokens/s (median) and the time to first token
+(median and p95). Example:
+
+  build/squeezekv serve -m build/llama1b-q8_0.gguf -t 2 --port 8080 &
+  scripts/serve_bench.py --port 8080 --streams 1,8,16 --tokens 128
+"""
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+
+
+def one_stream(port, body, timeout, out):
+    start = time.perf_counter()
+    first = None
+    tokens = 0
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        r.read()
+        c.close()
+        out.append({"error": r.status})
+        return
+    buffer = b""
+    while True:
+        data = r.read1(65536)
+        if not data:
+            break
+        buffer += data
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            if not event.startswith(b"data: ") or event == b"data: [DONE]":
+                continue
+            j = json.loads(event[6:])
+            if j.get("choices") and j["choices"][0].get("text"):
+                first = first or time.perf_counter()
+            if j.get("usage"):
+                tokens = j["usage"]["completion_tokens"]
+    c.close()
+    end = time.perf_counter()
+    out.append({"ttft": (first or end) - start, "tokens": tokens, "seconds": end - start})
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def level(port, n, args):
+    body = {"prompt": args.prompt, "max_tokens": args.tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if args.method:
+        body["squeezekv"] = {"method": args.method, "budget": args.budget}
+    out = []
+    threads = [threading.Thread(target=one_stream, args=(port, dict(body, seed=i), args.timeout, out), daemon=True)
+               for i in range(n)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, args.timeout - (time.perf_counter() - start)))
+    wall = time.perf_counter() - start
+    ok = [o for o in out if "error" not in o]
+    total = sum(o["tokens"] for o in ok)
+    return {"streams": n, "ok": len(ok), "errors": n - len(ok), "tokens": total, "seconds": wall,
+            "aggregate_tps": total / wall if wall > 0 else 0.0,
+            "per_stream_tps_median": statistics.median(o["tokens"] / o["seconds"] for o in ok) if ok else 0.0,
+            "ttft_median_s": statistics.median(o["ttft"] for o in ok) if ok else 0.0,
+            "ttft_p95_s": percentile([o["ttft"] for o in ok], 95) if ok else 0.0}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--streams", default="1,8,16", help="concurrency levels, comma-separated (each at most 64)")
+    p.add_argument("--tokens", type=int, default=128, help="tokens per request")
+    p.add_argument("--prompt", default="Once upon a time")
+    p.add_argument("--method", default="", help="a cache method for every request (default: the server's)")
+    p.add_argument("--budget", type=int, default=256)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per level at most")
+    p.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    args = p.parse_args()
+    levels = [int(x) for x in args.streams.split(",")]
+    if any(n < 1 or n > 64 for n in levels) or not 1 <= args.tokens <= 4096:
+        sys.exit("serve_bench: streams must lie in [1, 64] and tokens in [1, 4096]")
+    results = []
+    for n in levels:
+        r = level(args.port, n, args)
+        results.append(r)
+        base = results[0]["aggregate_tps"] or 1.0
+        print(f"{n:3d} streams: {r['aggregate_tps']:8.2f} tokens/s aggregate ({r['aggregate_tps'] / base:5.2f}x the "
+              f"first level), {r['per_stream_tps_median']:7.2f} tokens/s per stream, time to first token median "
+              f"{r['ttft_median_s']:.2f} s, p95 {r['ttft_p95_s']:.2f} s ({r['tokens']} tokens in {r['seconds']:.1f} s"
+              + (f", {r['errors']} failed" if r["errors"] else "") + ")", flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+// `squeezekv serve`: an OpenAI-compatible HTTP server (src/serve/) with the cache options as the
+// server's default cache and K/V memory as the admission rule. SIGINT/SIGTERM end it cleanly:
+// running and queued requests are told the server is shutting down, then it exits 0.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "cli/cache_options.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "serve/http_server.h"
+#include "squeezekv/base/errors.h"
+
+namespace squeezekv::cli {
+namespace {
+
+struct ServeArgs {
+  ModelOptions model;
+  CacheOptions cache;
+  serve::HttpOptions http;
+  double kv_limit_mib = 1024;
+  size_t queue = 64;
+  int max_sessions = 64;
+  int max_tokens = 1 << 16;
+};
+
+void run(ServeArgs& a) {
+  const KVCacheConfig config = a.cache.resolve();
+  require(a.kv_limit_mib > 0, "--kv-limit-mib", a.kv_limit_mib, "must be > 0");
+  require(a.model.n_batch >= 1, "--batch-size", a.model.n_batch, "must be >= 1");
+  // Signals are taken by one thread (sigwait), so every thread started below inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a crash
+
+  const Model model = Model::load(a.model.model_path);
+  auto pool = a.model.make_pool();
+  serve::HttpOptions http = a.http;
+  serve::RequestLimits& limits = http.limits;
+  limits.model_id = std::filesystem::path(a.model.model_path).stem().string();
+  limits.n_ctx = a.model.n_ctx > 0 ? a.model.n_ctx : model.config().context_length;
+  limits.max_prompt_tokens = limits.n_ctx;
+  limits.max_tokens = a.max_tokens;
+  limits.cache = config;
+  limits.cache.head_dim = model.config().head_dim;
+  const auto chat_template = model.file().find_string("tokenizer.chat_template");
+  limits.chat_format = serve::detect_chat_format(chat_template ? *chat_template : std::string_view());
+
+  serve::SchedulerOptions sched;
+  sched.kv_limit_bytes = size_t(a.kv_limit_mib * 1024.0 * 1024.0);
+  sched.queue_limit = a.queue;
+  sched.chunk = a.model.n_batch;
+  sched.max_sessions = a.max_sessions;
+  serve::Scheduler scheduler(model, pool.get(), sched);
+  serve::HttpServer server(model, scheduler, http);
+  server.bind();
+  std::fprintf(stderr,
+               "squeezekv serve: listening on http://%s:%d (model %s, cache %s budget %d, chat %s, KV limit %.1f MiB)\n",
+               http.host.c_str(), server.port(), limits.model_id.c_str(), cache_label(config).c_str(), config.budget,
+               std::string(serve::chat_format_name(limits.chat_format)).c_str(), a.kv_limit_mib);
+  std::fflush(stderr);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "squeezekv serve: signal %d, shutting down\n", sig);
+    scheduler.shutdown();  // every running and queued request ends with "shutting down"
+    server.stop();
+  });
+  server.listen();
+  // listen() returns only after stop(), i.e. after the waiter took a signal.
+  waiter.join();
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "an OpenAI-compatible HTTP server with bounded K/V memory");
+  add_model_options(*cmd, args->model);
+  args->model.n_batch = 64;  // prompt chunks interleave with other sessions' decoding
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx,
+                  "longest prompt, and a full cache's context (0 = the model's)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--host", args->http.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->http.port, "port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--kv-limit-mib", args->kv_limit_mib, "K/V memory of all sessions together, in MiB")->capture_default_str();
+  cmd->add_option("--queue", args->queue, "requests waiting for memory at most; beyond, 503")->capture_default_str();
+  cmd->add_option("--max-sessions", args->max_sessions, "sessions decoding together at most")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-tokens", args->max_tokens, "largest max_tokens a request may ask")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--max-body", args->http.max_body_bytes, "largest request body in bytes (413 beyond)")->capture_default_str();
+  cmd->add_option("--http-threads", args->http.threads, "HTTP threads (concurrent connections)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
+  add_cache_options(*cmd, args->cache);
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace squeezekv::cli

@@ -1,0 +1,27 @@
+// The admission rule's arithmetic: the most K/V bytes a request's cache can ever hold resident
+// (HeadStore capacity, growth slack included), computed before it runs. The scheduler admits a
+// request only while the promises of all admitted ones fit the limit, so the limit is never
+// exceeded as long as every cache keeps its promise (the scheduler checks that after every step).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/engine/model.h"
+
+namespace squeezekv::serve {
+
+struct SessionShape {
+  int64_t prompt_tokens = 0;
+  int64_t max_tokens = 0;
+  int chunk = 1;  // prompt tokens per prefill step
+};
+
+// Rows per KV head summed over the layers: the bound behind promised_kv_bytes.
+int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionShape& shape);
+
+// promised_rows x KV heads x head_dim x 2 (K and V) x the element size of config.kv_type.
+size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, const SessionShape& shape);
+
+}  // namespace squeezekv::serve

@@ -1,0 +1,107 @@
+#include "serve/chat_template.h"
+
+#include <array>
+
+namespace squeezekv::serve {
+namespace {
+
+constexpr std::array<std::string_view, 4> kLlama3Markers = {"<|start_header_id|>", "<|end_header_id|>",
+                                                            "<|eot_id|>", "<|begin_of_text|>"};
+constexpr std::array<std::string_view, 2> kChatmlMarkers = {"<|im_start|>", "<|im_end|>"};
+
+std::span<const std::string_view> markers(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::llama3: return kLlama3Markers;
+    case ChatFormat::chatml: return kChatmlMarkers;
+    case ChatFormat::plain: break;
+  }
+  return {};
+}
+
+}  // namespace
+
+ChatFormat detect_chat_format(std::string_view t) {
+  if (t.find("<|start_header_id|>") != std::string_view::npos && t.find("<|eot_id|>") != std::string_view::npos) {
+    return ChatFormat::llama3;
+  }
+  if (t.find("<|im_start|>") != std::string_view::npos) return ChatFormat::chatml;
+  return ChatFormat::plain;
+}
+
+std::string_view chat_format_name(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::llama3: return "llama3";
+    case ChatFormat::chatml: return "chatml";
+    case ChatFormat::plain: break;
+  }
+  return "plain";
+}
+
+std::string render_chat(ChatFormat format, std::span<const ChatMessage> messages) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    switch (format) {
+      case ChatFormat::llama3:
+        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+        break;
+      case ChatFormat::chatml:
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+        break;
+      case ChatFormat::plain:
+        out += m.role + ": " + m.content + "\n";
+        break;
+    }
+  }
+  switch (format) {
+    case ChatFormat::llama3: out += "<|start_header_id|>assistant<|end_header_id|>\n\n"; break;
+    case ChatFormat::chatml: out += "<|im_start|>assistant\n"; break;
+    case ChatFormat::plain: out += "assistant:"; break;
+  }
+  return out;
+}
+
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text) {
+  // No markers: exactly what `generate -p TEXT` encodes.
+  if (format == ChatFormat::plain) return tokenizer.encode(text, true);
+  std::vector<int32_t> ids;
+  if (tokenizer.bos()) ids.push_back(*tokenizer.bos());
+  const auto append_text = [&](std::string_view piece) {
+    if (piece.empty()) return;
+    const auto more = tokenizer.encode(piece, false);
+    ids.insert(ids.end(), more.begin(), more.end());
+  };
+  size_t from = 0;
+  while (from < text.size()) {
+    // The earliest marker from here that the vocabulary holds as one token.
+    size_t at = std::string_view::npos, len = 0;
+    std::optional<int32_t> id;
+    for (std::string_view m : markers(format)) {
+      const size_t p = text.find(m, from);
+      if (p == std::string_view::npos || p >= at) continue;
+      if (auto found = tokenizer.find_token(m)) {
+        at = p;
+        len = m.size();
+        id = found;
+      }
+    }
+    if (at == std::string_view::npos) {
+      append_text(text.substr(from));
+      break;
+    }
+    append_text(text.substr(from, at - from));
+    ids.push_back(*id);
+    from = at + len;
+  }
+  return ids;
+}
+
+std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format) {
+  switch (format) {
+    case ChatFormat::llama3: return tokenizer.find_token("<|eot_id|>");
+    case ChatFormat::chatml: return tokenizer.find_token("<|im_end|>");
+    case ChatFormat::plain: break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace squeezekv::serve

@@ -1,0 +1,42 @@
+// Chat messages to a prompt. The GGUF's tokenizer.chat_template is a Jinja program; rather than run
+// Jinja, the two common families are recognised by their markers (Llama 3's header tokens, ChatML's
+// <|im_start|> as in Qwen2) and rendered by hand. Anything else gets the plain fallback.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "squeezekv/engine/tokenizer.h"
+
+namespace squeezekv::serve {
+
+enum class ChatFormat {
+  llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+  chatml,  // <|im_start|>role\ncontent<|im_end|>\n
+  plain,   // "role: content\n" per message, then "assistant:"
+};
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// From the template text (empty: no template in the file).
+ChatFormat detect_chat_format(std::string_view chat_template);
+std::string_view chat_format_name(ChatFormat format);
+
+// The conversation with the assistant's turn opened, as text (markers included).
+std::string render_chat(ChatFormat format, std::span<const ChatMessage> messages);
+
+// Token ids of a rendered prompt: the format's markers become their single special tokens where
+// the vocabulary has them (the tokenizer alone would spell them out), the rest is encoded as text.
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text);
+
+// The token that ends the assistant's turn in this format, when the vocabulary has it: generation
+// stops there as at EOS.
+std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format);
+
+}  // namespace squeezekv::serve

@@ -1,0 +1,299 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "serve/admission.h"
+#include "squeezekv/base/utf8.h"
+#include "squeezekv/engine/sampler.h"
+
+namespace squeezekv::serve {
+
+using Clock = std::chrono::steady_clock;
+
+struct Scheduler::Session {
+  uint64_t id = 0;
+  Job job;
+  std::unique_ptr<ModelCache> cache;
+  Sampler sampler;
+  size_t fed = 0;           // prompt tokens fed so far
+  int generated = 0;
+  int32_t next = 0;         // the token the next decode step feeds
+  std::vector<float> logits;
+  Utf8Stream utf8;          // never sends half a character
+  std::string held;         // text held back while it may be the start of a stop string
+  bool done = false;
+
+  Session(uint64_t id_, Job j, std::unique_ptr<ModelCache> c)
+      : id(id_), job(std::move(j)), cache(std::move(c)), sampler(job.request.sampler) {}
+  bool prefilling() const { return fed < job.request.tokens.size(); }
+};
+
+Scheduler::Scheduler(const Model& model, ThreadPool* pool, SchedulerOptions options)
+    : model_(model), engine_(model, pool), options_(options) {
+  stats_.kv_limit_bytes = options_.kv_limit_bytes;
+  thread_ = std::thread([this] { run(); });
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+size_t Scheduler::promise(const CompletionRequest& r) const {
+  return promised_kv_bytes(r.cache, model_.config(), {int64_t(r.tokens.size()), r.max_tokens, options_.chunk});
+}
+
+Admission Scheduler::submit(CompletionRequest request, std::shared_ptr<Channel> channel) {
+  Job job{std::move(request), std::move(channel), 0};
+  job.promise = promise(job.request);
+  std::lock_guard lock(mutex_);
+  if (stopping_) return Admission::shutting_down;
+  if (job.promise > options_.kv_limit_bytes) return Admission::never_fits;
+  // First come, first served: nobody overtakes the queue.
+  if (queue_.empty() && reserved_ + job.promise <= options_.kv_limit_bytes &&
+      running_ < size_t(options_.max_sessions)) {
+    reserved_ += job.promise;
+    ++running_;
+    incoming_.push_back(std::move(job));
+    cv_.notify_all();
+    return Admission::running;
+  }
+  if (queue_.size() >= options_.queue_limit) return Admission::queue_full;
+  queue_.push_back(std::move(job));
+  stats_.queued = queue_.size();
+  return Admission::queued;
+}
+
+void Scheduler::cancel(Channel& channel) {
+  channel.cancel();
+  std::lock_guard lock(mutex_);
+  cv_.notify_all();
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mutex_);
+  SchedulerStats s = stats_;
+  s.queued = queue_.size();
+  s.kv_promised_bytes = reserved_;
+  return s;
+}
+
+void Scheduler::admit_locked() {
+  // Cancelled requests leave the queue at once, wherever they stand.
+  std::erase_if(queue_, [](const Job& j) { return j.channel->cancelled(); });
+  while (!queue_.empty() && reserved_ + queue_.front().promise <= options_.kv_limit_bytes &&
+         running_ < size_t(options_.max_sessions)) {
+    reserved_ += queue_.front().promise;
+    ++running_;
+    incoming_.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  stats_.queued = queue_.size();
+}
+
+void Scheduler::run() {
+  std::vector<std::unique_ptr<Session>> active;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      admit_locked();
+      cv_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !active.empty() ||
+               std::any_of(queue_.begin(), queue_.end(), [](const Job& j) { return j.channel->cancelled(); });
+      });
+      if (stopping_) break;
+      admit_locked();
+      for (Job& job : incoming_) {
+        try {  // checked when parsed, so this should not throw; if it does, only this request fails
+          auto cache = engine_.make_cache(job.request.cache);
+          active.push_back(std::make_unique<Session>(next_id_++, std::move(job), std::move(cache)));
+        } catch (const std::exception& e) {
+          job.channel->fail(500, std::string("cannot start the session: ") + e.what());
+          reserved_ -= job.promise;
+          --running_;
+        }
+      }
+      incoming_.clear();
+    }
+    if (!active.empty()) step(active);
+  }
+  // Shutting down: every request still here is told so.
+  std::lock_guard lock(mutex_);
+  for (auto& s : active) s->job.channel->fail(503, "the server is shutting down");
+  for (Job& j : incoming_) j.channel->fail(503, "the server is shutting down");
+  for (Job& j : queue_) j.channel->fail(503, "the server is shutting down");
+  queue_.clear();
+  incoming_.clear();
+  running_ = reserved_ = 0;
+  stats_.sessions.clear();
+}
+
+// Text out, held back while it could still become a stop string; true when a stop string ended it.
+static bool release_text(std::string& held, const std::vector<std::string>& stops, Channel& channel) {
+  size_t cut = std::string::npos;
+  for (const std::string& s : stops) cut = std::min(cut, held.find(s));
+  if (cut != std::string::npos) {
+    channel.push(held.substr(0, cut));
+    held.clear();
+    return true;
+  }
+  size_t keep = 0;  // the longest tail of held that begins some stop string
+  for (const std::string& s : stops) {
+    for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k) {
+      if (held.compare(held.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+    }
+  }
+  channel.push(held.substr(0, held.size() - keep));
+  held.erase(0, held.size() - keep);
+  return false;
+}
+
+void Scheduler::finish(Session& s, const std::string& reason) {
+  s.done = true;
+  s.job.channel->finish(reason, {int(s.job.request.tokens.size()), s.generated});
+}
+
+bool Scheduler::emit(Session& s, int32_t token) {
+  const CompletionRequest& r = s.job.request;
+  const auto eos = model_.tokenizer().eos();
+  if (!r.ignore_eos && ((eos && token == *eos) || (r.stop_token && token == *r.stop_token))) {
+    s.held += s.utf8.finish();
+    s.job.channel->push(s.held);
+    finish(s, "stop");
+    return true;
+  }
+  ++s.generated;
+  s.held += s.utf8.push(model_.tokenizer().piece(token));
+  if (release_text(s.held, r.stop, *s.job.channel)) {
+    finish(s, "stop");
+    return true;
+  }
+  if (s.generated >= r.max_tokens) {
+    s.held += s.utf8.finish();
+    if (!release_text(s.held, r.stop, *s.job.channel)) s.job.channel->push(s.held);
+    finish(s, "length");
+    return true;
+  }
+  s.next = token;
+  return false;
+}
+
+void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
+  // Sessions whose client left go first: their memory is free before this step runs.
+  uint64_t dropped = 0;
+  std::erase_if(active, [&](const std::unique_ptr<Session>& s) {
+    if (!s->job.channel->cancelled()) return false;
+    ++dropped;
+    std::lock_guard lock(mutex_);
+    reserved_ -= s->job.promise;
+    --running_;
+    return true;
+  });
+  std::vector<SequenceStep> steps;
+  std::vector<Session*> in_step;
+  int prefill_tokens = 0;  // one chunk's worth of prompt per step, so decoding keeps its pace
+  for (auto& s : active) {
+    const auto& tokens = s->job.request.tokens;
+    if (s->prefilling()) {
+      // A span-rule cache takes at most max_distance + 1 tokens per update (docs/positions.md).
+      const KVCacheConfig& config = s->cache->config();
+      size_t chunk = size_t(options_.chunk);
+      if (config.positions == PositionRule::span && config.max_distance > 0) {
+        chunk = std::min(chunk, size_t(config.max_distance) + 1);
+      }
+      const size_t n = std::min(tokens.size() - s->fed, chunk);
+      if (prefill_tokens > 0 && prefill_tokens + int(n) > options_.chunk) continue;
+      if (s->fed == 0) {
+        if (BudgetCoordinator* c = s->cache->coordinator()) {
+          c->set_max_rows(int(std::min<int64_t>(int64_t(tokens.size()) + s->job.request.max_tokens, 1 << 30)));
+        }
+        engine_.begin_prompt(*s->cache);
+      }
+      const bool last = s->fed + n == tokens.size();
+      steps.push_back({std::span(tokens).subspan(s->fed, n), s->cache.get(), last ? Logits::last : Logits::none,
+                       &s->logits});
+      s->fed += n;
+      prefill_tokens += int(n);
+    } else {
+      steps.push_back({std::span(&s->next, 1), s->cache.get(), Logits::last, &s->logits});
+    }
+    in_step.push_back(s.get());
+  }
+  int generated = 0;
+  if (!steps.empty()) {
+    try {
+      engine_.forward_batch(steps);
+      for (size_t i = 0; i < steps.size(); ++i) {
+        Session& s = *in_step[i];
+        if (steps[i].mode == Logits::none) continue;
+        if (!s.prefilling() && steps[i].tokens.data() != &s.next) engine_.end_prompt(*s.cache);
+        const int32_t token = s.sampler.sample(s.logits.data(), model_.config().vocab);
+        const int before = s.generated;
+        emit(s, token);
+        generated += s.generated - before;
+      }
+    } catch (const std::exception& e) {
+      // The batch's caches may be half updated: every session in it ends with the error.
+      for (Session* s : in_step) {
+        s->job.channel->fail(500, std::string("inference failed: ") + e.what());
+        s->done = true;
+      }
+    }
+  }
+  // Measure before freeing: what this step held at its peak.
+  size_t resident = 0;
+  uint64_t violations = 0;
+  std::vector<SchedulerStats::Session> sessions;
+  for (auto& s : active) {
+    const size_t bytes = s->cache->kept_bytes();
+    resident += bytes;
+    if (bytes > s->job.promise) {
+      ++violations;
+      std::fprintf(stderr, "squeezekv serve: session %llu holds %zu KV bytes, above its promise of %zu\n",
+                   static_cast<unsigned long long>(s->id), bytes, s->job.promise);
+    }
+    if (!s->done) sessions.push_back({s->id, bytes, s->job.promise});
+  }
+  const size_t peak = resident;
+  resident = 0;
+  for (const auto& x : sessions) resident += x.resident_bytes;  // what stays after this step
+  uint64_t finished = 0, prompt = 0;
+  std::lock_guard lock(mutex_);
+  std::erase_if(active, [&](const std::unique_ptr<Session>& s) {
+    if (!s->done) return false;
+    ++finished;
+    prompt += s->job.request.tokens.size();
+    reserved_ -= s->job.promise;
+    --running_;
+    return true;
+  });
+  const auto now = Clock::now();
+  recent_.emplace_back(now, generated);
+  while (!recent_.empty() && now - recent_.front().first > std::chrono::seconds(5)) recent_.pop_front();
+  int window_tokens = 0;
+  for (const auto& [t, n] : recent_) window_tokens += n;
+  const double span = recent_.size() > 1 ? std::chrono::duration<double>(now - recent_.front().first).count() : 0.0;
+  stats_.tokens_per_second = span > 0 ? double(window_tokens) / span : 0.0;
+  stats_.sessions = std::move(sessions);
+  stats_.kv_resident_bytes = resident;
+  stats_.kv_resident_peak_bytes = std::max(stats_.kv_resident_peak_bytes, peak);
+  stats_.promise_violations += violations;
+  stats_.prompt_tokens += prompt;
+  stats_.completion_tokens += uint64_t(generated);
+  stats_.steps += steps.empty() ? 0 : 1;
+  stats_.finished += finished;
+  stats_.cancelled += dropped;
+  stats_.last_batch = int(steps.size());
+}
+
+}  // namespace squeezekv::serve

@@ -1,0 +1,101 @@
+// The scheduler: one thread owns the Engine and every session's cache (caches are single-writer).
+// Each step runs the decode tokens of all active sessions and the next prompt chunks of new ones
+// as one Engine::forward_batch (continuous batching), samples each session with its own Sampler
+// (seeded per request, so batching never changes a result) and pushes text to its Channel.
+//
+// Admission: a request's cache promises at most promised_kv_bytes (admission.h); it runs when the
+// promises of the running ones plus its own fit kv_limit_bytes, else it waits in a FIFO queue of
+// at most queue_limit requests, and beyond that it is refused.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve/channel.h"
+#include "serve/request.h"
+#include "squeezekv/engine/engine.h"
+
+namespace squeezekv::serve {
+
+struct SchedulerOptions {
+  size_t kv_limit_bytes = size_t(1) << 30;
+  size_t queue_limit = 64;
+  int chunk = 512;        // prompt tokens per prefill step of one session (generate's -b)
+  int max_sessions = 64;  // sessions decoding together at most
+};
+
+enum class Admission { running, queued, queue_full, never_fits, shutting_down };
+
+// What /metrics shows; a copy taken under the scheduler's lock.
+struct SchedulerStats {
+  struct Session {
+    uint64_t id = 0;
+    size_t resident_bytes = 0;
+    size_t promised_bytes = 0;
+  };
+  std::vector<Session> sessions;
+  size_t queued = 0;
+  size_t kv_limit_bytes = 0;
+  size_t kv_promised_bytes = 0;   // reserved by the running sessions
+  size_t kv_resident_bytes = 0;   // measured after the last step
+  size_t kv_resident_peak_bytes = 0;
+  uint64_t promise_violations = 0;  // a session above its promise (a bug if ever non-zero)
+  uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0, finished = 0, cancelled = 0;
+  double tokens_per_second = 0.0;  // generated tokens over the last few seconds
+  int last_batch = 0;               // sequences in the last step
+};
+
+class Scheduler {
+ public:
+  Scheduler(const Model& model, ThreadPool* pool, SchedulerOptions options);
+  ~Scheduler();  // shutdown()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  size_t promise(const CompletionRequest& request) const;
+  // Thread-safe. On running or queued the scheduler owns the request and answers on `channel`.
+  Admission submit(CompletionRequest request, std::shared_ptr<Channel> channel);
+  // The client is gone: the session (or queued request) is dropped at the next step.
+  void cancel(Channel& channel);
+  // Stops taking requests, fails every queued and running one with 503 and joins the thread.
+  void shutdown();
+  SchedulerStats stats() const;
+
+ private:
+  struct Job {
+    CompletionRequest request;
+    std::shared_ptr<Channel> channel;
+    size_t promise = 0;
+  };
+  struct Session;
+
+  void run();
+  void admit_locked();  // moves queue heads that fit into incoming_
+  void step(std::vector<std::unique_ptr<Session>>& active);
+  void finish(Session& s, const std::string& reason);
+  bool emit(Session& s, int32_t token);  // true when the session is done
+
+  const Model& model_;
+  Engine engine_;
+  SchedulerOptions options_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;       // waiting for memory
+  std::vector<Job> incoming_;   // admitted, not yet picked up by the thread
+  size_t running_ = 0;          // admitted sessions (incoming and active)
+  size_t reserved_ = 0;         // their promises
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  SchedulerStats stats_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, int>> recent_;  // generated per step
+  std::thread thread_;
+};
+
+}  // namespace squeezekv::serve

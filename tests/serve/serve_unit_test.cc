@@ -1,0 +1,188 @@
+// The server's pieces without HTTP: chat templates, request checking (every bad input is a 4xx
+// naming its field), and the admission promise, which must bound what a cache really holds.
+#include <gtest/gtest.h>
+
+#include "serve/admission.h"
+#include "serve/chat_template.h"
+#include "serve/request.h"
+#include "squeezekv/engine/engine.h"
+#include "squeezekv/methods/registry.h"
+#include "stories_model.h"
+
+namespace squeezekv::serve {
+namespace {
+
+using test::stories;
+
+TEST(ChatTemplate, DetectsTheFamiliesByTheirMarkers) {
+  EXPECT_EQ(detect_chat_format("{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+                               "{{ m.content }}<|eot_id|>{% endfor %}"),
+            ChatFormat::llama3);
+  EXPECT_EQ(detect_chat_format("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>"),
+            ChatFormat::chatml);
+  EXPECT_EQ(detect_chat_format("{{ bos_token }}[INST] {{ m.content }} [/INST]"), ChatFormat::plain);
+  EXPECT_EQ(detect_chat_format(""), ChatFormat::plain);
+}
+
+TEST(ChatTemplate, RendersEachFormat) {
+  const ChatMessage m[] = {{"system", "Be brief."}, {"user", "Hi"}};
+  EXPECT_EQ(render_chat(ChatFormat::chatml, m),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(render_chat(ChatFormat::llama3, m),
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>"
+            "\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(render_chat(ChatFormat::plain, m), "system: Be brief.\nuser: Hi\nassistant:");
+}
+
+RequestLimits limits() {
+  RequestLimits l;
+  l.model_id = "stories260K";
+  l.max_tokens = 1000;
+  l.max_prompt_tokens = 64;
+  l.n_ctx = 512;
+  l.cache.method = "full";
+  l.cache.head_dim = stories().config().head_dim;
+  return l;
+}
+
+TEST(ParseRequest, AGoodRequest) {
+  const auto r = parse_request(
+      R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":5,"temperature":0,"top_k":3,"top_p":0.5,)"
+      R"("seed":7,"stop":["\n"],"stream":true,"squeezekv":{"method":"squeeze","budget":16,"strength":0.5}})",
+      false, limits(), stories().tokenizer());
+  EXPECT_EQ(r.tokens, stories().tokenizer().encode("Once upon a time", true));
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_EQ(r.sampler.temperature, 0.0f);
+  EXPECT_EQ(r.sampler.top_k, 3);
+  EXPECT_EQ(r.sampler.seed, 7u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"\n"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.cache.method, "squeeze");
+  EXPECT_EQ(r.cache.budget, 16);
+  EXPECT_EQ(r.cache.get_real("strength"), 0.5);
+}
+
+TEST(ParseRequest, ChatUsesThePlainFallbackOnStories) {
+  const auto r = parse_request(R"({"messages":[{"role":"user","content":"Hi"}]})", true, limits(), stories().tokenizer());
+  EXPECT_EQ(r.prompt, "user: Hi\nassistant:");
+  EXPECT_EQ(r.tokens, stories().tokenizer().encode("user: Hi\nassistant:", true));
+}
+
+struct Bad {
+  const char* body;
+  bool chat;
+  int status;
+  const char* param;
+};
+
+TEST(ParseRequest, EveryBadInputNamesItsField) {
+  const std::string long_prompt(2000, 'a');
+  const std::string too_long = R"({"prompt":")" + long_prompt + R"("})";
+  const Bad cases[] = {
+      {"{not json", false, 400, ""},
+      {"[1,2]", false, 400, ""},
+      {R"({"max_tokens":5})", false, 400, "prompt"},
+      {R"({"prompt":5})", false, 400, "prompt"},
+      {R"({"prompt":"a","max_tokens":"5"})", false, 400, "max_tokens"},
+      {R"({"prompt":"a","max_tokens":-3})", false, 400, "max_tokens"},
+      {R"({"prompt":"a","max_tokens":1e30})", false, 400, "max_tokens"},
+      {R"({"prompt":"a","max_tokens":99999999999999999999})", false, 400, "max_tokens"},
+      {R"({"prompt":"a","max_tokens":1001})", false, 400, "max_tokens"},
+      {R"({"prompt":"a","max_tokens":600})", false, 400, "max_tokens"},  // full cache: past -c 512
+      {R"({"prompt":"a","temperature":"hot"})", false, 400, "temperature"},
+      {R"({"prompt":"a","temperature":-1})", false, 400, "temperature"},
+      {R"({"prompt":"a","top_p":0})", false, 400, "top_p"},
+      {R"({"prompt":"a","stream":1})", false, 400, "stream"},
+      {R"({"prompt":"a","stop":[1]})", false, 400, "stop"},
+      {R"({"prompt":"a","stop":["a","b","c","d","e"]})", false, 400, "stop"},
+      {R"({"prompt":"a","colour":"red"})", false, 400, "colour"},
+      {R"({"prompt":"a","n":2})", false, 400, "n"},
+      {R"({"prompt":"a","model":"gpt-4"})", false, 404, "model"},
+      {R"({"prompt":"a","squeezekv":{"method":"nope"}})", false, 400, "squeezekv.method"},
+      {R"({"prompt":"a","squeezekv":{"budget":-4}})", false, 400, "squeezekv.budget"},
+      {R"({"prompt":"a","squeezekv":{"budget":"many"}})", false, 400, "squeezekv.budget"},
+      {R"({"prompt":"a","squeezekv":{"wibble":1}})", false, 400, "squeezekv.wibble"},
+      {R"({"prompt":"a","squeezekv":{"head_dim":64}})", false, 400, "squeezekv.head_dim"},
+      {R"({"prompt":"a","squeezekv":[1]})", false, 400, "squeezekv"},
+      {too_long.c_str(), false, 400, "prompt"},
+      {R"({"messages":[]})", true, 400, "messages"},
+      {R"({"messages":[{"role":"robot","content":"x"}]})", true, 400, "messages[0].role"},
+      {R"({"messages":[{"role":"user"}]})", true, 400, "messages[0].content"},
+      {R"({"messages":[{"role":"user","content":"x","mood":1}]})", true, 400, "messages[0].mood"},
+      {R"({"prompt":"a"})", true, 400, "prompt"},
+  };
+  for (const Bad& c : cases) {
+    SCOPED_TRACE(c.body);
+    try {
+      parse_request(c.body, c.chat, limits(), stories().tokenizer());
+      ADD_FAILURE() << "accepted";
+    } catch (const RequestError& e) {
+      EXPECT_EQ(e.status, c.status);
+      EXPECT_EQ(e.param, c.param) << e.what();
+      EXPECT_FALSE(std::string(e.what()).empty());
+    }
+  }
+}
+
+// The promise against what each method really holds, at every step of a chunked prompt and a
+// long generation (past eviction), for chunk sizes around the budget.
+TEST(Admission, ThePromiseBoundsWhatTheCacheHolds) {
+  Engine engine(stories(), nullptr);
+  const auto text = stories().tokenizer().encode(
+      "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
+      "friends. One day she saw a big red ball under a tree and ran to get it.", true);
+  for (const MethodInfo& m : all_methods()) {
+    for (const int chunk : {1, 7, 64}) {
+      SCOPED_TRACE(std::string(m.id) + " chunk " + std::to_string(chunk));
+      KVCacheConfig c;
+      c.method = std::string(m.id);
+      c.budget = 40;  // above snapkv's window; the prompt (48 tokens) is longer
+      c.score = ScoreSource::attention;
+      const int max_tokens = 100;
+      auto cache = engine.make_cache(c);
+      const size_t promise = promised_kv_bytes(cache->config(), stories().config(),
+                                               {int64_t(text.size()), max_tokens, chunk});
+      if (auto* coordinator = cache->coordinator()) coordinator->set_max_rows(int(text.size()) + max_tokens);
+      std::vector<float> logits;
+      size_t most = 0;
+      engine.begin_prompt(*cache);
+      for (size_t i = 0; i < text.size(); i += size_t(chunk)) {
+        const size_t n = std::min(text.size() - i, size_t(chunk));
+        engine.forward(std::span(text).subspan(i, n), *cache, Logits::last, logits);
+        most = std::max(most, cache->kept_bytes());
+      }
+      engine.end_prompt(*cache);
+      for (int t = 1; t < max_tokens; ++t) {
+        const auto token = int32_t(argmax(logits.data(), stories().config().vocab));
+        engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+        most = std::max(most, cache->kept_bytes());
+      }
+      EXPECT_LE(most, promise);
+      EXPECT_GT(most, 0u);
+    }
+  }
+}
+
+TEST(Admission, SqueezeAt256FitsOver8TimesTheSessionsOfAFullCacheAt4096) {
+  ModelConfig llama1b;  // Llama-3.2-1B's attention shape
+  llama1b.n_layers = 16;
+  llama1b.n_kv_heads = 8;
+  llama1b.head_dim = 64;
+  KVCacheConfig full, squeeze;
+  full.method = "full";
+  squeeze.method = "squeeze";
+  squeeze.budget = 256;
+  // A full cache for a 4096-token context; squeeze for the same request (a 64-token chunk).
+  const SessionShape shape{512, 4096 - 512, 64};
+  const size_t full_bytes = promised_kv_bytes(full, llama1b, shape);
+  const size_t squeeze_bytes = promised_kv_bytes(squeeze, llama1b, shape);
+  // 16 layers x 8 heads x 64 x 2 x 2 bytes = 32 KiB per row of every head: the full cache
+  // promises 4096 + 512 rows (growth slack), squeeze 256 + 1 + 64.
+  EXPECT_EQ(full_bytes, size_t(4096 + 512) * 32768);
+  EXPECT_EQ(squeeze_bytes, size_t(256 + 1 + 64) * 32768);
+  const size_t limit = size_t(1) << 30;
+  EXPECT_GE(limit / squeeze_bytes, 8 * (limit / full_bytes));
+}
+
+}  // namespace
+}  // namespace squeezekv::serve
