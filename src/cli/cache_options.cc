@@ -60,7 +60,8 @@ KVCacheConfig CacheOptions::resolve(const std::map<std::string, std::string, std
   KVCacheConfig c;
   for (const auto& [name, value] : command_defaults) c.set(name, value);
   for (const auto& [name, option] : options) {
-    if (option->count() > 0) c.set(name, given.at(name));
+    // An override replaces the given text (bench's comma lists give one value per configuration).
+    if (option->count() > 0 && !overrides.contains(name)) c.set(name, given.at(name));
   }
   for (const auto& [name, value] : overrides) c.set(name, value);
   c.validate();

@@ -89,7 +89,10 @@ std::string sweep_variant(const KVCacheConfig& c) {
     if (spec.label.empty() || !reads_param(c, spec.name)) return;
     const std::string value = c.get_text(spec.name);
     if (!spec.omit_if.empty() && value == spec.omit_if) return;
-    if (spec.kind == ParamKind::choice) {
+    if (spec.kind == ParamKind::choice && spec.label.back() == '=') {
+      add(spec.label);  // "kv=q8_0"
+      label += value;
+    } else if (spec.kind == ParamKind::choice) {
       add(spec.label == spec.name ? std::string_view(value) : spec.label);
     } else {
       add(spec.label);

@@ -74,18 +74,18 @@ const Field kFields[] = {
     {{"kv_type", ParamKind::choice, "f16",
       "stored K/V format, bits per value: f16 16, f32 32, q8_0 8.5, q4_0 4.5 (blocks of 32; head_dim < 32: "
       "one block a row, e.g. 10 and 6 at head_dim 8)",
-      0, 0, false, kKVTypes, {}, true, false, {}, /*label=*/"kv", /*omit_if=*/"f16"},
+      0, 0, false, kKVTypes, {}, true, false, {}, /*label=*/"kv=", /*omit_if=*/"f16"},
      [](const Config& c) -> Value { return to_string(c.kv_type); },
      [](Config& c, const Value& v) { c.kv_type = parse_kv_type(as_text(v)); }},
     {{"k_type", ParamKind::choice, "auto", "stored key format (auto: as kv_type)", 0, 0, false, kPartTypes, {},
-      true, false, {}, /*label=*/"k", /*omit_if=*/"auto"},
+      true, false, {}, /*label=*/"k=", /*omit_if=*/"auto"},
      [](const Config& c) -> Value { return c.k_type ? to_string(*c.k_type) : std::string("auto"); },
      [](Config& c, const Value& v) {
        if (as_text(v) == "auto") c.k_type.reset();
        else c.k_type = parse_kv_type(as_text(v));
      }},
     {{"v_type", ParamKind::choice, "auto", "stored value format (auto: as kv_type)", 0, 0, false, kPartTypes, {},
-      true, false, {}, /*label=*/"v", /*omit_if=*/"auto"},
+      true, false, {}, /*label=*/"v=", /*omit_if=*/"auto"},
      [](const Config& c) -> Value { return c.v_type ? to_string(*c.v_type) : std::string("auto"); },
      [](Config& c, const Value& v) {
        if (as_text(v) == "auto") c.v_type.reset();

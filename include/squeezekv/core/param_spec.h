@@ -36,7 +36,8 @@ struct ParamSpec {
   // A rule beyond the range (e.g. "odd"); throws InvalidArgument naming the parameter.
   void (*extra)(const ParamSpec& spec, const ParamValue& value) = nullptr;
   // In a sweep variant's label: "label=value" ("" = left out; a choice shows its value alone, or
-  // the label alone when the label is not its name: a flag word such as "text-pos"), omitted
+  // the label alone when the label is not its name: a flag word such as "text-pos"; a label
+  // ending in '=' shows label and value, "kv=q8_0"), omitted
   // when the value's text equals omit_if.
   std::string_view label = {};
   std::string_view omit_if = {};
