@@ -130,7 +130,7 @@ void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* ro
 // accumulators stay in registers over every row; a row's weight is folded into its block scale.
 template <size_t G, class D>
 HWY_INLINE void QWeightedSumPass(D d, const float* w, size_t ld_w, const void* rows, KVType type,
-                                 size_t n_rows, size_t dim, float* out, size_t ld_out) {
+                                 size_t n_rows, size_t dim, const float* scales, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
   const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
   const bool q8 = type == KVType::q8_0;
@@ -155,7 +155,7 @@ HWY_INLINE void QWeightedSumPass(D d, const float* w, size_t ld_w, const void* r
       for (size_t j = 0; j < n_rows; ++j) {
         if (all_zero(j)) continue;
         const uint8_t* blk = base + j * rb + b * block_bytes;
-        const float s = kvq::block_scale(blk);
+        const float s = scales[j * (dim / B) + b];
         if (q8) {
           const auto x = Q8Codes(d, blk + 2 + i);
           for (size_t g = 0; g < G; ++g) lo[g] = hn::MulAdd(hn::Set(d, w[g * ld_w + j] * s), x, lo[g]);
@@ -180,8 +180,19 @@ HWY_INLINE void QWeightedSumPass(D d, const float* w, size_t ld_w, const void* r
 template <class D>
 void QWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
                         size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  // Every block's fp16 scale decoded once per call (the passes read each once per lane range).
+  // The buffer only grows (geometrically): no allocation per decode step once warm.
+  thread_local std::vector<float> scales;
+  const size_t B = kv_block_size(type, dim), nb = dim / B, rb = kv_row_bytes(type, dim);
+  const size_t block_bytes = type == KVType::q8_0 ? 2 + B : 2 + B / 2;
+  if (scales.size() < n_rows * nb) scales.resize(std::max(n_rows * nb, 2 * scales.size()));
+  const auto* base = static_cast<const uint8_t*>(rows);
+  for (size_t j = 0; j < n_rows; ++j) {
+    for (size_t b = 0; b < nb; ++b) scales[j * nb + b] = kvq::block_scale(base + j * rb + b * block_bytes);
+  }
   InBlocksOfFourQ(n_w, [&](auto block, size_t g) {
-    QWeightedSumPass<decltype(block)::value>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, out + g * ld_out, ld_out);
+    QWeightedSumPass<decltype(block)::value>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, scales.data(),
+                                             out + g * ld_out, ld_out);
   });
 }
 
