@@ -32,8 +32,10 @@ inline void quantize_q8_0_block(const float* x, size_t B, uint8_t* block) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_scale(block, d);
+  // Clamped before the conversion: equal to llama.cpp's in range, defined when 1/d overflows (a
+  // subnormal amax), where the fp16 scale is 0 anyway.
   for (size_t j = 0; j < B; ++j) {
-    block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+    block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::round(x[j] * id), -127.0f, 127.0f)));
   }
 }
 
@@ -55,8 +57,9 @@ inline void quantize_q4_0_block(const float* x, size_t B, uint8_t* block) {
   put_scale(block, d);
   const size_t half = B / 2;
   for (size_t j = 0; j < half; ++j) {
-    const auto lo = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x[j] * id + 8.5f)));
-    const auto hi = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x[j + half] * id + 8.5f)));
+    // min(15, trunc(v)) as llama.cpp, with v clamped first so that the conversion is defined.
+    const auto lo = static_cast<uint8_t>(std::clamp(x[j] * id + 8.5f, 0.0f, 15.0f));
+    const auto hi = static_cast<uint8_t>(std::clamp(x[j + half] * id + 8.5f, 0.0f, 15.0f));
     block[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
   }
 }

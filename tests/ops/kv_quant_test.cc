@@ -109,6 +109,17 @@ TEST(KVQuant, BlocksOf32AreTheWeightFormatsBytes) {
   }
 }
 
+// A subnormal block: 1 / d overflows; codes are clamped, the fp16 scale is 0, so the row decodes
+// to zeros (no undefined conversion, checked under UBSan).
+TEST(KVQuant, SubnormalBlocksDecodeToZero) {
+  for (KVType type : kQuant) {
+    std::vector<float> x(8, 1e-45f);
+    x[3] = -1e-45f;
+    const auto back = decoded(quantized(x, type, 8), type, 8, 8);
+    for (float v : back) EXPECT_EQ(std::fabs(v), 0.0f);
+  }
+}
+
 TEST(KVQuant, HandBuiltBlocksDecodeExactly) {
   // q8_0, B = 8: d = 0.5 (0x3800), codes -128 .. 127 samples.
   const uint8_t q8[10] = {0x00, 0x38, 0x80, 0x7F, 0x00, 0x01, 0xFF, 0x10, 0xF0, 0x02};
