@@ -6,6 +6,7 @@
 //    the layers' budgets set by each method's allocator): BM_ModelDecodeStep/<method>.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -81,6 +82,30 @@ void BM_ReadKeptRows(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n) * 2 * 2);
 }
 BENCHMARK(BM_ReadKeptRows);
+
+// One decode step's attention of one KV head at the 1B model's shape (head_dim 64, a GQA group of
+// 4 query heads) over 4096 rows stored in each format: scores, softmax and the weighted value sum,
+// reading the stored rows directly (block formats decoded in registers).
+void BM_AttendRows(benchmark::State& state) {
+  const auto type = KVType(state.range(0));
+  constexpr size_t kRows = 4096, kHd = 64, kGroup = 4;
+  const std::vector<float> x = gaussian(kRows * kHd, 9);
+  std::vector<std::byte> k(kRows * kv_row_bytes(type, kHd)), v(k.size());
+  store_rows(x.data(), k.data(), type, x.size(), kHd);
+  store_rows(x.data(), v.data(), type, x.size(), kHd);
+  const std::vector<float> q = gaussian(kGroup * kHd, 10);
+  std::vector<float> probs(kGroup * kRows), out(kGroup * kHd);
+  std::vector<uint8_t> mask(kRows, 1);
+  for (auto _ : state) {
+    query_probs(q.data(), kGroup, kHd, k.data(), type, kRows, kHd, mask.data(), 0.125f, probs.data(), kRows);
+    std::fill(out.begin(), out.end(), 0.0f);
+    rows_weighted_sum_group(probs.data(), kGroup, kRows, v.data(), type, kRows, kHd, out.data(), kHd);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(to_string(type));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * k.size()));
+}
+BENCHMARK(BM_AttendRows)->Arg(int(KVType::f16))->Arg(int(KVType::q8_0))->Arg(int(KVType::q4_0));
 
 constexpr int kLayers = 32;
 

@@ -23,22 +23,28 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
   require(n_batch >= 1 && n_batch <= kMaxCacheBatch, "n_batch", n_batch,
           "must lie in [1, " + std::to_string(kMaxCacheBatch) + "]");
   require(budget >= 1, "budget", budget, "must be at least 1");
+  for (const KVType t : {config.key_type(), config.value_type()}) {
+    const std::string why = kv_type_unfit(t, size_t(config.head_dim));
+    require(why.empty(), "kv_type", to_string(t), why + " (head_dim = " + std::to_string(config.head_dim) + ")");
+  }
   rows_.n_batch = n_batch;
   rows_.n_kv_heads = n_kv_heads;
-  rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads), HeadStore(config.head_dim, config.kv_type));
+  rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads), HeadStore(config.head_dim, config.key_type(), config.value_type()));
   update_.slots.resize(rows_.heads.size());
   if (coordinator_) coordinator_->attach(layer_index, [this](int b) { set_budget(b); });
 }
 
 void LayerCache::check_finite(const float* data, size_t n, const char* what) const {
-  // An f16 cache would store a finite f32 beyond 65504 as inf, silently.
-  const float limit = config_.kv_type == KVType::f16 ? 65504.0f : std::numeric_limits<float>::max();
+  // An f16 cache would store a finite f32 beyond 65504 as inf, silently; the block formats keep
+  // their scales in fp16 and take the same range.
+  const bool f32 = config_.key_type() == KVType::f32 && config_.value_type() == KVType::f32;
+  const float limit = f32 ? std::numeric_limits<float>::max() : 65504.0f;
   for (size_t i = 0; i < n; ++i) {
     if (!(std::fabs(data[i]) <= limit)) {  // also catches NaN
       const bool finite = std::isfinite(data[i]);
       throw InvalidArgument(std::string(what) + "[" + std::to_string(i) + "] = " +
                             std::to_string(data[i]) +
-                            (finite ? ": beyond the fp16 range (|x| <= 65504) of the f16 cache (layer "
+                            (finite ? ": beyond the fp16 range (|x| <= 65504) of the " + to_string(config_.key_type()) + "/" + to_string(config_.value_type()) + " cache (layer "
                                     : ": keys and values must be finite (layer ") +
                             std::to_string(layer_index_) + ")");
     }
@@ -146,8 +152,8 @@ FetchedRows LayerCache::fetch(int h) const {
   out.keys.resize(order.size() * dim);
   out.values.resize(order.size() * dim);
   for (size_t i = 0; i < order.size(); ++i) {
-    load_rows(store.key_row(order[i]), store.type(), out.keys.data() + i * dim, dim);
-    load_rows(store.value_row(order[i]), store.type(), out.values.data() + i * dim, dim);
+    load_rows(store.key_row(order[i]), store.key_type(), out.keys.data() + i * dim, dim);
+    load_rows(store.value_row(order[i]), store.value_type(), out.values.data() + i * dim, dim);
     out.positions.push_back(store.positions()[order[i]]);
   }
   return out;
@@ -241,8 +247,9 @@ size_t LayerCache::kept_bytes() const {
 }
 
 size_t LayerCache::full_bytes() const {
-  return rows_.heads.size() * size_t(rows_.tokens_seen) * 2 * size_t(config_.head_dim) *
-         kv_type_size(config_.kv_type);
+  const auto dim = size_t(config_.head_dim);
+  return rows_.heads.size() * size_t(rows_.tokens_seen) *
+         (kv_row_bytes(config_.key_type(), dim) + kv_row_bytes(config_.value_type(), dim));
 }
 
 double LayerCache::compression_ratio() const {

@@ -40,17 +40,20 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
-// Every (method, score, positions) triple of the comma lists, each resolved and validated; a method whose
-// policy never reads attention gets one row, not one per score source.
+// Every (method, score, positions, kv_type) combination of the comma lists, each resolved and
+// validated; a method whose policy never reads attention gets one row, not one per score source.
 std::vector<KVCacheConfig> cache_configs(const CacheOptions& options) {
   std::vector<KVCacheConfig> out;
   for (const std::string& method : split(options.text("method"))) {
     bool first = true;
     for (const std::string& score : split(options.text("score"))) {
       for (const std::string& positions : split(options.text("positions"))) {
-        const KVCacheConfig config = options.resolve({{"method", method}, {"score", score}, {"positions", positions}});
-        const bool scored = config.score == ScoreSource::key_proxy || KVCacheFactory::create(config, 1)->wants_attention();
-        if (first || scored) out.push_back(config);
+        for (const std::string& kv_type : split(options.text("kv_type"))) {
+          const KVCacheConfig config =
+              options.resolve({{"method", method}, {"score", score}, {"positions", positions}, {"kv_type", kv_type}});
+          const bool scored = config.score == ScoreSource::key_proxy || KVCacheFactory::create(config, 1)->wants_attention();
+          if (first || scored) out.push_back(config);
+        }
       }
       first = false;
     }
@@ -213,7 +216,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--seed", b.seed, "seed of the token ids fed in")->capture_default_str();
   add_cache_options(*cmd, args->cache);
   args->cache.command_defaults["method"] = "full";
-  cmd->footer("--method, --score and --positions take comma lists (--method window,squeeze,full): every\n"
+  cmd->footer("--method, --score, --positions and --kv-type take comma lists (--method window,squeeze,full,\n"
+              "--kv-type f16,q8_0): every\n"
               "combination is one row,\n"
               "measured side by side (repetitions outer, configurations inner; generation token by token).\n"
               "'time vs 1st cache' is each row's time over the first configuration's at the same depth,\n"

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv::cli {
@@ -37,6 +38,17 @@ nlohmann::json component_json(const Info& info) {
   return {{"id", info.id}, {"summary", info.summary}, {"parameters", params}, {"reads", info.reads}};
 }
 
+struct FormatLine {
+  KVType type;
+  const char* summary;
+};
+constexpr FormatLine kFormats[] = {
+    {KVType::f16, "IEEE half per value"},
+    {KVType::f32, "float per value"},
+    {KVType::q8_0, "llama.cpp q8_0: per block an fp16 scale and int8 codes, x = d * q"},
+    {KVType::q4_0, "llama.cpp q4_0: per block an fp16 scale and 4-bit codes, x = d * (q - 8)"},
+};
+
 void print_json() {
   nlohmann::json methods = nlohmann::json::array(), policies = nlohmann::json::array(),
                  allocators = nlohmann::json::array(), params = nlohmann::json::array();
@@ -57,8 +69,14 @@ void print_json() {
     allocators.push_back(j);
   }
   for (const ParamSpec* spec : all_params()) params.push_back(param_json(*spec));
+  nlohmann::json formats = nlohmann::json::array();
+  for (const FormatLine& f : kFormats) {
+    formats.push_back({{"id", to_string(f.type)}, {"summary", f.summary},
+                       {"bits_per_value", kv_bits_per_value(f.type, 128)},
+                       {"bits_per_value_head_dim_8", kv_bits_per_value(f.type, 8)}});
+  }
   const nlohmann::json doc = {{"methods", methods}, {"policies", policies}, {"allocators", allocators},
-                              {"parameters", params}};
+                              {"parameters", params}, {"kv_types", formats}};
   std::printf("%s\n", doc.dump(2).c_str());
 }
 
@@ -79,6 +97,12 @@ void print_text() {
     std::printf("  %-11s %s\n", std::string(a->id).c_str(), std::string(a->summary).c_str());
     if (!a->measures.empty()) std::printf("              measures: %s\n", std::string(a->measures).c_str());
   }
+  std::printf("\nK/V storage formats (--kv-type, or --k-type / --v-type apart), bits per value:\n");
+  for (const FormatLine& f : kFormats) {
+    std::printf("  %-6s %5.2g bits (%4.2g at head_dim 8)  %s\n", to_string(f.type).c_str(), kv_bits_per_value(f.type, 128),
+                kv_bits_per_value(f.type, 8), f.summary);
+  }
+  std::printf("  Block formats quantize each row of one head in blocks of 32 values (head_dim < 32: one block).\n");
   std::printf("\nParameters (flag, default, rule):\n");
   for (const ParamSpec* spec : all_params()) {
     if (spec->kind == ParamKind::text) continue;

@@ -6,7 +6,8 @@
 
 namespace squeezekv {
 
-HeadStore::HeadStore(int head_dim, KVType type) : head_dim_(head_dim), type_(type) {}
+HeadStore::HeadStore(int head_dim, KVType key_type, KVType value_type)
+    : head_dim_(head_dim), key_type_(key_type), value_type_(value_type) {}
 
 void HeadStore::append(const float* keys, const float* values, int n, int64_t first_pos,
                        int growth_cap, std::vector<int>& slots) {
@@ -20,7 +21,8 @@ void HeadStore::append(const float* keys, const float* values, int n, int64_t fi
     if (growth_cap > 0) grown = std::min(grown, growth_cap);
     reallocate(std::max(needed, grown));
   }
-  const size_t row = row_bytes();
+  const size_t key_row = key_row_bytes(), value_row = value_row_bytes();
+  const auto dim = size_t(head_dim_);
   for (int t = 0; t < n; ++t) {
     int slot;
     if (!free_.empty()) {
@@ -29,10 +31,8 @@ void HeadStore::append(const float* keys, const float* values, int n, int64_t fi
     } else {
       slot = n_slots_++;
     }
-    store_rows(keys + size_t(t) * size_t(head_dim_), keys_.data() + size_t(slot) * row, type_,
-               size_t(head_dim_));
-    store_rows(values + size_t(t) * size_t(head_dim_), values_.data() + size_t(slot) * row, type_,
-               size_t(head_dim_));
+    store_rows(keys + size_t(t) * dim, keys_.data() + size_t(slot) * key_row, key_type_, dim, dim);
+    store_rows(values + size_t(t) * dim, values_.data() + size_t(slot) * value_row, value_type_, dim, dim);
     scores_[size_t(slot)] = 0.0f;
     positions_[size_t(slot)] = first_pos + t;
     shifts_[size_t(slot)] = 0;
@@ -75,17 +75,17 @@ void HeadStore::apply_evictions() {
 }
 
 void HeadStore::reallocate(int new_capacity) {
-  const size_t row = row_bytes();
-  std::vector<std::byte> keys(size_t(new_capacity) * row);
-  std::vector<std::byte> values(size_t(new_capacity) * row);
+  const size_t key_row = key_row_bytes(), value_row = value_row_bytes();
+  std::vector<std::byte> keys(size_t(new_capacity) * key_row);
+  std::vector<std::byte> values(size_t(new_capacity) * value_row);
   std::vector<float> scores(size_t(new_capacity), 0.0f);
   std::vector<int64_t> positions(size_t(new_capacity), kFree);
   std::vector<int32_t> shifts(size_t(new_capacity), 0);
   int out = 0;
   for (int s = 0; s < n_slots_; ++s) {
     if (positions_[size_t(s)] == kFree) continue;
-    std::memcpy(keys.data() + size_t(out) * row, keys_.data() + size_t(s) * row, row);
-    std::memcpy(values.data() + size_t(out) * row, values_.data() + size_t(s) * row, row);
+    std::memcpy(keys.data() + size_t(out) * key_row, keys_.data() + size_t(s) * key_row, key_row);
+    std::memcpy(values.data() + size_t(out) * value_row, values_.data() + size_t(s) * value_row, value_row);
     scores[size_t(out)] = scores_[size_t(s)];
     positions[size_t(out)] = positions_[size_t(s)];
     shifts[size_t(out)] = shifts_[size_t(s)];
@@ -110,11 +110,12 @@ void HeadStore::rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle sty
   for (int s = 0; s < n_slots_; ++s) {
     const int64_t p = positions_[size_t(s)];
     if (p == kFree || p <= origin_upto_ || p > upto) continue;
-    std::byte* key = keys_.data() + size_t(s) * row_bytes();
-    load_rows(key, type_, row, hd);
+    // A quantized key is decoded, turned and encoded again: one more rounding, once per row.
+    std::byte* key = keys_.data() + size_t(s) * key_row_bytes();
+    load_rows(key, key_type_, row, hd, hd);
     rope_cache(p, n_rot, rope_base, cos_sin);
     rope_apply_inverse(row, n_rot, style, cos_sin);
-    store_rows(row, key, type_, hd);
+    store_rows(row, key, key_type_, hd, hd);
   }
   origin_upto_ = upto;
 }

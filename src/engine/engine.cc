@@ -41,9 +41,9 @@ void Engine::rotate_keys(const LayerCache& layer, size_t ld_rows) {
   auto rotate = [&](size_t g, size_t) {
     const HeadStore& head = layer.head(int(g));
     rotated_[g] = head.max_shift() > 0;
-    if (!rotated_[g]) return;
+    if (!rotated_[g] || kv_quantized(head.key_type())) return;  // quantized: fused in attention
     // R(rank at insertion - shift) k = R(-shift) applied to the stored key.
-    rotate_rows_back(head.keys(), head.type(), head.shifts(), size_t(head.n_slots()), hd, size_t(c.n_rot),
+    rotate_rows_back(head.keys(), head.key_type(), head.shifts(), size_t(head.n_slots()), hd, size_t(c.n_rot),
                      c.rope_style == RopeStyle::neox, turns_.data(), rot_keys_.data() + g * ld_rows * hd);
   };
   const int64_t work = int64_t(c.n_kv_heads) * int64_t(ld_rows) * c.head_dim;
@@ -345,7 +345,7 @@ void Engine::patch_clamped_keys(const LayerCache& layer, int64_t clamped_at) {
     for (int s = 0; s < head.n_slots(); ++s) {
       if (!head.at_origin(s)) continue;
       float* key = clamp_keys_.data() + (g * most + j) * hd;
-      load_rows(head.key_row(s), head.type(), key, hd);
+      load_rows(head.key_row(s), head.key_type(), key, hd, hd);
       rope_apply(key, c.n_rot, c.rope_style, clamp_cos_sin_.data());
       clamp_slots_[g * most + j] = s;
       ++j;
@@ -370,9 +370,16 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
   if (ranks) {
     for (int g = 0; g < c.n_kv_heads; ++g) most_shift = std::max(most_shift, layer.head(g).max_shift());
   }
+  // Float keys are turned back once per layer into rot_keys_ (shared by the chunk's queries);
+  // quantized keys are decoded and turned back in registers by the fused kernel, never copied.
+  const bool fused_turn = kv_quantized(layer.head(0).key_type());
   if (most_shift > 0) {
     ensure_rank_table(int64_t(most_shift) + 1);
-    rotate_keys(layer, size_t(max_slots));
+    if (fused_turn) {
+      for (int g = 0; g < c.n_kv_heads; ++g) rotated_[size_t(g)] = layer.head(g).max_shift() > 0;
+    } else {
+      rotate_keys(layer, size_t(max_slots));
+    }
   }
   clamp_stride_ = 0;
   if (clamped_at >= 0) patch_clamped_keys(layer, clamped_at);
@@ -401,17 +408,22 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     const float* q = q_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.
     const bool rotated = most_shift > 0 && rotated_[size_t(g)];
-    const void* keys = rotated ? rot_keys_.data() + size_t(g) * size_t(max_slots) * hd : head.keys();
-    RowPatches patches;
-    if (clamp_stride_ > 0) {
-      patches = {clamp_keys_.data() + size_t(g) * clamp_stride_ * hd, clamp_slots_.data() + size_t(g) * clamp_stride_,
-                 clamp_counts_[size_t(g)]};
+    if (rotated && fused_turn) {  // ranks (never together with span's patches)
+      query_probs_rotated(q, group, hd, head.keys(), head.key_type(), head.shifts(), size_t(hi), hd,
+                          size_t(c.n_rot), c.rope_style == RopeStyle::neox, turns_.data(), mask, scale, logits, ld);
+    } else {
+      const void* keys = rotated ? rot_keys_.data() + size_t(g) * size_t(max_slots) * hd : head.keys();
+      RowPatches patches;
+      if (clamp_stride_ > 0) {
+        patches = {clamp_keys_.data() + size_t(g) * clamp_stride_ * hd, clamp_slots_.data() + size_t(g) * clamp_stride_,
+                   clamp_counts_[size_t(g)]};
+      }
+      query_probs_patched(q, group, hd, keys, rotated ? KVType::f32 : head.key_type(), size_t(hi), hd, mask, scale,
+                          logits, ld, patches);
     }
-    query_probs_patched(q, group, hd, keys, rotated ? KVType::f32 : head.type(), size_t(hi), hd, mask, scale, logits,
-                        ld, patches);
     float* out = att_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
     std::fill(out, out + group * hd, 0.0f);
-    rows_weighted_sum_group(logits, group, ld, head.values(), head.type(), size_t(hi), hd, out, hd);
+    rows_weighted_sum_group(logits, group, ld, head.values(), head.value_type(), size_t(hi), hd, out, hd);
     if (feed) {
       // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads.
       float* dst = group_probs_.data() + size_t(g) * probs_per_head + size_t(t) * size_t(n_slots);

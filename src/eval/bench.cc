@@ -97,6 +97,11 @@ std::string cache_label(const KVCacheConfig& config) {
   if (config.method != "full") label += " b" + std::to_string(config.budget);
   if (config.score == ScoreSource::attention) label += " attention";
   if (config.method != "full" && config.positions != PositionRule::span) label += " pos=" + to_string(config.positions);
+  if (config.key_type() == config.value_type()) {
+    if (config.key_type() != KVType::f16) label += " " + to_string(config.key_type());
+  } else {
+    label += " k " + to_string(config.key_type()) + " v " + to_string(config.value_type());
+  }
   return label;
 }
 

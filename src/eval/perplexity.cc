@@ -31,7 +31,8 @@ struct Accumulator {
 };
 
 bool is_reference(const KVCacheConfig& c, const KVCacheConfig& reference) {
-  return resolved_policy(c) == "full" && c.kv_type == reference.kv_type;
+  return resolved_policy(c) == "full" && c.key_type() == reference.key_type() &&
+         c.value_type() == reference.value_type();
 }
 
 }  // namespace
@@ -60,7 +61,15 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
 
   KVCacheConfig reference_config;
   reference_config.method = "full";
-  reference_config.kv_type = configs.front().kv_type;
+  // The reference is the unevicted cache in the first configuration's float format (f16 or f32),
+  // or f16 when that is a quantized one: KL measures eviction and quantization alike.
+  const KVCacheConfig& first_config = configs.front();
+  const bool float_first = !kv_quantized(first_config.key_type()) && !kv_quantized(first_config.value_type());
+  reference_config.kv_type = float_first ? first_config.kv_type : KVType::f16;
+  if (float_first) {
+    reference_config.k_type = first_config.k_type;
+    reference_config.v_type = first_config.v_type;
+  }
   std::vector<std::unique_ptr<ModelCache>> caches;  // null where the reference pass serves
   for (const KVCacheConfig& c : configs) {
     caches.push_back(is_reference(c, reference_config) ? nullptr : engine.make_cache(c));

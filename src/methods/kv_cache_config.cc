@@ -13,7 +13,8 @@ namespace {
 // overflows an int.
 constexpr double kMaxRows = double(1 << 30) - 1;
 constexpr std::string_view kScores[] = {"key-proxy", "attention"};
-constexpr std::string_view kKVTypes[] = {"f16", "f32"};
+constexpr std::string_view kKVTypes[] = {"f16", "f32", "q8_0", "q4_0"};
+constexpr std::string_view kPartTypes[] = {"auto", "f16", "f32", "q8_0", "q4_0"};
 constexpr std::string_view kPositionRules[] = {"span", "cache", "text"};
 
 using Value = ParamValue;
@@ -70,9 +71,26 @@ const Field kFields[] = {
       {}, "sinks", true, false, {}, /*label=*/"sinks"},
      [](const Config& c) -> Value { return int64_t(c.n_sink); },
      [](Config& c, const Value& v) { c.n_sink = int(as_int(v)); }},
-    {{"kv_type", ParamKind::choice, "f16", "stored K/V type", 0, 0, false, kKVTypes},
+    {{"kv_type", ParamKind::choice, "f16",
+      "stored K/V format, bits per value: f16 16, f32 32, q8_0 8.5, q4_0 4.5 (blocks of 32; head_dim < 32: "
+      "one block a row, e.g. 10 and 6 at head_dim 8)",
+      0, 0, false, kKVTypes, {}, true, false, {}, /*label=*/"kv", /*omit_if=*/"f16"},
      [](const Config& c) -> Value { return to_string(c.kv_type); },
      [](Config& c, const Value& v) { c.kv_type = parse_kv_type(as_text(v)); }},
+    {{"k_type", ParamKind::choice, "auto", "stored key format (auto: as kv_type)", 0, 0, false, kPartTypes, {},
+      true, false, {}, /*label=*/"k", /*omit_if=*/"auto"},
+     [](const Config& c) -> Value { return c.k_type ? to_string(*c.k_type) : std::string("auto"); },
+     [](Config& c, const Value& v) {
+       if (as_text(v) == "auto") c.k_type.reset();
+       else c.k_type = parse_kv_type(as_text(v));
+     }},
+    {{"v_type", ParamKind::choice, "auto", "stored value format (auto: as kv_type)", 0, 0, false, kPartTypes, {},
+      true, false, {}, /*label=*/"v", /*omit_if=*/"auto"},
+     [](const Config& c) -> Value { return c.v_type ? to_string(*c.v_type) : std::string("auto"); },
+     [](Config& c, const Value& v) {
+       if (as_text(v) == "auto") c.v_type.reset();
+       else c.v_type = parse_kv_type(as_text(v));
+     }},
     {{"positions", ParamKind::choice, "span",
       "RoPE positions: span (its place in the text, rows kept within max_distance, sinks read at that "
       "distance), cache (a row's rank among the rows held) or text (its place in the text)", 0, 0, false,
@@ -162,6 +180,11 @@ void KVCacheConfig::validate() const {
     if (spec.kind == ParamKind::text) continue;
     spec.check(get(spec.name));
   }
+  for (const KVType t : {key_type(), value_type()}) {
+    const std::string why = kv_type_unfit(t, size_t(head_dim));
+    require(why.empty(), t == key_type() ? "k_type" : "v_type", to_string(t),
+            why + " (head_dim = " + std::to_string(head_dim) + ")");
+  }
   if (p.id != "full") {
     require(budget > n_sink, "budget", budget,
             "must exceed n_sink = " + std::to_string(n_sink) + " (the floor is n_sink + 1)");
@@ -184,7 +207,15 @@ std::string to_string(ScoreSource source) {
   return source == ScoreSource::key_proxy ? "key-proxy" : "attention";
 }
 
-std::string to_string(KVType type) { return type == KVType::f16 ? "f16" : "f32"; }
+std::string to_string(KVType type) {
+  switch (type) {
+    case KVType::f16: return "f16";
+    case KVType::f32: return "f32";
+    case KVType::q8_0: return "q8_0";
+    case KVType::q4_0: return "q4_0";
+  }
+  return "?";
+}
 
 std::string to_string(PositionRule rule) {
   switch (rule) {
@@ -211,7 +242,9 @@ PositionRule parse_position_rule(const std::string& text) {
 KVType parse_kv_type(const std::string& text) {
   if (text == "f16") return KVType::f16;
   if (text == "f32") return KVType::f32;
-  throw InvalidArgument(invalid_value("kv_type", text, "expected f16 or f32"));
+  if (text == "q8_0") return KVType::q8_0;
+  if (text == "q4_0") return KVType::q4_0;
+  throw InvalidArgument(invalid_value("kv_type", text, "expected f16, f32, q8_0 or q4_0"));
 }
 
 }  // namespace squeezekv

@@ -148,6 +148,8 @@ bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_vi
 }  // namespace
 
 bool reads_param(const KVCacheConfig& config, std::string_view name) {
+  // Every cache stores rows in its formats, whichever policy and allocator it runs.
+  if (name == "kv_type" || name == "k_type" || name == "v_type") return true;
   const AllocatorInfo& a = resolved_allocator_info(config);
   if (a.uses && owns(a.params, name) && !a.uses(config, name)) return false;
   if (name == "max_distance" && config.positions != PositionRule::span) return false;

@@ -2,6 +2,7 @@
 // run time (HWY_DYNAMIC_DISPATCH). The scalar twins at the end are the test oracles.
 #include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
+#include "ops/kv_quant.h"
 
 #include <algorithm>
 #include <bit>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/kv_rows.cc"
@@ -34,6 +36,179 @@ HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
   return fp16_to_f32(static_cast<const uint16_t*>(rows)[offset]);
 }
 
+
+template <class Pass>
+HWY_INLINE void InBlocksOfFourQ(size_t n, const Pass& pass) {
+  size_t g = 0;
+  for (; g + 4 <= n; g += 4) pass(std::integral_constant<size_t, 4>(), g);
+  if (n - g == 3) pass(std::integral_constant<size_t, 3>(), g);
+  if (n - g == 2) pass(std::integral_constant<size_t, 2>(), g);
+  if (n - g == 1) pass(std::integral_constant<size_t, 1>(), g);
+}
+
+// ---- Block formats (q8_0, q4_0), decoded in registers ----
+// A kernel over quantized rows walks each row block by block; a vector of N lanes never crosses a
+// block (q8_0: B % N == 0; q4_0: (B / 2) % N == 0, its low and high nibbles giving two vectors),
+// so the dispatchers below pick the widest of full, 8, 4 and 1 lanes that divides the block.
+
+template <class D>
+HWY_INLINE bool QuantFits(D d, KVType type, size_t B) {
+  const size_t N = hn::Lanes(d);
+  return type == KVType::q8_0 ? B % N == 0 : (B / 2) % N == 0;
+}
+
+// N int8 codes as f32.
+template <class D>
+HWY_INLINE hn::Vec<D> Q8Codes(D d, const uint8_t* p) {
+  const hn::Rebind<int8_t, D> d8;
+  const hn::Rebind<int32_t, D> di;
+  return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p))));
+}
+
+// N bytes of q4_0 codes: lo = low nibbles - 8 (elements w..), hi = high nibbles - 8 (w + B/2..).
+template <class D>
+HWY_INLINE void Q4Codes(D d, const uint8_t* p, hn::Vec<D>& lo, hn::Vec<D>& hi) {
+  const hn::Rebind<uint8_t, D> d8;
+  const hn::Rebind<int32_t, D> di;
+  const auto b = hn::PromoteTo(di, hn::LoadU(d8, p));
+  const auto eight = hn::Set(di, 8);
+  lo = hn::ConvertTo(d, hn::Sub(hn::And(b, hn::Set(di, 15)), eight));
+  hi = hn::ConvertTo(d, hn::Sub(hn::ShiftRight<4>(b), eight));
+}
+
+// out[g * ld_out] = dot(q + g * ld_q, row) for g < G: per block, the codes' dot with the query
+// (one code vector serves the G queries), scaled once by the block's d.
+template <size_t G, class D>
+HWY_INLINE void QDotRow(D d, const float* q, size_t ld_q, const uint8_t* row, KVType type, size_t dim,
+                        size_t B, float* out, size_t ld_out) {
+  const size_t N = hn::Lanes(d);
+  const bool q8 = type == KVType::q8_0;
+  const size_t block_bytes = q8 ? 2 + B : 2 + B / 2;
+  const size_t half = B / 2;
+  hn::Vec<D> acc[G];
+  for (size_t g = 0; g < G; ++g) acc[g] = hn::Zero(d);
+  for (size_t b = 0; b < dim / B; ++b) {
+    const uint8_t* blk = row + b * block_bytes;
+    const float* qb = q + b * B;
+    hn::Vec<D> sub[G];
+    for (size_t g = 0; g < G; ++g) sub[g] = hn::Zero(d);
+    if (q8) {
+      for (size_t w = 0; w < B; w += N) {
+        const auto x = Q8Codes(d, blk + 2 + w);
+        for (size_t g = 0; g < G; ++g) sub[g] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w), x, sub[g]);
+      }
+    } else {
+      for (size_t w = 0; w < half; w += N) {
+        hn::Vec<D> lo, hi;
+        Q4Codes(d, blk + 2 + w, lo, hi);
+        for (size_t g = 0; g < G; ++g) {
+          sub[g] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w), lo, sub[g]);
+          sub[g] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w + half), hi, sub[g]);
+        }
+      }
+    }
+    const auto scale = hn::Set(d, kvq::block_scale(blk));
+    for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(scale, sub[g], acc[g]);
+  }
+  for (size_t g = 0; g < G; ++g) out[g * ld_out] = hn::GetLane(hn::SumOfLanes(d, acc[g]));
+}
+
+template <class D>
+void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                    size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
+  const auto* base = static_cast<const uint8_t*>(rows);
+  InBlocksOfFourQ(n_q, [&](auto block, size_t g) {
+    constexpr size_t G = decltype(block)::value;
+    for (size_t j = 0; j < n_rows; ++j) {
+      QDotRow<G>(d, q + g * ld_q, ld_q, base + j * rb, type, dim, B, out + g * ld_out + j, ld_out);
+    }
+  });
+}
+
+// out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j: per block and lane range the G
+// accumulators stay in registers over every row; a row's weight is folded into its block scale.
+template <size_t G, class D>
+HWY_INLINE void QWeightedSumPass(D d, const float* w, size_t ld_w, const void* rows, KVType type,
+                                 size_t n_rows, size_t dim, const float* scales, float* out, size_t ld_out) {
+  const size_t N = hn::Lanes(d);
+  const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
+  const bool q8 = type == KVType::q8_0;
+  const size_t block_bytes = q8 ? 2 + B : 2 + B / 2;
+  const size_t half = B / 2;
+  const auto* base = static_cast<const uint8_t*>(rows);
+  auto all_zero = [&](size_t j) {
+    for (size_t g = 0; g < G; ++g) {
+      if (w[g * ld_w + j] != 0.0f) return false;
+    }
+    return true;
+  };
+  for (size_t b = 0; b < dim / B; ++b) {
+    const size_t width = q8 ? B : half;
+    for (size_t i = 0; i < width; i += N) {
+      const size_t e = b * B + i;
+      hn::Vec<D> lo[G], hi[G];
+      for (size_t g = 0; g < G; ++g) {
+        lo[g] = hn::LoadU(d, out + g * ld_out + e);
+        hi[g] = q8 ? hn::Zero(d) : hn::LoadU(d, out + g * ld_out + e + half);
+      }
+      for (size_t j = 0; j < n_rows; ++j) {
+        if (all_zero(j)) continue;
+        const uint8_t* blk = base + j * rb + b * block_bytes;
+        const float s = scales[j * (dim / B) + b];
+        if (q8) {
+          const auto x = Q8Codes(d, blk + 2 + i);
+          for (size_t g = 0; g < G; ++g) lo[g] = hn::MulAdd(hn::Set(d, w[g * ld_w + j] * s), x, lo[g]);
+        } else {
+          hn::Vec<D> xl, xh;
+          Q4Codes(d, blk + 2 + i, xl, xh);
+          for (size_t g = 0; g < G; ++g) {
+            const auto ws = hn::Set(d, w[g * ld_w + j] * s);
+            lo[g] = hn::MulAdd(ws, xl, lo[g]);
+            hi[g] = hn::MulAdd(ws, xh, hi[g]);
+          }
+        }
+      }
+      for (size_t g = 0; g < G; ++g) {
+        hn::StoreU(lo[g], d, out + g * ld_out + e);
+        if (!q8) hn::StoreU(hi[g], d, out + g * ld_out + e + half);
+      }
+    }
+  }
+}
+
+template <class D>
+void QWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
+                        size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  // Every block's fp16 scale decoded once per call (the passes read each once per lane range).
+  // The buffer only grows (geometrically): no allocation per decode step once warm.
+  thread_local std::vector<float> scales;
+  const size_t B = kv_block_size(type, dim), nb = dim / B, rb = kv_row_bytes(type, dim);
+  const size_t block_bytes = type == KVType::q8_0 ? 2 + B : 2 + B / 2;
+  if (scales.size() < n_rows * nb) scales.resize(std::max(n_rows * nb, 2 * scales.size()));
+  const auto* base = static_cast<const uint8_t*>(rows);
+  for (size_t j = 0; j < n_rows; ++j) {
+    for (size_t b = 0; b < nb; ++b) scales[j * nb + b] = kvq::block_scale(base + j * rb + b * block_bytes);
+  }
+  InBlocksOfFourQ(n_w, [&](auto block, size_t g) {
+    QWeightedSumPass<decltype(block)::value>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, scales.data(),
+                                             out + g * ld_out, ld_out);
+  });
+}
+
+// Runs f(tag) with the widest tag whose lanes fit the format's blocks.
+template <class F>
+HWY_INLINE void WithQuantTag(KVType type, size_t dim, const F& f) {
+  const size_t B = kv_block_size(type, dim);
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 8> d8;
+  const hn::CappedTag<float, 4> d4;
+  if (QuantFits(d, type, B)) return f(d);
+  if (QuantFits(d8, type, B)) return f(d8);
+  if (QuantFits(d4, type, B)) return f(d4);
+  f(hn::CappedTag<float, 1>());
+}
+
 template <class D>
 void StoreRowsT(D d, const float* src, void* dst, KVType type, size_t n) {
   const size_t N = hn::Lanes(d);
@@ -48,11 +223,27 @@ void StoreRowsT(D d, const float* src, void* dst, KVType type, size_t n) {
   for (; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_fp16(src[i]);
 }
 
-void StoreRows(const float* src, void* dst, KVType type, size_t n) {
+void StoreRows(const float* src, void* dst, KVType type, size_t n, size_t dim) {
+  if (kv_quantized(type)) {  // once per stored row: scalar, exactly llama.cpp's reference
+    if (dim == 0) dim = n;
+    const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
+    for (size_t r = 0; r < n / dim; ++r) {
+      kvq::quantize_row(src + r * dim, type == KVType::q8_0, dim, B, static_cast<uint8_t*>(dst) + r * rb);
+    }
+    return;
+  }
   StoreRowsT(hn::ScalableTag<float>(), src, dst, type, n);
 }
 
-void LoadRows(const void* src, KVType type, float* dst, size_t n) {
+void LoadRows(const void* src, KVType type, float* dst, size_t n, size_t dim) {
+  if (kv_quantized(type)) {
+    if (dim == 0) dim = n;
+    const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
+    for (size_t r = 0; r < n / dim; ++r) {
+      kvq::dequantize_row(static_cast<const uint8_t*>(src) + r * rb, type == KVType::q8_0, dim, B, dst + r * dim);
+    }
+    return;
+  }
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
@@ -96,6 +287,9 @@ void RowDotsT(D d, const float* q, const void* rows, KVType type, size_t n_rows,
 
 void RowDots(const float* q, const void* rows, KVType type, size_t n_rows, size_t dim,
              float* out) {
+  if (kv_quantized(type)) {
+    return WithQuantTag(type, dim, [&](auto dq) { QRowDotsGroupT(dq, q, 1, dim, rows, type, n_rows, dim, out, 1); });
+  }
   const hn::ScalableTag<float> d;
   // Short rows (e.g. head_dim 8 on a 16-lane target) use narrower vectors instead of scalars.
   if (dim < hn::Lanes(d)) return RowDotsT(hn::CappedTag<float, 8>(), q, rows, type, n_rows, dim, out);
@@ -126,6 +320,9 @@ void WeightedSumT(D d, const float* w, const void* rows, KVType type, size_t n_r
 
 void WeightedSum(const float* w, const void* rows, KVType type, size_t n_rows, size_t dim,
                  float* out) {
+  if (kv_quantized(type)) {
+    return WithQuantTag(type, dim, [&](auto dq) { QWeightedSumGroupT(dq, w, 1, n_rows, rows, type, n_rows, dim, out, dim); });
+  }
   const hn::ScalableTag<float> d;
   if (dim < hn::Lanes(d)) return WeightedSumT(hn::CappedTag<float, 8>(), w, rows, type, n_rows, dim, out);
   WeightedSumT(d, w, rows, type, n_rows, dim, out);
@@ -173,6 +370,9 @@ void RowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* row
 
 void RowDotsGroup(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
                   size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  if (kv_quantized(type)) {
+    return WithQuantTag(type, dim, [&](auto dq) { QRowDotsGroupT(dq, q, n_q, ld_q, rows, type, n_rows, dim, out, ld_out); });
+  }
   const hn::ScalableTag<float> d;
   if (dim < hn::Lanes(d)) {
     return RowDotsGroupT(hn::CappedTag<float, 8>(), q, n_q, ld_q, rows, type, n_rows, dim, out, ld_out);
@@ -222,6 +422,9 @@ void WeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void*
 
 void WeightedSumGroup(const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
                       size_t n_rows, size_t dim, float* out, size_t ld_out) {
+  if (kv_quantized(type)) {
+    return WithQuantTag(type, dim, [&](auto dq) { QWeightedSumGroupT(dq, w, n_w, ld_w, rows, type, n_rows, dim, out, ld_out); });
+  }
   const hn::ScalableTag<float> d;
   if (dim < hn::Lanes(d)) {
     return WeightedSumGroupT(hn::CappedTag<float, 8>(), w, n_w, ld_w, rows, type, n_rows, dim, out, ld_out);
@@ -299,7 +502,7 @@ void RotateRowsBack(const void* rows, KVType type, const int32_t* shifts, size_t
   const size_t N = hn::Lanes(d);
   const size_t half = n_rot / 2;
   const bool vec = N >= 2 && (neox ? half % N == 0 : n_rot % N == 0);
-  LoadRows(rows, type, out, n_rows * dim);
+  LoadRows(rows, type, out, n_rows * dim, dim);
   for (size_t j = 0; j < n_rows; ++j) {
     if (shifts[j] <= 0) continue;
     float* o = out + j * dim;
@@ -321,6 +524,28 @@ void RotateRowsBack(const void* rows, KVType type, const int32_t* shifts, size_t
                    o + i + half);
       }
     }
+  }
+}
+
+
+// Dots of n_q queries against keys turned back by their shifts: each row decoded and turned in a
+// stack row (L1, never a copy of the rows), then dotted as RowDotsGroup dots an f32 row.
+void RowDotsRotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                    const int32_t* shifts, size_t n_rows, size_t dim, size_t n_rot, bool neox,
+                    const float* turns, float* out, size_t ld_out) {
+  HWY_ALIGN float stack[512];
+  std::vector<float> heap;
+  float* row = stack;
+  if (dim > 512) {
+    heap.resize(dim);
+    row = heap.data();
+  }
+  const size_t rb = kv_row_bytes(type, dim);
+  const auto* base = static_cast<const uint8_t*>(rows);
+  for (size_t j = 0; j < n_rows; ++j) {
+    RotateRowsBack(base + j * rb, type, shifts + j, 1, dim, n_rot, neox, turns, row);
+    if (n_q == 1) RowDots(q, row, KVType::f32, 1, dim, out + j);
+    else RowDotsGroup(q, n_q, ld_q, row, KVType::f32, 1, dim, out + j, ld_out);
   }
 }
 
@@ -376,18 +601,51 @@ HWY_EXPORT(RowDotsGroup);
 HWY_EXPORT(WeightedSumGroup);
 HWY_EXPORT(MaskedSoftmax);
 HWY_EXPORT(RotateRowsBack);
+HWY_EXPORT(RowDotsRotated);
+
+const char* kv_type_unfit(KVType type, size_t head_dim) {
+  if (!kv_quantized(type)) return "";
+  if (head_dim >= 32 && head_dim % 32 != 0) return "block formats need head_dim < 32 or a multiple of 32";
+  if (type == KVType::q4_0 && head_dim % 2 != 0) return "q4_0 needs an even head_dim (two codes a byte)";
+  return "";
+}
+
+bool query_probs_rotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                         const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                         const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(RowDotsRotated)(q, n_q, ld_q, rows, type, shifts, n_rows, head_dim, n_rot, neox, turns,
+                                       probs, ld);
+  bool any = false;
+  for (size_t g = 0; g < n_q; ++g) any = HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(probs + g * ld, mask, n_rows, scale);
+  return any;
+}
 
 void rotate_rows_back(const void* rows, KVType type, const int32_t* shifts, size_t n_rows, size_t head_dim,
                       size_t n_rot, bool neox, const float* turns, float* out) {
   HWY_DYNAMIC_DISPATCH(RotateRowsBack)(rows, type, shifts, n_rows, head_dim, n_rot, neox, turns, out);
 }
 
+// Row j of `rows` as f32 (the scalar twins' decoder).
+static void scalar_row(const void* rows, KVType type, size_t j, size_t dim, float* out) {
+  const auto* row = static_cast<const uint8_t*>(rows) + j * kv_row_bytes(type, dim);
+  if (kv_quantized(type)) {
+    kvq::dequantize_row(row, type == KVType::q8_0, dim, kv_block_size(type, dim), out);
+    return;
+  }
+  for (size_t i = 0; i < dim; ++i) {
+    if (type == KVType::f32) {
+      std::memcpy(out + i, row + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * i, 2);
+      out[i] = fp16_to_f32(h);
+    }
+  }
+}
+
 void rotate_rows_back_scalar(const void* rows, KVType type, const int32_t* shifts, size_t n_rows,
                              size_t head_dim, size_t n_rot, bool neox, const float* turns, float* out) {
-  for (size_t i = 0; i < n_rows * head_dim; ++i) {
-    out[i] = type == KVType::f32 ? static_cast<const float*>(rows)[i]
-                                 : fp16_to_f32(static_cast<const uint16_t*>(rows)[i]);
-  }
+  for (size_t j = 0; j < n_rows; ++j) scalar_row(rows, type, j, head_dim, out + j * head_dim);
   const size_t half = n_rot / 2;
   for (size_t j = 0; j < n_rows; ++j) {
     if (shifts[j] <= 0) continue;
@@ -417,11 +675,11 @@ void rope_turn_row(const float* cos_sin, size_t n_rot, bool neox, float* turn) {
 }
 
 
-void store_rows(const float* src, void* dst, KVType type, size_t n) {
-  HWY_DYNAMIC_DISPATCH(StoreRows)(src, dst, type, n);
+void store_rows(const float* src, void* dst, KVType type, size_t n, size_t head_dim) {
+  HWY_DYNAMIC_DISPATCH(StoreRows)(src, dst, type, n, head_dim);
 }
-void load_rows(const void* src, KVType type, float* dst, size_t n) {
-  HWY_DYNAMIC_DISPATCH(LoadRows)(src, type, dst, n);
+void load_rows(const void* src, KVType type, float* dst, size_t n, size_t head_dim) {
+  HWY_DYNAMIC_DISPATCH(LoadRows)(src, type, dst, n, head_dim);
 }
 void row_dots(const float* q, const void* rows, KVType type, size_t n_rows, size_t head_dim,
               float* out) {
@@ -472,27 +730,26 @@ bool query_probs_patched(const float* q, size_t n_q, size_t ld_q, const void* ro
   return any;
 }
 
-static float load_one(const void* rows, KVType type, size_t i) {
-  return type == KVType::f32 ? static_cast<const float*>(rows)[i]
-                             : fp16_to_f32(static_cast<const uint16_t*>(rows)[i]);
-}
-
 void row_dots_scalar(const float* q, const void* rows, KVType type, size_t n_rows,
                      size_t head_dim, float* out) {
+  std::vector<float> row(head_dim);
   for (size_t j = 0; j < n_rows; ++j) {
+    scalar_row(rows, type, j, head_dim, row.data());
     double acc = 0;
-    for (size_t i = 0; i < head_dim; ++i) acc += double(q[i]) * load_one(rows, type, j * head_dim + i);
+    for (size_t i = 0; i < head_dim; ++i) acc += double(q[i]) * row[i];
     out[j] = static_cast<float>(acc);
   }
 }
 
 void rows_weighted_sum_scalar(const float* w, const void* rows, KVType type, size_t n_rows,
                               size_t head_dim, float* out) {
-  for (size_t i = 0; i < head_dim; ++i) {
-    double acc = out[i];
-    for (size_t j = 0; j < n_rows; ++j) acc += double(w[j]) * load_one(rows, type, j * head_dim + i);
-    out[i] = static_cast<float>(acc);
+  std::vector<double> acc(out, out + head_dim);
+  std::vector<float> row(head_dim);
+  for (size_t j = 0; j < n_rows; ++j) {
+    scalar_row(rows, type, j, head_dim, row.data());
+    for (size_t i = 0; i < head_dim; ++i) acc[i] += double(w[j]) * row[i];
   }
+  for (size_t i = 0; i < head_dim; ++i) out[i] = static_cast<float>(acc[i]);
 }
 
 void row_dots_group_scalar(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
@@ -506,6 +763,14 @@ void rows_weighted_sum_group_scalar(const float* w, size_t n_w, size_t ld_w, con
   for (size_t g = 0; g < n_w; ++g) {
     rows_weighted_sum_scalar(w + g * ld_w, rows, type, n_rows, head_dim, out + g * ld_out);
   }
+}
+
+void row_dots_rotated_scalar(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                             const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                             const float* turns, float* out, size_t ld_out) {
+  std::vector<float> turned(n_rows * head_dim);
+  rotate_rows_back_scalar(rows, type, shifts, n_rows, head_dim, n_rot, neox, turns, turned.data());
+  row_dots_group_scalar(q, n_q, ld_q, turned.data(), KVType::f32, n_rows, head_dim, out, ld_out);
 }
 
 void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,

@@ -87,7 +87,7 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
       // Decode: one query against every row.
       scratch.logits.resize(size_t(n_slots));
       for (int s = 0; s < n_slots; ++s) scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < update.first_pos;
-      if (!query_probs(keys, 1, size_t(dim), head.keys(), head.type(), size_t(n_slots), size_t(dim),
+      if (!query_probs(keys, 1, size_t(dim), head.keys(), head.key_type(), size_t(n_slots), size_t(dim),
                        scratch.mask.data(), inv_sqrt_d, scratch.logits.data(), size_t(n_slots))) {
         head.scores()[update.slots[h][0]] = 1.0f;
       } else {
@@ -101,7 +101,7 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
     std::vector<float> row(static_cast<size_t>(dim));
     for (int s = 0; s < n_slots; ++s) {
       if (pos[s] == HeadStore::kFree) continue;
-      load_rows(head.key_row(s), head.type(), row.data(), size_t(dim));
+      load_rows(head.key_row(s), head.key_type(), row.data(), size_t(dim));
       for (int d = 0; d < dim; ++d) scratch.kt[size_t(d) * ld + size_t(s)] = row[size_t(d)];
     }
     constexpr int kBlock = 32;

@@ -84,6 +84,20 @@ static void test_defaults_and_status(void) {
   CHECK(squeezekv_cache_params_get(p, "nonsense", text, sizeof text) == INT32_MIN);
   CHECK(squeezekv_cache_params_get(p, "strength", text, sizeof text) > 0 && strcmp(text, "1") == 0);
   CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_OK);
+  /* The storage axis by name: formats for keys and values together or apart. */
+  CHECK(squeezekv_cache_params_set(p, "kv_type", "q8_0") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(p, "v_type", "q4_0") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_get(p, "k_type", text, sizeof text) > 0 && strcmp(text, "auto") == 0);
+  CHECK(squeezekv_cache_params_get(p, "v_type", text, sizeof text) > 0 && strcmp(text, "q4_0") == 0);
+  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(p, "kv_type", "q3_0") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "kv_type = q3_0") != NULL);
+  CHECK(squeezekv_cache_params_set_int(p, "head_dim", 80) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "multiple of 32") != NULL);
+  CHECK(squeezekv_cache_params_set_int(p, "head_dim", 128) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(p, "kv_type", "f16") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(p, "v_type", "auto") == SQUEEZEKV_STATUS_OK);
   squeezekv_log_set(NULL, NULL);
   squeezekv_cache_params_free(p);
 

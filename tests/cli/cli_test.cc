@@ -103,6 +103,22 @@ TEST(Cli, BenchTakesCommaListsOfScoresAndPositions) {
   EXPECT_NE(bad.out.find("positions = rank"), std::string::npos) << bad.out;
 }
 
+// The storage axis in bench (comma list, paired rows with their KV bytes) and in sweep (--kv-types
+// expanded for every method, labelled kv=).
+TEST(Cli, BenchAndSweepTakeTheStorageAxis) {
+  const CliRun b = run("bench " + kModel + " -p 0 -n 2 -r 1 -d 32 --method full --kv-type f16,q8_0,q4_0 --bandwidth-mib 0");
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_NE(b.out.find("| 1 | full | tg2 | 32 |"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("| 1 | full q8_0 | tg2 | 32 |"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("| 1 | full q4_0 | tg2 | 32 |"), std::string::npos) << b.out;
+  const CliRun s = run("sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1 "
+                       "--methods full,window --budgets 16 --kv-types f16,q8_0 --v-types auto,q4_0");
+  ASSERT_EQ(s.status, 0) << s.out;
+  EXPECT_NE(s.out.find("sweep: 8 configurations"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("window kv=q8_0 v=q4_0"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("full kv=q8_0 "), std::string::npos) << s.out;
+}
+
 TEST(Cli, RandomModelWritesAModelTheEngineRuns) {
   const std::string path = testing::TempDir() + "cli_random_q4_k_m.gguf";
   const CliRun w = run("random-model -o " + path + " --type q4_k_m --dim 256 --ffn 256 --vocab 300 --layers 8");
@@ -154,6 +170,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"synth --recent 1.5", "recent = 1.5"},
         BadInput{"synth --decay 0", "decay = 0"},
         BadInput{"synth --score psychic", "score = psychic"},
+        BadInput{"synth --kv-type q5_0", "kv_type = q5_0"},
+        BadInput{"synth --k-type int3", "k_type = int3"},
+        BadInput{"synth --kv-type q8_0 --head-dim 80", "k_type = q8_0"},
+        BadInput{"synth --v-type q4_0 --head-dim 7", "v_type = q4_0"},
         BadInput{"synth --method snapkv --window 64 --budget 64", "window = 64"},
         BadInput{"generate -m no/such/model.gguf", "no/such/model.gguf"},
         BadInput{"generate " + kModel + " --temp -1", "temp = -1"},

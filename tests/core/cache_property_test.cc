@@ -56,12 +56,24 @@ void check_layer(const LayerCache& layer, int64_t seen, const std::string& polic
     }
   }
   ASSERT_EQ(layer.tokens_kept(), most);
-  ASSERT_EQ(layer.full_bytes(), size_t(layer.n_heads()) * size_t(seen) * 2 * kDim * 2);  // f16
-  ASSERT_GE(layer.kept_bytes(), size_t(most) * 2 * kDim * 2);
+  // Resident bytes are exactly what the heads allocated: capacity rows of each format.
+  const KVCacheConfig& c = layer.config();
+  const size_t row = kv_row_bytes(c.key_type(), kDim) + kv_row_bytes(c.value_type(), kDim);
+  ASSERT_EQ(layer.full_bytes(), size_t(layer.n_heads()) * size_t(seen) * row);
+  size_t allocated = 0;
+  for (int h = 0; h < layer.n_heads(); ++h) allocated += size_t(layer.head(h).capacity()) * row;
+  ASSERT_EQ(layer.kept_bytes(), allocated);
+  ASSERT_GE(layer.kept_bytes(), size_t(most) * row);
 }
 
-void run_sequence(const MethodInfo& method, const std::string& score, uint64_t seed) {
+void run_sequence(const MethodInfo& method, const std::string& score, uint64_t seed,
+                  const char* k_type = "f16", const char* v_type = "f16", std::string_view policy_id = {},
+                  std::string_view allocator_id = {}) {
   KVCacheConfig config;
+  config.policy = std::string(policy_id);
+  config.allocator = std::string(allocator_id);
+  config.set("k_type", k_type);
+  config.set("v_type", v_type);
   config.method = std::string(method.id);
   config.budget = kBudget;
   config.n_sink = kSinks;
@@ -76,7 +88,8 @@ void run_sequence(const MethodInfo& method, const std::string& score, uint64_t s
   for (int step = 0; step < 300; ++step) {
     const int op = pick(100), l = pick(kLayers);
     LayerCache& layer = m.cache->layer(l);
-    const std::string where = std::string(method.id) + " " + score + " seed " + std::to_string(seed) +
+    const std::string where = std::string(method.id) + " " + config.policy + "/" + config.allocator + " " + score + " " + k_type + "/" + v_type + " seed " +
+                              std::to_string(seed) +
                               " step " + std::to_string(step) + " op " + std::to_string(op) + " layer " +
                               std::to_string(l);
     if (op < 3) {
@@ -125,6 +138,23 @@ TEST(CacheProperties, EveryMethodKeepsItsInvariantsUnderRandomCallSequences) {
     for (const char* score : {"key-proxy", "attention"}) {
       for (uint64_t seed = 1; seed <= 3; ++seed) {
         run_sequence(method, score, seed);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The storage axis: every policy x allocator with quantized keys and values, alike and apart,
+// keeps the same row promise and reports its bytes exactly.
+TEST(CacheProperties, EveryPolicyAndAllocatorKeepsItsInvariantsWithQuantizedStorage) {
+  const std::pair<const char*, const char*> kTypes[] = {{"q8_0", "q8_0"}, {"q4_0", "q4_0"}, {"q8_0", "q4_0"},
+                                                        {"f16", "q4_0"}};
+  const MethodInfo& base = find_method("h2o");
+  for (const PolicyInfo* p : all_policies()) {
+    for (const AllocatorInfo* a : all_allocators()) {
+      if ((p->id == "full") != (a->id == "none")) continue;
+      for (const auto& [k, v] : kTypes) {
+        run_sequence(base, "attention", 7, k, v, p->id, a->id);
         if (HasFatalFailure()) return;
       }
     }

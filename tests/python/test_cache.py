@@ -176,3 +176,28 @@ def test_for_model_rejects_absurd_layer_counts_before_allocating():
         squeezekv.KVCacheBuilder.for_model(2**31, config, n_kv_heads=1)
     with pytest.raises(ValueError, match="n_kv_heads"):
         squeezekv.KVCacheBuilder.for_model(2, config, n_kv_heads=2**20)
+
+
+@pytest.mark.parametrize("kv_type, row_bytes", [("q8_0", 18), ("q4_0", 10)])
+def test_quantized_storage_round_trip_and_bytes(kv_type, row_bytes):
+    # head_dim 16 is one block: q8_0 row = 2 + 16 bytes, q4_0 row = 2 + 8 bytes.
+    config = squeezekv.KVCacheConfig(method="full", head_dim=16, kv_type=kv_type)
+    assert config.kv_type == kv_type and config.k_type == "auto"
+    cache = squeezekv.KVCacheFactory.create(config)
+    rng = np.random.default_rng(5)
+    keys = rng.standard_normal((1, 2, 7, 16)).astype(np.float32)
+    k, v = cache.update_and_fetch(keys, -keys)
+    step = np.abs(keys).max(axis=-1, keepdims=True) / (127 if kv_type == "q8_0" else 8)
+    assert (np.abs(k - keys) <= step * 1.01).all()          # within a step (q4_0's clamp)
+    assert (np.abs(v + keys) <= step * 1.01).all()
+    assert not np.array_equal(k, keys)                     # really quantized
+    assert cache.kept_bytes % (2 * 2 * row_bytes) == 0          # whole slots: 2 heads, keys + values
+    assert cache.kept_bytes >= cache.full_bytes
+    assert cache.full_bytes == 2 * 7 * 2 * row_bytes
+
+
+def test_keys_and_values_apart():
+    config = squeezekv.KVCacheConfig(method="h2o", head_dim=16, squeeze_budget=8, k_type="q8_0", v_type="q4_0")
+    assert (config.k_type, config.v_type, config.kv_type) == ("q8_0", "q4_0", "f16")
+    with pytest.raises(ValueError):
+        squeezekv.KVCacheConfig(method="full", head_dim=16, kv_type="q5_0")

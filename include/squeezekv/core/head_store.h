@@ -1,7 +1,8 @@
 // HeadStore: one KV head's kept rows.
 //
-// Layout: `capacity` slots; slot s holds key row keys[s * head_dim ..] and value row
-// values[s * head_dim ..] (fp16 or f32), one fp32 score and the token's original position. An
+// Layout: `capacity` slots; slot s holds key row keys[s * key_row_bytes ..] and value row
+// values[s * value_row_bytes ..] (each in its own KVType: f16, f32 or a per-row block format
+// q8_0 / q4_0, ops/kv_rows.h), one fp32 score and the token's original position. An
 // evicted slot is marked free (position -1) and refilled by the next appended row, so eviction
 // never moves K/V; rows only move when the capacity changes (compaction keeps their order).
 //
@@ -31,20 +32,25 @@ class HeadStore {
  public:
   static constexpr int64_t kFree = -1;
 
-  HeadStore(int head_dim, KVType type);
+  HeadStore(int head_dim, KVType type) : HeadStore(head_dim, type, type) {}
+  HeadStore(int head_dim, KVType key_type, KVType value_type);
 
   int head_dim() const { return head_dim_; }
-  KVType type() const { return type_; }
+  KVType key_type() const { return key_type_; }
+  KVType value_type() const { return value_type_; }
   int n_slots() const { return n_slots_; }  // slots [0, n_slots) hold every live row
   int n_live() const { return n_live_; }
   int capacity() const { return capacity_; }
-  size_t row_bytes() const { return size_t(head_dim_) * kv_type_size(type_); }
-  size_t resident_bytes() const { return 2 * size_t(capacity_) * row_bytes(); }
+  size_t key_row_bytes() const { return kv_row_bytes(key_type_, size_t(head_dim_)); }
+  size_t value_row_bytes() const { return kv_row_bytes(value_type_, size_t(head_dim_)); }
+  // K/V bytes allocated: every slot up to the capacity (codes and block scales of the quantized
+  // formats included; free slots count, as they stay allocated).
+  size_t resident_bytes() const { return size_t(capacity_) * (key_row_bytes() + value_row_bytes()); }
 
   const void* keys() const { return keys_.data(); }
   const void* values() const { return values_.data(); }
-  const void* key_row(int slot) const { return keys_.data() + size_t(slot) * row_bytes(); }
-  const void* value_row(int slot) const { return values_.data() + size_t(slot) * row_bytes(); }
+  const void* key_row(int slot) const { return keys_.data() + size_t(slot) * key_row_bytes(); }
+  const void* value_row(int slot) const { return values_.data() + size_t(slot) * value_row_bytes(); }
   const float* scores() const { return scores_.data(); }
   float* scores() { return scores_.data(); }
   const int64_t* positions() const { return positions_.data(); }
@@ -84,7 +90,8 @@ class HeadStore {
   void reallocate(int new_capacity);
 
   int head_dim_;
-  KVType type_;
+  KVType key_type_;
+  KVType value_type_;
   int capacity_ = 0;
   int n_slots_ = 0;
   int n_live_ = 0;

@@ -42,7 +42,11 @@ struct KVCacheConfig {
   double recent = 0.5;             // share of (budget - n_sink) kept as the newest rows
   double decay = 0.98;             // scores = decay * scores + a; in (0, 1], 1 = off
   ScoreSource score = ScoreSource::key_proxy;
-  KVType kv_type = KVType::f16;
+  KVType kv_type = KVType::f16;          // keys and values, unless k_type / v_type say otherwise
+  std::optional<KVType> k_type{};       // unset ("auto"): kv_type
+  std::optional<KVType> v_type{};
+  KVType key_type() const { return k_type.value_or(kv_type); }
+  KVType value_type() const { return v_type.value_or(kv_type); }
   PositionRule positions = PositionRule::span;
   // PositionRule::span: the largest query-to-key distance RoPE sees. The cache evicts every
   // non-sink row farther back than this; the engine reads sinks at this distance. 0 = the model's
@@ -83,7 +87,7 @@ std::string to_string(ScoreSource source);
 std::string to_string(KVType type);
 std::string to_string(PositionRule rule);
 ScoreSource parse_score_source(const std::string& text);  // "key-proxy" | "attention"
-KVType parse_kv_type(const std::string& text);            // "f16" | "f32"
-PositionRule parse_position_rule(const std::string& text); // "cache" | "text" | "span"
+KVType parse_kv_type(const std::string& text);            // "f16" | "f32" | "q8_0" | "q4_0"
+PositionRule parse_position_rule(const std::string& text); // "span" | "cache" | "text"
 
 }  // namespace squeezekv

@@ -1,7 +1,12 @@
-// Kernels over cached K/V rows (fp16 or f32, row-major [n_rows, head_dim]): storing rows, dot
-// products of a query against every row, weighted sums of rows, and a blocked multi-query variant.
-// Both the cache's key-proxy scoring and the engine's attention run on these. Each kernel has a
-// scalar twin (`*_scalar`) that the tests use as the oracle.
+// Kernels over cached K/V rows (row-major [n_rows, head_dim], each row kv_row_bytes(type, head_dim)
+// bytes): storing rows, dot products of a query against every row, weighted sums of rows, and a
+// blocked multi-query variant. Both the cache's key-proxy scoring and the engine's attention run
+// on these. Each kernel has a scalar twin (`*_scalar`) that the tests use as the oracle.
+//
+// Quantized rows (q8_0, q4_0: llama.cpp's block formats, docs/semantics.md "K/V storage") are
+// read directly: the SIMD kernels decode codes and scales in registers inside the dot product and
+// the weighted sum; no dequantized copy of the rows is built. A block holds
+// kv_block_size(type, head_dim) elements of one row: 32, or head_dim when it is smaller.
 #pragma once
 
 #include <cstddef>
@@ -9,15 +14,46 @@
 
 namespace squeezekv {
 
-// Element type of cached K/V rows.
-enum class KVType : uint8_t { f16, f32 };
+// Storage format of cached K/V rows.
+//   f16, f32: one float per element.
+//   q8_0: blocks of B elements = fp16 scale d, B int8 codes q; x = d * q (d = amax / 127).
+//   q4_0: blocks of B elements = fp16 scale d, B/2 bytes; byte j holds element j in its low
+//         nibble and element j + B/2 in its high nibble; x = d * (q - 8) (d = max-abs-signed / -8).
+// B = kv_block_size(type, head_dim): 32, or head_dim when head_dim < 32 (llama.cpp uses 32 only).
+enum class KVType : uint8_t { f16, f32, q8_0, q4_0 };
 
+inline bool kv_quantized(KVType type) { return type == KVType::q8_0 || type == KVType::q4_0; }
+// Bytes per element of the float formats (f16: 2, f32: 4); not defined for block formats.
 inline size_t kv_type_size(KVType type) { return type == KVType::f16 ? 2 : 4; }
+// Elements per block: 1 for float formats; 32 or head_dim (when smaller) for block formats.
+inline size_t kv_block_size(KVType type, size_t head_dim) {
+  if (!kv_quantized(type)) return 1;
+  return head_dim < 32 ? head_dim : 32;
+}
+// Bytes of one stored row of head_dim elements.
+inline size_t kv_row_bytes(KVType type, size_t head_dim) {
+  switch (type) {
+    case KVType::f16: return 2 * head_dim;
+    case KVType::f32: return 4 * head_dim;
+    case KVType::q8_0: return head_dim / kv_block_size(type, head_dim) * (2 + kv_block_size(type, head_dim));
+    case KVType::q4_0: return head_dim / kv_block_size(type, head_dim) * (2 + kv_block_size(type, head_dim) / 2);
+  }
+  return 0;
+}
+// Stored bits per value, scales included (q8_0: 8.5 at B = 32, 10 at B = 8).
+inline double kv_bits_per_value(KVType type, size_t head_dim) {
+  return 8.0 * double(kv_row_bytes(type, head_dim)) / double(head_dim);
+}
+// Empty when `type` can store rows of head_dim elements, else why not (block formats need
+// head_dim a multiple of 32 when it is 32 or more; q4_0 needs an even block).
+const char* kv_type_unfit(KVType type, size_t head_dim);
 
-// dst (n elements of `type`) = src (f32).
-void store_rows(const float* src, void* dst, KVType type, size_t n);
-// dst (f32) = src (n elements of `type`).
-void load_rows(const void* src, KVType type, float* dst, size_t n);
+// dst = src (f32) stored as `type`: n elements in rows of head_dim elements (0: one row of n);
+// block formats quantize each row's blocks as llama.cpp's quantize_row_q8_0_ref /
+// quantize_row_q4_0_ref do.
+void store_rows(const float* src, void* dst, KVType type, size_t n, size_t head_dim = 0);
+// dst (f32) = src: n elements of `type` in rows of head_dim elements (0: one row of n).
+void load_rows(const void* src, KVType type, float* dst, size_t n, size_t head_dim = 0);
 
 // out[j] = dot(q, row j) for j < n_rows; rows are head_dim apart.
 void row_dots(const float* q, const void* rows, KVType type, size_t n_rows, size_t head_dim,
@@ -55,6 +91,18 @@ void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, si
                       size_t n, size_t head_dim, float* out, size_t ld_out);
 void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
                              size_t n, size_t head_dim, float* out, size_t ld_out);
+
+// Fused form of rotate_rows_back + query_probs for keys of any type: each row is decoded and
+// turned back by its shift in registers (a stack row of head_dim floats, never a copy of the
+// rows) and dotted with the n_q queries; then the masked softmax as query_probs. A row's logit
+// equals query_probs on rotate_rows_back's output up to float rounding (the same products; the
+// dot's lanes are summed in the same order).
+bool query_probs_rotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                         const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                         const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld);
+void row_dots_rotated_scalar(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                             const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                             const float* turns, float* out, size_t ld_out);
 
 // Keys rotated back by their shifts (positions inside the cache, docs/positions.md): out row j
 // (f32 [n_rows, head_dim]) = row j with its first n_rot elements turned back by shifts[j] RoPE
