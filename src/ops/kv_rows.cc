@@ -36,9 +36,10 @@ HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
   return fp16_to_f32(static_cast<const uint16_t*>(rows)[offset]);
 }
 
-
+// Calls pass(std::integral_constant<size_t, G>, first) over n queries: blocks of G = 4, then one
+// block of the 1 to 3 left, so the passes keep G accumulators in registers.
 template <class Pass>
-HWY_INLINE void InBlocksOfFourQ(size_t n, const Pass& pass) {
+HWY_INLINE void InBlocksOfFour(size_t n, const Pass& pass) {
   size_t g = 0;
   for (; g + 4 <= n; g += 4) pass(std::integral_constant<size_t, 4>(), g);
   if (n - g == 3) pass(std::integral_constant<size_t, 3>(), g);
@@ -118,7 +119,7 @@ void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* ro
                     size_t n_rows, size_t dim, float* out, size_t ld_out) {
   const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
   const auto* base = static_cast<const uint8_t*>(rows);
-  InBlocksOfFourQ(n_q, [&](auto block, size_t g) {
+  InBlocksOfFour(n_q, [&](auto block, size_t g) {
     constexpr size_t G = decltype(block)::value;
     for (size_t j = 0; j < n_rows; ++j) {
       QDotRow<G>(d, q + g * ld_q, ld_q, base + j * rb, type, dim, B, out + g * ld_out + j, ld_out);
@@ -190,7 +191,7 @@ void QWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void
   for (size_t j = 0; j < n_rows; ++j) {
     for (size_t b = 0; b < nb; ++b) scales[j * nb + b] = kvq::block_scale(base + j * rb + b * block_bytes);
   }
-  InBlocksOfFourQ(n_w, [&](auto block, size_t g) {
+  InBlocksOfFour(n_w, [&](auto block, size_t g) {
     QWeightedSumPass<decltype(block)::value>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, scales.data(),
                                              out + g * ld_out, ld_out);
   });
@@ -347,17 +348,6 @@ HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* r
       out[g * ld_out + j] = s;
     }
   }
-}
-
-// Calls pass(std::integral_constant<size_t, G>, first) over n queries: blocks of G = 4, then one
-// block of the 1 to 3 left, so the passes keep G accumulators in registers.
-template <class Pass>
-HWY_INLINE void InBlocksOfFour(size_t n, const Pass& pass) {
-  size_t g = 0;
-  for (; g + 4 <= n; g += 4) pass(std::integral_constant<size_t, 4>(), g);
-  if (n - g == 3) pass(std::integral_constant<size_t, 3>(), g);
-  if (n - g == 2) pass(std::integral_constant<size_t, 2>(), g);
-  if (n - g == 1) pass(std::integral_constant<size_t, 1>(), g);
 }
 
 template <class D>
