@@ -35,6 +35,10 @@ void add_cache_options(CLI::App& app, CacheOptions& options, std::initializer_li
 // --allocator replaced the method's own (e.g. "streaming (policy cumulative, allocator squeeze)").
 std::string cache_label(const KVCacheConfig& config);
 
+// "positions span, max distance 2047 (the model's context length - 1; --max-distance to change)"
+// for an evicting span-rule cache, so the distance the engine resolves is visible; "" otherwise.
+std::string span_note(const KVCacheConfig& config, int64_t context_length);
+
 // A parameter's value in JSON with its own type (numbers stay numbers).
 nlohmann::json to_json(const ParamValue& value);
 

@@ -81,6 +81,8 @@ void run(GenerateArgs& a) {
   std::fprintf(stderr, "cache: %s, layer budgets %s\n       kept rows %s\n       KV resident %.1f KiB, a full cache %.1f KiB (%.2fx)\n",
                cache_label(config).c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
                double(cache->kept_bytes()) / 1024.0, double(cache->full_bytes()) / 1024.0, cache->compression_ratio());
+  const std::string note = span_note(config, model.config().context_length);
+  if (!note.empty()) std::fprintf(stderr, "       %s\n", note.c_str());
   if (a.stats) std::fprintf(stderr, "repeated 4-grams: %.1f %% of the output\n", 100.0 * repeats);
   if (r.last_window_seconds > 0) {
     const double w = double(a.gen.speed_window);

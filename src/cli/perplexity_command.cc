@@ -56,6 +56,8 @@ void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& t
   }
   std::printf("%zu tokens as one stream: warm-up %d, %lld scored tokens\n", tokens.size(), options.warmup,
               static_cast<long long>(results.front().scored));
+  const std::string note = span_note(config, engine.model().config().context_length);
+  if (!note.empty()) std::printf("%s\n", note.c_str());
   print_stream_table(results);
 }
 
@@ -84,6 +86,9 @@ void run(PerplexityArgs& a) {
   std::printf("%zu tokens, n_ctx %d, %d chunks, %lld scored tokens\n", tokens.size(), options.n_ctx,
               r.chunks, static_cast<long long>(r.scored));
   std::printf("method %s: PPL = %.4f, mean NLL = %.6f\n", cache_label(config).c_str(), r.perplexity, r.mean_nll);
+  if (const std::string note = span_note(config, engine.model().config().context_length); !note.empty()) {
+    std::printf("%s\n", note.c_str());
+  }
   std::printf("against the full cache: KL = %.6f nats/token, top-1 agreement %.2f %%\n", r.mean_kl,
               100.0 * r.top1_agreement);
   std::printf("KV resident: mean %.1f KiB, peak %.1f KiB; a full cache: mean %.1f KiB, peak %.1f KiB\n",

@@ -278,9 +278,16 @@ TEST(Cli, PerplexityStreamJsonAndPositions) {
   EXPECT_NE(r.out.find("\"positions\": \"span\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"scored\": 2000"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"first\": 1512"), std::string::npos) << r.out;
+  r = run(base);  // the distance the engine resolves is shown: stories260K's file says 2048
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("positions span, max distance 2047 (the model's context length - 1"), std::string::npos)
+      << r.out;
+  r = run(base + " --max-distance 511");
+  EXPECT_NE(r.out.find("positions span, max distance 511\n"), std::string::npos) << r.out;
   r = run(base + " --positions text");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("pos=text"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("max distance"), std::string::npos) << r.out;
   r = run(base + " --positions rank");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("positions"), std::string::npos) << r.out;
