@@ -179,7 +179,7 @@ void Engine::forward_batch(std::span<const SequenceStep> steps) {
     const BudgetCoordinator* coordinator = cache.coordinator();
     const bool measure = coordinator && coordinator->allocator().source() == MeasureSource::residual &&
                          !coordinator->is_final() && !coordinator->reported(0);
-    spans.push_back({row, n_s, pos0, measure});
+    spans.push_back({row, n_s, pos0, measure, span_distance(cache)});
     for (int t = 0; t < n_s; ++t) {
       model_.embed(step.tokens[size_t(t)], x_.data() + size_t(row + t) * dim);
       rope_cache(pos0 + t, c.n_rot, c.rope_base, rope_.data() + size_t(row + t) * size_t(c.n_rot));
@@ -239,8 +239,7 @@ void Engine::forward_batch(std::span<const SequenceStep> steps) {
       layer.begin_update(k_heads_.data(), v_heads_.data(), sp.n);
       // Rows farther than the clamp from the update's last query turn to position 0 once; the
       // attention places them at that query's position minus the clamp.
-      const int64_t clamp = span_distance(cache);
-      const int64_t clamped_at = clamp > 0 ? sp.pos0 + sp.n - 1 - clamp : -1;
+      const int64_t clamped_at = sp.clamp > 0 ? sp.pos0 + sp.n - 1 - sp.clamp : -1;
       if (clamped_at >= 0) layer.rotate_keys_to_origin(clamped_at, c.n_rot, c.rope_style, c.rope_base);
       attention(layer, sp.row0, sp.n, sp.pos0, ranks, clamped_at);
       layer.end_update();

@@ -127,6 +127,7 @@ class Engine {
     int row0, n;
     int64_t pos0;
     bool measure;
+    int64_t clamp;  // span_distance of its cache, looked up once per pass
   };
   std::vector<SeqSpan> spans_;
   std::vector<float> batch_logits_;        // forward_batch: every sequence's logits rows together
