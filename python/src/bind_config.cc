@@ -80,7 +80,11 @@ void bind_config(py::module_& m) {
       py::dict defaults;
       for (const ParamSpec* spec : method_params(info)) {
         const std::string value = method_default(info, *spec);
-        params += (params.empty() ? "" : " ") + std::string(spec->name) + "=" + value;
+        // Appended piece by piece: chained operator+ trips a false -Wstringop-overflow in g++ 12.
+        if (!params.empty()) params += ' ';
+        params += spec->name;
+        params += '=';
+        params += value;
         defaults[py::str(std::string(spec->name))] = value;
       }
       d["parameters"] = params.empty() ? std::string("none") : params;
