@@ -100,10 +100,11 @@ std::string cache_label(const KVCacheConfig& config) {
 }
 
 std::string span_note(const KVCacheConfig& config, int64_t context_length) {
-  if (config.positions != PositionRule::span || resolved_policy(config) == "full") return "";
-  if (config.max_distance > 0) return "positions span, max distance " + std::to_string(config.max_distance);
-  return "positions span, max distance " + std::to_string(std::max<int64_t>(context_length - 1, 0)) +
-         " (the model's context length - 1; --max-distance to change)";
+  const int64_t distance = span_distance(config, context_length);
+  if (distance == 0) return "";
+  std::string note = "positions span, max distance " + std::to_string(distance);
+  if (config.max_distance == 0) note += " (the model's context length - 1; --max-distance to change)";
+  return note;
 }
 
 }  // namespace squeezekv::cli

@@ -102,6 +102,12 @@ void rms_rows(const float* x, const std::vector<float>& weight, int n, float eps
   for (int t = 0; t < n; ++t) rms_norm(x + size_t(t) * size_t(dim), weight.data(), dim, eps, out + size_t(t) * size_t(dim));
 }
 
+// A span-rule update of n tokens from pos0 whose queries would precede the clamped position:
+// more than clamp + 1 tokens once any row is clamped (docs/positions.md).
+bool needs_pieces(int64_t clamp, int64_t pos0, int64_t n) {
+  return clamp > 0 && n > clamp + 1 && pos0 + n - 1 >= clamp;
+}
+
 }  // namespace
 
 void Engine::check_cache(const ModelCache& cache) const {
@@ -128,7 +134,7 @@ void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits 
   const int64_t clamp = span_distance(cache);
   const int64_t pos0 = cache.layer(0).tokens_seen();
   const auto n = int64_t(tokens.size());
-  if (clamp > 0 && n > clamp + 1 && pos0 + n - 1 >= clamp) {
+  if (needs_pieces(clamp, pos0, n)) {
     forward_in_pieces(tokens, cache, mode, logits, int(clamp + 1));
     return;
   }
@@ -150,7 +156,7 @@ void Engine::forward_batch(std::span<const SequenceStep> steps) {
     check_cache(*step.cache);
     const int64_t clamp = span_distance(*step.cache);
     const auto n_step = int64_t(step.tokens.size());
-    if (clamp > 0 && n_step > clamp + 1 && step.cache->layer(0).tokens_seen() + n_step - 1 >= clamp) {
+    if (needs_pieces(clamp, step.cache->layer(0).tokens_seen(), n_step)) {
       require(false, "tokens", n_step,
               "more than max_distance + 1 = " + std::to_string(clamp + 1) +
                   " tokens in one update of a span-rule cache (forward() splits them; split them)");
@@ -294,10 +300,7 @@ void Engine::forward_batch(std::span<const SequenceStep> steps) {
 }
 
 int64_t Engine::span_distance(const ModelCache& cache) const {
-  const KVCacheConfig& config = cache.config();
-  if (config.positions != PositionRule::span || resolved_policy_info(config).id == "full") return 0;
-  if (config.max_distance > 0) return config.max_distance;
-  return std::max<int64_t>(model_.config().context_length - 1, 0);  // 0: no clamp (unknown context)
+  return squeezekv::span_distance(cache.config(), model_.config().context_length);
 }
 
 void Engine::forward_in_pieces(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,

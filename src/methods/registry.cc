@@ -147,6 +147,12 @@ bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_vi
 
 }  // namespace
 
+int64_t span_distance(const KVCacheConfig& config, int64_t context_length) {
+  if (config.positions != PositionRule::span || resolved_policy_info(config).id == "full") return 0;
+  if (config.max_distance > 0) return config.max_distance;
+  return std::max<int64_t>(context_length - 1, 0);
+}
+
 bool reads_param(const KVCacheConfig& config, std::string_view name) {
   // Every cache stores rows in its formats, whichever policy and allocator it runs.
   if (name == "kv_type" || name == "k_type" || name == "v_type") return true;

@@ -6,6 +6,7 @@
 #include "serve/admission.h"
 #include "squeezekv/base/utf8.h"
 #include "squeezekv/engine/sampler.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv::serve {
 
@@ -206,10 +207,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
     const auto& tokens = s->job.request.tokens;
     if (s->prefilling()) {
       // A span-rule cache takes at most max_distance + 1 tokens per update (docs/positions.md).
-      const KVCacheConfig& config = s->cache->config();
       size_t chunk = size_t(options_.chunk);
-      if (config.positions == PositionRule::span && config.max_distance > 0) {
-        chunk = std::min(chunk, size_t(config.max_distance) + 1);
+      if (const int64_t d = span_distance(s->cache->config(), model_.config().context_length); d > 0) {
+        chunk = std::min(chunk, size_t(d) + 1);
       }
       const size_t n = std::min(tokens.size() - s->fed, chunk);
       if (prefill_tokens > 0 && prefill_tokens + int(n) > options_.chunk) continue;

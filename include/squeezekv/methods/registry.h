@@ -49,6 +49,11 @@ std::string resolved_allocator(const KVCacheConfig& config);
 
 // Whether the config's policy or allocator reads the parameter (fields or component parameters).
 bool reads_param(const KVCacheConfig& config, std::string_view name);
+
+// PositionRule::span's distance (docs/positions.md) for a cache on a model whose context length is
+// context_length: max_distance, or context_length - 1 when it is 0; 0 when the rule does not apply
+// (another rule, or the full cache, which always uses text positions).
+int64_t span_distance(const KVCacheConfig& config, int64_t context_length);
 // The parameters a method reads, in registry order (budget first unless it keeps every row).
 std::vector<const ParamSpec*> method_params(const MethodInfo& method);
 // The default a method gives a parameter: its override, else the spec's default.
