@@ -13,6 +13,7 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
   q8.resize(n);
   scale.resize(n_blocks);
   scaled_sum.resize(n_blocks);
+  sum.resize(n_blocks);
   for (size_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * activation_block;
     float amax = 0.0f;
@@ -33,6 +34,7 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
     }
     scale[b] = s;
     scaled_sum[b] = s * static_cast<float>(total);
+    sum[b] = total;
   }
 }
 

@@ -16,6 +16,7 @@ struct QuantizedActivations {
   std::vector<int8_t> q8;    // the same values as bytes, for kernels that multiply bytes
   std::vector<float> scale;  // [n_tok * n_cols / 32]
   std::vector<float> scaled_sum;  // [n_tok * n_cols / 32]: scale * (sum of q over the block), for Q4_K mins
+  std::vector<int32_t> sum;       // [n_tok * n_cols / 32]: sum of q over the block, for offset weight bytes
 
   // n_cols is a multiple of 32. Keeps capacity across calls.
   void assign(const float* x, int64_t n_tok, int64_t n_cols);

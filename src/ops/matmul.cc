@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "ops/activation_q8.h"
 #include "ops/quant_formats.h"
@@ -108,12 +109,13 @@ struct TokenQ8 {
   const int8_t* q8;
   const float* scale;
   const float* scaled_sum;
+  const int32_t* sum;
 };
 
 HWY_INLINE TokenQ8 token_q8(const detail::QuantizedActivations& xq, int64_t t, int64_t n) {
   const int64_t blocks = n / detail::activation_block;
   return {xq.q.data() + t * n, xq.q8.data() + t * n, xq.scale.data() + t * blocks,
-          xq.scaled_sum.data() + t * blocks};
+          xq.scaled_sum.data() + t * blocks, xq.sum.data() + t * blocks};
 }
 
 // Q8_0 rows dotted with K tokens on int16 lanes (every target; the x86 ones use the byte path in
@@ -229,13 +231,34 @@ HWY_INLINE void PrefetchAhead(const uint8_t* p, int64_t bytes) {
   for (int64_t line = 0; line < bytes; line += 64) hwy::Prefetch(p + kPrefetchBytes + line);
 }
 
+// One fused multiply-add on scalars (one rounding, as each lane of a vector MulAdd).
+HWY_INLINE float Fma1(float a, float b, float c) {
+  const hn::CappedTag<float, 1> d1;
+  return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
+}
+
+// The accumulation order of every x86 Q8_0 and Q4_K kernel: block (or sub-block) i's
+// float(dot) * factor is fused into acc[i % 2] in block order, and the result is acc[0] + acc[1].
+// The row kernels hold 8 blocks in the lanes of a vector; the tiled prompt kernels
+// (matmul_tiles-inl.h) hold 16 rows, one per lane, and walk the blocks in the same order: the two
+// agree bit for bit, so a token's result never depends on how many tokens share the call.
+HWY_INLINE void AccumulateInOrder(hn::Vec<DS> dots, hn::Vec<DS> factors, float acc[2]) {
+  const DS ds;
+  HWY_ALIGN float v[8], f[8];
+  hn::Store(dots, ds, v);
+  hn::Store(factors, ds, f);
+  for (int i = 0; i < 8; i += 2) {
+    acc[0] = Fma1(v[i], f[i], acc[0]);
+    acc[1] = Fma1(v[i + 1], f[i + 1], acc[1]);
+  }
+}
+
 template <int K>
 HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   static_assert(hn::MaxLanes(DS()) == 8, "one 256-bit vector per sub-block set");
   const DS ds;
   const __m256i low4 = _mm256_set1_epi8(0x0f);
-  hn::Vec<DS> acc[K], acc_min[K];  // the two terms in separate FMA chains
-  for (int k = 0; k < K; ++k) acc[k] = acc_min[k] = hn::Zero(ds);
+  float acc[K][2] = {}, acc_min[K][2] = {};  // the two terms in separate chains
   for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q4_k_bytes;
     PrefetchAhead(block, quant::q4_k_bytes);
@@ -258,11 +281,11 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
         dots[s] = ByteDot(nibbles[s], xv);
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
-      acc[k] = hn::MulAdd(sums, hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + b * 8)), acc[k]);
-      acc_min[k] = hn::MulAdd(d_min, hn::LoadU(ds, x[k].scaled_sum + b * 8), acc_min[k]);
+      AccumulateInOrder(sums, hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + b * 8)), acc[k]);
+      AccumulateInOrder(d_min, hn::LoadU(ds, x[k].scaled_sum + b * 8), acc_min[k]);
     }
   }
-  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(ds, hn::Sub(acc[k], acc_min[k])));
+  for (int k = 0; k < K; ++k) out[k] = (acc[k][0] + acc[k][1]) - (acc_min[k][0] + acc_min[k][1]);
 }
 #else
 // Elsewhere: nibbles and activations widened to int16 (32 lanes decode a group per load on
@@ -338,16 +361,11 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
 #if SQUEEZEKV_X86_BYTE_DOT
   // x86: vpmaddubsw multiplies unsigned by signed bytes, so |w| meets x with w's sign moved onto
   // it (vpsignb, which also zeroes x where w is 0); pairs stay below 2 * 128 * 127. Each run of 8
-  // blocks is reduced together as in DotQ4_K: one conversion and one FMA per token, against the
-  // 8 blocks' d (converted in one instruction) times the token's 8 block scales.
+  // blocks is reduced together as in DotQ4_K: one conversion per token, against the 8 blocks' d
+  // (converted in one instruction) times the token's 8 block scales, then AccumulateInOrder.
   const DS ds;
   const hn::Rebind<hwy::float16_t, DS> dh;
-  hn::Vec<DS> acc[K];
-  float tail[K];
-  for (int k = 0; k < K; ++k) {
-    acc[k] = hn::Zero(ds);
-    tail[k] = 0.0f;
-  }
+  float acc[K][2] = {};
   const int64_t n_blocks = n / quant::q8_0_elems;
   int64_t b = 0;
   for (; b + 8 <= n_blocks; b += 8) {
@@ -368,7 +386,7 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
         dots[i] = SignedByteDot(w[i], xv);
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
-      acc[k] = hn::MulAdd(sums, hn::Mul(d, hn::LoadU(ds, x[k].scale + b)), acc[k]);
+      AccumulateInOrder(sums, hn::Mul(d, hn::LoadU(ds, x[k].scale + b)), acc[k]);
     }
   }
   for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
@@ -379,10 +397,10 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q8_0_elems));
       const __m256i dot = SignedByteDot(wb, xv);
       const auto sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{dot}));
-      tail[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
+      acc[k][b & 1] = Fma1(static_cast<float>(sum), d * x[k].scale[b], acc[k][b & 1]);
     }
   }
-  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(ds, acc[k])) + tail[k];
+  for (int k = 0; k < K; ++k) out[k] = acc[k][0] + acc[k][1];
 #else
   DotQ8_0Wide<K>(row, x, n, out);
 #endif
@@ -509,6 +527,8 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
 }
 #endif
 
+#include "ops/matmul_tiles-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
+
 // ------------------------------ rows x tokens
 
 // Tokens per tile: their quantised activations (16 x n_cols int16) stay in L2 while each weight
@@ -549,6 +569,9 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
   const size_t stride = row_bytes(w.type, w.n_cols);
   const int64_t n = w.n_cols;
   const bool quantized = block_layout(w.type).block_elems > 1;
+#if SQUEEZEKV_VNNI_TILES
+  if (UseTiles(w.type, in.n_tok)) return TiledRows(w, in, row_begin, row_end, y);
+#endif
   for (int64_t t0 = 0; t0 < in.n_tok; t0 += kTokenTile) {
     const int64_t t1 = std::min(in.n_tok, t0 + kTokenTile);
     for (int64_t r = row_begin; r < row_end; ++r) {
@@ -607,6 +630,9 @@ void check_shape(const WeightMatrix& w, int64_t n_tok) {
 
 bool is_quantized(TensorType type) { return block_layout(type).block_elems > 1; }
 
+// Task sizes in whole 16-row tiles (the prompt tiles' height), except for matrices smaller than one.
+int64_t round_rows(int64_t rows) { return (rows + 15) / 16 * 16; }
+
 }  // namespace
 
 // Splits the rows of every output into tasks of about equal size (a few per worker, to balance
@@ -624,7 +650,7 @@ void run_rows(std::span<const MatmulOutput> outputs, const detail::MatmulInput& 
     return;
   }
   const int64_t target_tasks = std::min<int64_t>(total_rows, static_cast<int64_t>(workers) * 4);
-  const int64_t rows_per_task = (total_rows + target_tasks - 1) / target_tasks;
+  const int64_t rows_per_task = round_rows((total_rows + target_tasks - 1) / target_tasks);
   int64_t n_tasks = 0;
   for (const MatmulOutput& o : outputs) n_tasks += (o.w->n_rows + rows_per_task - 1) / rows_per_task;
   pool->parallel_for(static_cast<size_t>(n_tasks), [&](size_t task, size_t /*worker*/) {
@@ -700,8 +726,8 @@ void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float
     }
   };
   if (workers == 1 || 2 * rows * gate.n_cols * n_tok < kMatmulParallelMacs) return slice(0, rows);
-  const int64_t n_tasks = std::min<int64_t>(rows, static_cast<int64_t>(workers) * 4);
-  const int64_t rows_per_task = (rows + n_tasks - 1) / n_tasks;
+  const int64_t rows_per_task = round_rows((rows + int64_t(workers) * 4 - 1) / (int64_t(workers) * 4));
+  const int64_t n_tasks = (rows + rows_per_task - 1) / rows_per_task;
   pool->parallel_for(static_cast<size_t>(n_tasks), [&](size_t task, size_t /*worker*/) {
     const int64_t begin = static_cast<int64_t>(task) * rows_per_task;
     const int64_t end = std::min(rows, begin + rows_per_task);

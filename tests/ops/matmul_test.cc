@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/hwy_targets.h"
@@ -123,15 +124,18 @@ TEST(ops_matmul, MatvecMatchesScalarTwin) {
   });
 }
 
+// Bit for bit, whatever the path: the row kernels, the 4-token row kernels and (on VNNI targets)
+// the 16-row x 8-token prompt tiles, with row counts that leave partial tiles and token counts
+// that leave every tile remainder (1, 2, 4 and 8 tokens; 127 crosses the 16-token row tile too).
 TEST(ops_matmul, MatmulEqualsMatvecPerToken) {
   ThreadPool pool2(2);
   testing::for_each_target([&] {
     uint32_t seed = 100;
     for (const TensorType type : all_types) {
       const int64_t n_cols = column_counts(type)[1];
-      const int64_t n_rows = 9;
-      for (const int64_t n_tok : {1, 3, 17}) {  // 17 crosses the 16-token tile
-        SCOPED_TRACE(name(type) + " tokens " + std::to_string(n_tok));
+      for (const auto& [n_rows, n_tok] : {std::pair<int64_t, int64_t>{9, 1}, {9, 3}, {9, 17}, {16, 4}, {33, 8},
+                                         {47, 15}, {17, 127}, {70, 31}}) {
+        SCOPED_TRACE(name(type) + " rows " + std::to_string(n_rows) + " tokens " + std::to_string(n_tok));
         const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
         const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
         std::vector<float> batch(static_cast<size_t>(n_tok * n_rows)), batch2(batch.size()),
