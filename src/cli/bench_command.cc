@@ -18,6 +18,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/eval/bench.h"
+#include "squeezekv/ops/cpu_info.h"
 #include "squeezekv/ops/thread_pool.h"
 
 namespace squeezekv::cli {
@@ -73,7 +74,7 @@ std::string fixed(double x, int digits) {
 struct Derived {
   double weight_gbps = 0;  // tg: weight bytes read per second
   double share = 0;        // of the probe's bandwidth at this thread count (0: no probe)
-  double gflops = 0;       // pp: matmul GFLOP/s
+  double gflops = 0;       // pp: matmul GFLOP/s (int8 operations for quantised weights)
 };
 
 Derived derive(const BenchRow& row, const ModelFacts& facts) {
@@ -83,7 +84,10 @@ Derived derive(const BenchRow& row, const ModelFacts& facts) {
     d.weight_gbps = gb(double(facts.weight_bytes_per_token) * tps);
     d.share = row.bandwidth_share.median;  // the median of the per-repetition ratios
   } else {
-    d.gflops = 2.0 * double(facts.matmul_macs_per_token) * tps / 1e9;
+    // Every layer's products per token; the output projection once per prompt (its last token).
+    const double macs = double(facts.matmul_macs_per_token - facts.output_macs) +
+                        double(facts.output_macs) / std::max(1, row.n_tokens);
+    d.gflops = 2.0 * macs * tps / 1e9;
   }
   return d;
 }
@@ -99,6 +103,9 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
                 b.bytes >> 20, b.threads, gb(b.bytes_per_second.median), gb(b.bytes_per_second.min),
                 gb(b.bytes_per_second.max));
   }
+  const CpuInfo cpu = cpu_info();
+  std::printf("cpu: %s, %.0f MHz reported; SIMD target %s; int8 dots: %s\n", cpu.model.c_str(), cpu.mhz,
+              cpu.simd_target.c_str(), cpu.int8_dot.c_str());
   std::printf("peak resident memory: %.1f MiB\n\n", double(peak_rss) / (1 << 20));
   std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | time vs 1st cache [min, max] | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
   std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -119,16 +126,17 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
 void print_csv(const ModelFacts& facts, const std::vector<BenchRow>& rows) {
   std::printf("model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
               "min_tps,max_tps,time_vs_first_median,time_vs_first_min,time_vs_first_max,weight_gbps,bandwidth_share,gflops,"
-              "rows_per_layer,kv_kept_bytes\n");
+              "rows_per_layer,kv_kept_bytes,cpu,simd_target\n");
+  const CpuInfo cpu = cpu_info();
   for (const BenchRow& r : rows) {
     const Derived d = derive(r, facts);
     const Spread& s = r.tokens_per_second;
     const Spread& v = r.time_vs_first_cache;
-    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu\n",
+    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu,\"%s\",%s\n",
                 facts.path.c_str(), facts.weight_type.c_str(), r.threads, r.cache.c_str(), r.config.method.c_str(),
                 r.config.budget, to_string(r.config.score).c_str(), r.test().c_str(), r.depth, r.n_tokens, s.median,
                 s.mean, s.stddev, s.min, s.max, v.median, v.min, v.max, d.weight_gbps, d.share, d.gflops, static_cast<long long>(r.rows_per_layer),
-                r.kv_kept_bytes);
+                r.kv_kept_bytes, cpu.model.c_str(), cpu.simd_target.c_str());
   }
 }
 
@@ -140,6 +148,8 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
                   {"weight_bytes_per_token", facts.weight_bytes_per_token},
                   {"matmul_macs_per_token", facts.matmul_macs_per_token}};
   out["peak_rss_bytes"] = peak_rss;
+  const CpuInfo cpu = cpu_info();
+  out["cpu"] = {{"model", cpu.model}, {"mhz", cpu.mhz}, {"simd_target", cpu.simd_target}, {"int8_dot", cpu.int8_dot}};
   out["bandwidth"] = nlohmann::json::array();
   for (const BandwidthResult& b : bandwidth) {
     out["bandwidth"].push_back({{"threads", b.threads}, {"bytes", b.bytes},

@@ -126,6 +126,7 @@ ModelFacts model_facts(const Model& model, const std::string& path) {
   f.weight_bytes_per_token += matrix_bytes(model.output()) + 4 * model.output_norm().size();
   f.weight_bytes_per_token += row_bytes(model.token_embedding().type, model.token_embedding().n_cols);
   f.matmul_macs_per_token += matrix_macs(model.output());
+  f.output_macs = matrix_macs(model.output());
   type_bytes[std::string(tensor_type_name(uint32_t(model.output().type)))] += matrix_bytes(model.output());
   uint64_t most = 0;
   for (const auto& [name, bytes] : type_bytes) {

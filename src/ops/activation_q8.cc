@@ -14,6 +14,7 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
   scale.resize(n_blocks);
   scaled_sum.resize(n_blocks);
   sum.resize(n_blocks);
+  half_sum.resize(2 * n_blocks);
   for (size_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * activation_block;
     float amax = 0.0f;
@@ -32,9 +33,13 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
       q8b[i] = static_cast<int8_t>(v);
       total += v;
     }
+    int32_t first_half = 0;
+    for (int64_t i = 0; i < activation_block / 2; ++i) first_half += qb[i];
     scale[b] = s;
     scaled_sum[b] = s * static_cast<float>(total);
     sum[b] = total;
+    half_sum[2 * b] = first_half;
+    half_sum[2 * b + 1] = total - first_half;
   }
 }
 

@@ -17,6 +17,7 @@ struct QuantizedActivations {
   std::vector<float> scale;  // [n_tok * n_cols / 32]
   std::vector<float> scaled_sum;  // [n_tok * n_cols / 32]: scale * (sum of q over the block), for Q4_K mins
   std::vector<int32_t> sum;       // [n_tok * n_cols / 32]: sum of q over the block, for offset weight bytes
+  std::vector<int32_t> half_sum;  // [n_tok * n_cols / 16]: the same over each 16-element half (Q6_K)
 
   // n_cols is a multiple of 32. Keeps capacity across calls.
   void assign(const float* x, int64_t n_tok, int64_t n_cols);

@@ -110,12 +110,13 @@ struct TokenQ8 {
   const float* scale;
   const float* scaled_sum;
   const int32_t* sum;
+  const int32_t* half_sum;
 };
 
 HWY_INLINE TokenQ8 token_q8(const detail::QuantizedActivations& xq, int64_t t, int64_t n) {
   const int64_t blocks = n / detail::activation_block;
   return {xq.q.data() + t * n, xq.q8.data() + t * n, xq.scale.data() + t * blocks,
-          xq.scaled_sum.data() + t * blocks, xq.sum.data() + t * blocks};
+          xq.scaled_sum.data() + t * blocks, xq.sum.data() + t * blocks, xq.half_sum.data() + 2 * t * blocks};
 }
 
 // Q8_0 rows dotted with K tokens on int16 lanes (every target; the x86 ones use the byte path in
@@ -215,9 +216,19 @@ HWY_INLINE __m256i SumEachOf8(const __m256i* v) {
 }
 
 // Unsigned bytes times signed bytes, summed in fours into 8 int32 lanes (pairs never saturate for
-// the callers' ranges: |u| <= 128, |s| <= 127 gives at most 2 * 128 * 127 per pair).
+// the callers' ranges: |u| <= 128, |s| <= 127 gives at most 2 * 128 * 127 per pair, so both forms
+// give the same sums). AVX3_DL CPUs have AVX512-VNNI (Highway's check for the target requires
+// it), whose vpdpbusd does the two steps in one. It is written as assembly with the EVEX encoding
+// spelled out: Highway 1.0's target string names avxvnni (the VEX form, which Zen 4 lacks) instead
+// of avx512vnni, and with it g++ would pick the VEX encoding.
 HWY_INLINE __m256i ByteDot(__m256i u, __m256i s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  __m256i acc = _mm256_setzero_si256();
+  asm("%{evex%} vpdpbusd %[s], %[u], %[acc]" : [acc] "+v"(acc) : [u] "v"(u), [s] "v"(s));
+  return acc;
+#else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
 }
 
 // Signed weight bytes times signed activation bytes: |w| times x with w's sign moved onto x
@@ -231,17 +242,24 @@ HWY_INLINE void PrefetchAhead(const uint8_t* p, int64_t bytes) {
   for (int64_t line = 0; line < bytes; line += 64) hwy::Prefetch(p + kPrefetchBytes + line);
 }
 
+// The accumulation orders of the x86 quantised kernels (this file is built with
+// -ffp-contract=off, so every product and sum below is rounded exactly where it is written). The
+// row kernels hold 8 blocks in the lanes of one vector; the tiled prompt kernels
+// (matmul_tiles-inl.h) hold 16 rows, one per lane, and follow the same order: the two agree bit
+// for bit, so a token's result never depends on how many tokens share the call.
+//  - Q8_0 (memory-bound when decoding; its tiles keep 8 tokens in registers with two chains): block
+//    i's float(dot) * factor is fused into acc[i % 2] in block order; the result is acc[0] + acc[1].
+//  - Q4_K and Q6_K (compute-bound when decoding): per super-block, p_s = float(dot_s) * factor_s
+//    for its 8 sub-blocks (x blocks for Q6_K), summed as the tree ((p0 + p1) + (p2 + p3)) +
+//    ((p4 + p5) + (p6 + p7)) and added to a running sum.
+
 // One fused multiply-add on scalars (one rounding, as each lane of a vector MulAdd).
 HWY_INLINE float Fma1(float a, float b, float c) {
   const hn::CappedTag<float, 1> d1;
   return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
 }
 
-// The accumulation order of every x86 Q8_0 and Q4_K kernel: block (or sub-block) i's
-// float(dot) * factor is fused into acc[i % 2] in block order, and the result is acc[0] + acc[1].
-// The row kernels hold 8 blocks in the lanes of a vector; the tiled prompt kernels
-// (matmul_tiles-inl.h) hold 16 rows, one per lane, and walk the blocks in the same order: the two
-// agree bit for bit, so a token's result never depends on how many tokens share the call.
+// Q8_0's order for 8 consecutive blocks starting at an even index.
 HWY_INLINE void AccumulateInOrder(hn::Vec<DS> dots, hn::Vec<DS> factors, float acc[2]) {
   const DS ds;
   HWY_ALIGN float v[8], f[8];
@@ -253,12 +271,20 @@ HWY_INLINE void AccumulateInOrder(hn::Vec<DS> dots, hn::Vec<DS> factors, float a
   }
 }
 
+// The tree of Q4_K and Q6_K.
+HWY_INLINE float TreeSum8(hn::Vec<DS> p) {
+  const __m256 v = p.raw;
+  const __m256 pairs = _mm256_add_ps(v, _mm256_permute_ps(v, 0xB1));           // lane 2i: p2i + p2i+1
+  const __m256 quads = _mm256_add_ps(pairs, _mm256_permute_ps(pairs, 0x4E));    // lanes 0, 4: quads
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1)));
+}
+
 template <int K>
 HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   static_assert(hn::MaxLanes(DS()) == 8, "one 256-bit vector per sub-block set");
   const DS ds;
   const __m256i low4 = _mm256_set1_epi8(0x0f);
-  float acc[K][2] = {}, acc_min[K][2] = {};  // the two terms in separate chains
+  float acc[K] = {}, acc_min[K] = {};  // the two terms in separate sums
   for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q4_k_bytes;
     PrefetchAhead(block, quant::q4_k_bytes);
@@ -281,11 +307,11 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
         dots[s] = ByteDot(nibbles[s], xv);
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
-      AccumulateInOrder(sums, hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + b * 8)), acc[k]);
-      AccumulateInOrder(d_min, hn::LoadU(ds, x[k].scaled_sum + b * 8), acc_min[k]);
+      acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(d_scale, hn::LoadU(ds, x[k].scale + b * 8))));
+      acc_min[k] += TreeSum8(hn::Mul(d_min, hn::LoadU(ds, x[k].scaled_sum + b * 8)));
     }
   }
-  for (int k = 0; k < K; ++k) out[k] = (acc[k][0] + acc[k][1]) - (acc_min[k][0] + acc_min[k][1]);
+  for (int k = 0; k < K; ++k) out[k] = acc[k] - acc_min[k];
 }
 #else
 // Elsewhere: nibbles and activations widened to int16 (32 lanes decode a group per load on
@@ -463,19 +489,35 @@ HWY_INLINE float DotQ6_KWide(const uint8_t* row, const int16_t* xq, const float*
 }
 
 #if SQUEEZEKV_X86_BYTE_DOT
+// The 6-bit values of a Q6_K super-block as 8 streams of 32 bytes (0..63): stream 4h + j holds
+// elements 128h + 32j + l for l < 32, i.e. x block 4h + j, rebuilt from ql and qh.
+HWY_INLINE void Q6_KStreams(const uint8_t* block, __m256i* q) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = block + 64 * h;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quant::q6_k_qh_offset + 32 * h));
+    q[4 * h] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(high, 4), bits45));
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(high, 2), bits45));
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(high, bits45));
+    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                                   _mm256_and_si256(_mm256_srli_epi16(high, 2), bits45));
+  }
+}
+
 // Q6_K rows dotted with K tokens on x86: each half super-block (128 elements) is 4 streams of 32
 // 6-bit values (elements l, l + 32, l + 64, l + 96 for l < 32, each one x block), rebuilt as bytes
 // from ql and qh with shifts and masks, then vpmaddubsw against int8 activations. The -32 offset
 // is vpmaddubsw(32, x) subtracted in int16 (|pairs| <= 2 * 32 * 127), and the two int8 sub-block
 // scales of a stream enter through vpmaddwd (lanes 0-7: elements 0-15, 8-15: elements 16-31).
 // The 8 streams' int32 vectors are reduced together (lane = x block), so a super-block costs one
-// conversion and one FMA per token. Per-token arithmetic does not depend on K.
+// conversion and one TreeSum8 per token. Per-token arithmetic does not depend on K.
 template <int K>
 HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   static_assert(hn::MaxLanes(DS()) == 8, "one 256-bit vector per super-block's x blocks");
   const DS ds;
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i bits45 = _mm256_set1_epi8(0x30);
   const __m256i offset = _mm256_set1_epi8(32);
   // pshufb controls: bytes [2p x 8, 2p + 1 x 8] for the sub-block pair of stream p.
   __m128i pair_ctrl[8];
@@ -483,28 +525,14 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
     pair_ctrl[p] = _mm_set_epi64x(static_cast<int64_t>(0x0101010101010101ull * static_cast<uint64_t>(2 * p + 1)),
                                   static_cast<int64_t>(0x0101010101010101ull * static_cast<uint64_t>(2 * p)));
   }
-  hn::Vec<DS> acc[K];
-  for (int k = 0; k < K; ++k) acc[k] = hn::Zero(ds);
+  float acc[K] = {};
   for (int64_t b = 0; b < n / quant::q6_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q6_k_bytes;
     PrefetchAhead(block, quant::q6_k_bytes);
     const auto d = hn::Set(ds, LoadHalf(block + quant::q6_k_d_offset));
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + quant::q6_k_scales_offset));
     __m256i q[8], scale[8];  // stream 4h + j: its 32 values as bytes, and its two scales as int16
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = block + 64 * h;
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i high =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quant::q6_k_qh_offset + 32 * h));
-      q[4 * h] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(high, 4), bits45));
-      q[4 * h + 1] =
-          _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(high, 2), bits45));
-      q[4 * h + 2] =
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(high, bits45));
-      q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
-                                     _mm256_and_si256(_mm256_srli_epi16(high, 2), bits45));
-    }
+    Q6_KStreams(block, q);
     for (int p = 0; p < 8; ++p) scale[p] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pair_ctrl[p]));
     for (int k = 0; k < K; ++k) {
       const int8_t* xk = x[k].q8 + b * quant::q6_k_elems;
@@ -515,10 +543,10 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
         dots[p] = _mm256_madd_epi16(pairs, scale[p]);
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
-      acc[k] = hn::MulAdd(sums, hn::Mul(d, hn::LoadU(ds, x[k].scale + b * 8)), acc[k]);
+      acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(d, hn::LoadU(ds, x[k].scale + b * 8))));
     }
   }
-  for (int k = 0; k < K; ++k) out[k] = hn::GetLane(hn::SumOfLanes(ds, acc[k]));
+  for (int k = 0; k < K; ++k) out[k] = acc[k];
 }
 #else
 template <int K>

@@ -1,6 +1,6 @@
 // Prompt products as register tiles on x86 targets with VNNI (vpdpbusd): 16 weight rows x up to
-// 8 tokens. Included by matmul.cc inside its per-target namespace, after the row kernels, whose
-// TokenQ8 and accumulation order (AccumulateInOrder) it shares.
+// 8 tokens (Q8_0) or 4 (Q4_K, Q6_K). Included by matmul.cc inside its per-target namespace, after
+// the row kernels, whose TokenQ8 and accumulation orders it shares.
 //
 // Why a panel: in GGUF a block's 32 bytes belong to one row, so a vector of them serves one
 // (row, token) pair and needs a horizontal sum per block. Here 16 rows are first regrouped into a
@@ -10,23 +10,27 @@
 // panel (a copy of 16 rows, at most a few hundred KiB, in L2) is built once per call and serves
 // every token of the call, so it costs little beside the product once a call has a few tokens.
 //
-// Each lane walks the blocks in the order of the row kernels (fused into acc[block % 2], result
-// acc[0] + acc[1]), so a tile's results are bit for bit those of the one-token path.
+// Each lane sums the blocks in the order of the row kernels (see the accumulation orders in
+// matmul.cc), so a tile's results are bit for bit those of the one-token path.
 #undef SQUEEZEKV_VNNI_TILES
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #define SQUEEZEKV_VNNI_TILES 1
+// AVX-512 CPUs with VNNI but not the rest of AVX3_DL (Cascade Lake) run the AVX3 target, and
 // Highway 1.0's AVX3_DL target string names avxvnni (the VEX form) but not avx512vnni, which the
-// 512-bit vpdpbusd needs: the tiles add it, and UseTiles checks the CPU for it.
+// 512-bit vpdpbusd needs: on both targets the tiles add it, and UseTiles asks the CPU for it.
 #define SQUEEZEKV_VNNI __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+// Lambdas in the tiles must be inlined: their accumulators then stay in registers.
+#define SQUEEZEKV_VNNI_LAMBDA __attribute__((always_inline, target(HWY_TARGET_STR ",avx512vnni")))
 
 constexpr int64_t kTileRows = 16;  // one 512-bit lane per row
 
 // Calls with fewer tokens take the row kernels: below this the panel costs more than it saves.
 constexpr int64_t kTileMinTokens = 4;
 
-// 16 rows regrouped for the tiles. bytes: per block (Q8_0) or sub-block (Q4_K), 8 vectors, vector
-// g = columns 4g..4g+3 of each row as unsigned bytes. factor: per block, d of each row (Q8_0) or,
-// per sub-block, d * scale (Q4_K); factor_min: per sub-block, dmin * min (Q4_K).
+// 16 rows regrouped for the tiles. bytes: per 32 columns (a Q8_0 block, a Q4_K sub-block, a Q6_K
+// x block), 8 vectors, vector g = columns 4g..4g+3 of each row as unsigned bytes. factor: per
+// block, d of each row (Q8_0), per sub-block d * scale (Q4_K), per super-block d (Q6_K);
+// factor_min: per sub-block, dmin * min (Q4_K).
 // (std::vector would drop __m512i's alignment: GCC ignores a vector type's attributes in template
 // arguments.)
 template <class T>
@@ -50,6 +54,7 @@ struct Panel {
   AlignedBuffer<__m512i> bytes;
   AlignedBuffer<__m512> factor;
   AlignedBuffer<__m512> factor_min;
+  AlignedBuffer<__m512i> scales;  // Q6_K: per x block, the int8 scales of its two halves per row
 };
 
 // Byte offsets of the panel's 16 rows from the first; lanes past `valid` repeat the last row, so
@@ -114,11 +119,43 @@ HWY_INLINE SQUEEZEKV_VNNI void PackQ4_K(const uint8_t* rows, size_t stride, int 
   }
 }
 
-// The integer dots of one 32-column block of the panel with T tokens: s[k] += sum over the
-// block's columns of panel byte * token k's activation byte (one broadcast dword per vpdpbusd).
+// Q6_K: each row's super-block is first rebuilt as 256 bytes (0..63) by the row kernel's own
+// Q6_KStreams, then regrouped; the -32 offset is undone in integers by the tile.
+HWY_INLINE SQUEEZEKV_VNNI void PackQ6_K(const uint8_t* rows, size_t stride, int valid, int64_t n_super, Panel& panel) {
+  panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
+  panel.factor.reserve(static_cast<size_t>(n_super));
+  panel.scales.reserve(static_cast<size_t>(n_super) * 16);
+  HWY_ALIGN int32_t offsets[kTileRows];
+  RowOffsets(stride, valid, offsets);
+  HWY_ALIGN uint8_t values[kTileRows][quant::q6_k_elems];
+  const __m512i index = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(quant::q6_k_elems));
+  for (int64_t b = 0; b < n_super; ++b) {
+    HWY_ALIGN uint16_t d[kTileRows];
+    HWY_ALIGN int32_t scale[16][kTileRows];  // [sub-block of 16][row]
+    for (int r = 0; r < kTileRows; ++r) {
+      const uint8_t* block = rows + offsets[r] + b * quant::q6_k_bytes;
+      __m256i q[8];
+      Q6_KStreams(block, q);
+      for (int p = 0; p < 8; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(values[r] + 32 * p), q[p]);
+      std::memcpy(&d[r], block + quant::q6_k_d_offset, 2);
+      const auto* sc = reinterpret_cast<const int8_t*>(block + quant::q6_k_scales_offset);
+      for (int i = 0; i < 16; ++i) scale[i][r] = sc[i];
+    }
+    __m512i* out = panel.bytes.data() + b * 64;
+    for (int p = 0; p < 8; ++p) {
+      for (int g = 0; g < 8; ++g) out[p * 8 + g] = _mm512_i32gather_epi32(index, values[0] + 32 * p + 4 * g, 1);
+    }
+    panel.factor.data()[b] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+    for (int i = 0; i < 16; ++i) panel.scales.data()[b * 16 + i] = _mm512_load_si512(scale[i]);
+  }
+}
+
+// The integer dots of 16 columns (groups first..first + 3) of the panel with T tokens: s[k] +=
+// panel byte * token k's activation byte over them (one broadcast dword per vpdpbusd).
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void BlockDots(const __m512i* w, const TokenQ8* x, int64_t column, __m512i* s) {
-  for (int g = 0; g < 8; ++g) {
+HWY_INLINE SQUEEZEKV_VNNI void BlockHalfDots(const __m512i* w, const TokenQ8* x, int64_t column, int first, __m512i* s) {
+  for (int g = first; g < first + 4; ++g) {
     const __m512i wg = _mm512_load_si512(w + g);
     for (int k = 0; k < T; ++k) {
       int32_t xv;
@@ -128,17 +165,43 @@ HWY_INLINE SQUEEZEKV_VNNI void BlockDots(const __m512i* w, const TokenQ8* x, int
   }
 }
 
+// The same over a whole 32-column block.
+template <int T>
+HWY_INLINE SQUEEZEKV_VNNI void BlockDots(const __m512i* w, const TokenQ8* x, int64_t column, __m512i* s) {
+  BlockHalfDots<T>(w, x, column, 0, s);
+  BlockHalfDots<T>(w, x, column, 4, s);
+}
+
 // Writes lanes [0, valid) of token k's 16 results to y (rows r0.. of token row t0 + k).
 template <int T>
 HWY_INLINE SQUEEZEKV_VNNI void StoreTile(const __m512* result, float* y, int64_t n_rows, int64_t t0, int64_t r0, __mmask16 valid) {
   for (int k = 0; k < T; ++k) _mm512_mask_storeu_ps(y + (t0 + k) * n_rows + r0, valid, result[k]);
 }
 
+// Adds the tree ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) of 8 products, p_i =
+// product(first + i), to acc: the order of the row kernels' TreeSum8, lane by lane.
+template <int T, class Product>
+HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512* acc) {
+  __m512 a[T], b[T], half[2][T];
+  for (int h = 0; h < 2; ++h) {
+    for (int q = 0; q < 2; ++q) {
+      product(first + 4 * h + 2 * q, a);
+      product(first + 4 * h + 2 * q + 1, b);
+      for (int k = 0; k < T; ++k) {
+        const __m512 pair = _mm512_add_ps(a[k], b[k]);
+        half[h][k] = q == 0 ? pair : _mm512_add_ps(half[h][k], pair);
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) acc[k] = _mm512_add_ps(acc[k], _mm512_add_ps(half[0][k], half[1][k]));
+}
+
+// Q8_0: block j fused into acc[j % 2], as the row kernel (AccumulateInOrder).
 template <int T>
 HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* result) {
   __m512 acc0[T], acc1[T];
   for (int k = 0; k < T; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
-  auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI {
+  auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
     for (int k = 0; k < T; ++k) s[k] = _mm512_set1_epi32(-128 * x[k].sum[j]);
     BlockDots<T>(panel.bytes.data() + j * 8, x, j * quant::q8_0_elems, s);
@@ -158,24 +221,47 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, co
 
 template <int T>
 HWY_INLINE SQUEEZEKV_VNNI void TileQ4_K(const Panel& panel, int64_t n_sub, const TokenQ8* x, __m512* result) {
-  __m512 acc0[T], acc1[T], min0[T], min1[T];
-  for (int k = 0; k < T; ++k) acc0[k] = acc1[k] = min0[k] = min1[k] = _mm512_setzero_ps();
-  auto sub_block = [&](int64_t j, __m512* acc, __m512* acc_min) SQUEEZEKV_VNNI {
+  auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
     for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
     BlockDots<T>(panel.bytes.data() + j * 8, x, j * 32, s);
     const __m512 factor = panel.factor.data()[j];
+    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor, _mm512_set1_ps(x[k].scale[j])));
+  };
+  // The mins' term needs no weight bytes: its own pass, so that each pass holds few registers.
+  auto min_product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
     const __m512 factor_min = panel.factor_min.data()[j];
+    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(factor_min, _mm512_set1_ps(x[k].scaled_sum[j]));
+  };
+  __m512 acc_min[T];
+  for (int k = 0; k < T; ++k) result[k] = acc_min[k] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n_sub; j += 8) AddTreeOf8<T>(product, j, result);
+  for (int64_t j = 0; j < n_sub; j += 8) AddTreeOf8<T>(min_product, j, acc_min);
+  for (int k = 0; k < T; ++k) result[k] = _mm512_sub_ps(result[k], acc_min[k]);
+}
+
+// Q6_K: per x block, the dots of its two 16-column halves (each started at -32 * the half's
+// activation sum), times the halves' int8 scales, summed in integers: the row kernel's exact dot.
+template <int T>
+HWY_INLINE SQUEEZEKV_VNNI void TileQ6_K(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* result) {
+  auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+    const __m512i* w = panel.bytes.data() + j * 8;
+    __m512i lo[T], hi[T];
     for (int k = 0; k < T; ++k) {
-      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor, _mm512_set1_ps(x[k].scale[j])), acc[k]);
-      acc_min[k] = _mm512_fmadd_ps(factor_min, _mm512_set1_ps(x[k].scaled_sum[j]), acc_min[k]);
+      lo[k] = _mm512_set1_epi32(-32 * x[k].half_sum[2 * j]);
+      hi[k] = _mm512_set1_epi32(-32 * x[k].half_sum[2 * j + 1]);
+    }
+    BlockHalfDots<T>(w, x, j * 32, 0, lo);
+    BlockHalfDots<T>(w, x, j * 32, 4, hi);
+    const __m512i scale_lo = panel.scales.data()[2 * j], scale_hi = panel.scales.data()[2 * j + 1];
+    const __m512 d = panel.factor.data()[j / 8];
+    for (int k = 0; k < T; ++k) {
+      const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo[k], scale_lo), _mm512_mullo_epi32(hi[k], scale_hi));
+      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[j])));
     }
   };
-  for (int64_t j = 0; j < n_sub; j += 2) {  // 8 sub-blocks a super-block: always even
-    sub_block(j, acc0, min0);
-    sub_block(j + 1, acc1, min1);
-  }
-  for (int k = 0; k < T; ++k) result[k] = _mm512_sub_ps(_mm512_add_ps(acc0[k], acc1[k]), _mm512_add_ps(min0[k], min1[k]));
+  for (int k = 0; k < T; ++k) result[k] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n_blocks; j += 8) AddTreeOf8<T>(product, j, result);
 }
 
 // Every token of the call against the panel, T tokens at a time.
@@ -196,7 +282,8 @@ HWY_INLINE SQUEEZEKV_VNNI int64_t TokenTiles(Tile tile, const detail::MatmulInpu
 // AVX512-VNNI is asked of the CPU here too rather than trusted to Highway's target check.
 HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
   static const bool has_vnni = __builtin_cpu_supports("avx512vnni");
-  return has_vnni && n_tok >= kTileMinTokens && (type == TensorType::q8_0 || type == TensorType::q4_k);
+  return has_vnni && n_tok >= kTileMinTokens &&
+         (type == TensorType::q8_0 || type == TensorType::q4_k || type == TensorType::q6_k);
 }
 
 SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
@@ -213,20 +300,30 @@ SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& 
     if (w.type == TensorType::q8_0) {
       const int64_t n_blocks = n / quant::q8_0_elems;
       PackQ8_0(rows, stride, valid, n_blocks, panel);
-      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI {
+      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
         constexpr int K = decltype(k_tag)::value;
-        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI { TileQ8_0<K>(panel, n_blocks, x, out); };
+        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ8_0<K>(panel, n_blocks, x, out); };
       };
       t = TokenTiles<8>(tile(std::integral_constant<int, 8>{}), in, t, n, y, w.n_rows, r0, mask);
+      t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
+      t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
+      TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
+    } else if (w.type == TensorType::q6_k) {
+      const int64_t n_super = n / quant::q6_k_elems;
+      PackQ6_K(rows, stride, valid, n_super, panel);
+      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
+        constexpr int K = decltype(k_tag)::value;
+        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ6_K<K>(panel, n_super * 8, x, out); };
+      };
       t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
       t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
       TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
     } else {
       const int64_t n_super = n / quant::q4_k_elems;
       PackQ4_K(rows, stride, valid, n_super, panel);
-      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI {
+      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
         constexpr int K = decltype(k_tag)::value;
-        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI { TileQ4_K<K>(panel, n_super * 8, x, out); };
+        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ4_K<K>(panel, n_super * 8, x, out); };
       };
       t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
       t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "squeezekv/ops/cpu_info.h"
+
 namespace {
 
 struct CliRun {
@@ -75,6 +77,11 @@ TEST(Cli, BenchTablesInEveryFormat) {
   EXPECT_NE(md.out.find("| 2 | full | tg4 | 16 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("| 1 | window b8 | pp8 | 0 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("1.000 [1.000, 1.000]"), std::string::npos) << md.out;  // the first cache against itself
+  // Every figure says what it ran on: the CPU and the SIMD target the dispatch chose.
+  const squeezekv::CpuInfo cpu = squeezekv::cpu_info();
+  EXPECT_NE(md.out.find("cpu: " + cpu.model), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("SIMD target " + cpu.simd_target + ";"), std::string::npos) << md.out;
+  EXPECT_NE(cpu.simd_target, "none");
   const CliRun csv = run(args + " -o csv");
   ASSERT_EQ(csv.status, 0) << csv.out;
   EXPECT_EQ(csv.out.rfind("model,weight_type,threads,cache,", 0), 0u) << csv.out;
@@ -85,6 +92,7 @@ TEST(Cli, BenchTablesInEveryFormat) {
   ASSERT_EQ(json.status, 0) << json.out;
   EXPECT_NE(json.out.find("\"time_vs_first_cache\""), std::string::npos) << json.out;
   EXPECT_NE(json.out.find("\"weight_bytes_per_token\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"simd_target\": \"" + cpu.simd_target + "\""), std::string::npos) << json.out;
 }
 
 // --score and --positions comma lists: one row per combination, labelled by the rule when it is

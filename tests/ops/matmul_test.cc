@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -125,32 +126,37 @@ TEST(ops_matmul, MatvecMatchesScalarTwin) {
 }
 
 // Bit for bit, whatever the path: the row kernels, the 4-token row kernels and (on VNNI targets)
-// the 16-row x 8-token prompt tiles, with row counts that leave partial tiles and token counts
-// that leave every tile remainder (1, 2, 4 and 8 tokens; 127 crosses the 16-token row tile too).
+// the 16-row x 4-token prompt tiles, with row counts that leave partial tiles and token counts
+// that leave every tile remainder (1, 2 and 3 tokens; 127 crosses the 16-token row tile too), and
+// column counts with and without blocks after the last run of 8.
 TEST(ops_matmul, MatmulEqualsMatvecPerToken) {
   ThreadPool pool2(2);
   testing::for_each_target([&] {
     uint32_t seed = 100;
     for (const TensorType type : all_types) {
-      const int64_t n_cols = column_counts(type)[1];
-      for (const auto& [n_rows, n_tok] : {std::pair<int64_t, int64_t>{9, 1}, {9, 3}, {9, 17}, {16, 4}, {33, 8},
-                                         {47, 15}, {17, 127}, {70, 31}}) {
-        SCOPED_TRACE(name(type) + " rows " + std::to_string(n_rows) + " tokens " + std::to_string(n_tok));
-        const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
-        const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
-        std::vector<float> batch(static_cast<size_t>(n_tok * n_rows)), batch2(batch.size()),
-            scalar(batch.size());
-        matmul(m.view, x.data(), n_tok, batch.data(), nullptr);
-        matmul(m.view, x.data(), n_tok, batch2.data(), &pool2);
-        matmul_scalar(m.view, x.data(), n_tok, scalar.data());
-        for (int64_t t = 0; t < n_tok; ++t) {
-          std::vector<float> single(static_cast<size_t>(n_rows));
-          matvec(m.view, x.data() + t * n_cols, single.data(), nullptr);
-          for (int64_t r = 0; r < n_rows; ++r) {
-            const size_t k = static_cast<size_t>(t * n_rows + r);
-            ASSERT_EQ(batch[k], single[static_cast<size_t>(r)]) << "token " << t << " row " << r;
-            ASSERT_EQ(batch[k], batch2[k]) << "token " << t << " row " << r;
-            ASSERT_NEAR(batch[k], scalar[k], error_bound(m, r, x.data() + t * n_cols));
+      // Q8_0: 3 blocks (no run of 8) and 17 (two runs and one more); K-quants 3 and 9 super-blocks.
+      const std::vector<int64_t> counts = column_counts(type);
+      for (const int64_t n_cols : {counts[1], counts[std::min<size_t>(3, counts.size() - 1)]}) {
+        for (const auto& [n_rows, n_tok] : {std::pair<int64_t, int64_t>{9, 1}, {9, 3}, {9, 17}, {16, 4}, {33, 8},
+                                            {47, 15}, {17, 127}, {70, 31}}) {
+          SCOPED_TRACE(name(type) + " cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) +
+                       " tokens " + std::to_string(n_tok));
+          const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
+          const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
+          std::vector<float> batch(static_cast<size_t>(n_tok * n_rows)), batch2(batch.size()),
+              scalar(batch.size());
+          matmul(m.view, x.data(), n_tok, batch.data(), nullptr);
+          matmul(m.view, x.data(), n_tok, batch2.data(), &pool2);
+          matmul_scalar(m.view, x.data(), n_tok, scalar.data());
+          for (int64_t t = 0; t < n_tok; ++t) {
+            std::vector<float> single(static_cast<size_t>(n_rows));
+            matvec(m.view, x.data() + t * n_cols, single.data(), nullptr);
+            for (int64_t r = 0; r < n_rows; ++r) {
+              const size_t k = static_cast<size_t>(t * n_rows + r);
+              ASSERT_EQ(batch[k], single[static_cast<size_t>(r)]) << "token " << t << " row " << r;
+              ASSERT_EQ(batch[k], batch2[k]) << "token " << t << " row " << r;
+              ASSERT_NEAR(batch[k], scalar[k], error_bound(m, r, x.data() + t * n_cols));
+            }
           }
         }
       }

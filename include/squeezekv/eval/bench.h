@@ -79,6 +79,7 @@ struct ModelFacts {
   // norms; one embedding row) and the multiply-adds of a prompt token's matmuls.
   uint64_t weight_bytes_per_token = 0;
   uint64_t matmul_macs_per_token = 0;
+  uint64_t output_macs = 0;  // the output projection's share, which a prompt computes for its last token only
 };
 
 ModelFacts model_facts(const Model& model, const std::string& path);
