@@ -13,8 +13,8 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
   q8.resize(n);
   scale.resize(n_blocks);
   scaled_sum.resize(n_blocks);
-  sum.resize(n_blocks);
-  half_sum.resize(2 * n_blocks);
+  q8_0_offset.resize(n_blocks);
+  q6_k_offset.resize(2 * n_blocks);
   for (size_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * activation_block;
     float amax = 0.0f;
@@ -37,9 +37,9 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols)
     for (int64_t i = 0; i < activation_block / 2; ++i) first_half += qb[i];
     scale[b] = s;
     scaled_sum[b] = s * static_cast<float>(total);
-    sum[b] = total;
-    half_sum[2 * b] = first_half;
-    half_sum[2 * b + 1] = total - first_half;
+    q8_0_offset[b] = -128 * total;
+    q6_k_offset[2 * b] = -32 * first_half;
+    q6_k_offset[2 * b + 1] = -32 * (total - first_half);
   }
 }
 

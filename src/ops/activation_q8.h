@@ -16,8 +16,11 @@ struct QuantizedActivations {
   std::vector<int8_t> q8;    // the same values as bytes, for kernels that multiply bytes
   std::vector<float> scale;  // [n_tok * n_cols / 32]
   std::vector<float> scaled_sum;  // [n_tok * n_cols / 32]: scale * (sum of q over the block), for Q4_K mins
-  std::vector<int32_t> sum;       // [n_tok * n_cols / 32]: sum of q over the block, for offset weight bytes
-  std::vector<int32_t> half_sum;  // [n_tok * n_cols / 16]: the same over each 16-element half (Q6_K)
+  // The prompt tiles' integer offset terms, stored ready to broadcast from memory: -128 * (sum of
+  // q over the block) for Q8_0 weights held as w + 128, and -32 * (sum over each 16-element
+  // half) for Q6_K's 6-bit values q + 32.
+  std::vector<int32_t> q8_0_offset;  // [n_tok * n_cols / 32]
+  std::vector<int32_t> q6_k_offset;  // [n_tok * n_cols / 16]
 
   // n_cols is a multiple of 32. Keeps capacity across calls.
   void assign(const float* x, int64_t n_tok, int64_t n_cols);

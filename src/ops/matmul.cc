@@ -109,14 +109,15 @@ struct TokenQ8 {
   const int8_t* q8;
   const float* scale;
   const float* scaled_sum;
-  const int32_t* sum;
-  const int32_t* half_sum;
+  const int32_t* q8_0_offset;
+  const int32_t* q6_k_offset;
 };
 
 HWY_INLINE TokenQ8 token_q8(const detail::QuantizedActivations& xq, int64_t t, int64_t n) {
   const int64_t blocks = n / detail::activation_block;
   return {xq.q.data() + t * n, xq.q8.data() + t * n, xq.scale.data() + t * blocks,
-          xq.scaled_sum.data() + t * blocks, xq.sum.data() + t * blocks, xq.half_sum.data() + 2 * t * blocks};
+          xq.scaled_sum.data() + t * blocks, xq.q8_0_offset.data() + t * blocks,
+          xq.q6_k_offset.data() + 2 * t * blocks};
 }
 
 // Q8_0 rows dotted with K tokens on int16 lanes (every target; the x86 ones use the byte path in

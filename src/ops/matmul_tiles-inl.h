@@ -181,17 +181,19 @@ HWY_INLINE SQUEEZEKV_VNNI void PackQ6_K(const uint8_t* rows, size_t stride, int 
   }
 }
 
+// 4 bytes broadcast to every lane straight from memory (a load, or vpdpbusd's {1to16} operand):
+// through a general register the broadcast costs a cross-domain move and was the tiles' bottleneck.
+HWY_INLINE SQUEEZEKV_VNNI __m512i Broadcast32(const void* p) {
+  return _mm512_broadcastd_epi32(_mm_loadu_si32(p));
+}
+
 // The integer dots of 16 columns (groups first..first + 3) of the panel with T tokens: s[k] +=
 // panel byte * token k's activation byte over them (one broadcast dword per vpdpbusd).
 template <int T>
 HWY_INLINE SQUEEZEKV_VNNI void BlockHalfDots(const __m512i* w, const TokenQ8* x, int64_t column, int first, __m512i* s) {
   for (int g = first; g < first + 4; ++g) {
     const __m512i wg = _mm512_load_si512(w + g);
-    for (int k = 0; k < T; ++k) {
-      int32_t xv;
-      std::memcpy(&xv, x[k].q8 + column + 4 * g, 4);
-      s[k] = _mm512_dpbusd_epi32(s[k], wg, _mm512_set1_epi32(xv));
-    }
+    for (int k = 0; k < T; ++k) s[k] = _mm512_dpbusd_epi32(s[k], wg, Broadcast32(x[k].q8 + column + 4 * g));
   }
 }
 
@@ -233,7 +235,7 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, co
   for (int k = 0; k < T; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
   auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = _mm512_set1_epi32(-128 * x[k].sum[j]);
+    for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + j);
     BlockDots<T>(panel.bytes.data() + j * 8, x, j * quant::q8_0_elems, s);
     const __m512 d = panel.factor.data()[j];
     for (int k = 0; k < T; ++k) {
@@ -278,8 +280,8 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ6_K(const Panel& panel, int64_t n_blocks, co
     const __m512i* w = panel.bytes.data() + j * 8;
     __m512i lo[T], hi[T];
     for (int k = 0; k < T; ++k) {
-      lo[k] = _mm512_set1_epi32(-32 * x[k].half_sum[2 * j]);
-      hi[k] = _mm512_set1_epi32(-32 * x[k].half_sum[2 * j + 1]);
+      lo[k] = Broadcast32(x[k].q6_k_offset + 2 * j);
+      hi[k] = Broadcast32(x[k].q6_k_offset + 2 * j + 1);
     }
     BlockHalfDots<T>(w, x, j * 32, 0, lo);
     BlockHalfDots<T>(w, x, j * 32, 4, hi);
