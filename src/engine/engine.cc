@@ -426,26 +426,32 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     float* out = att_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
     std::fill(out, out + group * hd, 0.0f);
     rows_weighted_sum_group(logits, group, ld, head.values(), head.value_type(), size_t(hi), hd, out, hd);
-    if (feed) {
-      // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads.
-      float* dst = group_probs_.data() + size_t(g) * probs_per_head + size_t(t) * size_t(n_slots);
-      for (int s = 0; s < hi; ++s) {
-        float sum = 0.0f;
-        for (size_t i = 0; i < group; ++i) sum += logits[i * ld + size_t(s)];
-        dst[s] = sum;
-      }
-      std::fill(dst + hi, dst + n_slots, 0.0f);
-    }
+    if (feed) feed_probs(g, t, logits, ld, hi, n_slots, probs_per_head);
   };
-  const size_t n_tasks = size_t(c.n_kv_heads) * size_t(n);
-  const int64_t work = int64_t(c.n_heads) * n * max_slots * c.head_dim;
-  if (pool_ && n_tasks > 1 && work >= kMatmulParallelMacs) {
-    pool_->parallel_for(n_tasks, task);
-  } else {
-    for (size_t i = 0; i < n_tasks; ++i) task(i, 0);
+  const bool blocks = !(most_shift > 0 && fused_turn) &&
+                      attention_in_blocks(layer, row0, n, pos0, max_slots, most_shift > 0, feed, probs_per_head);
+  if (!blocks) {
+    const size_t n_tasks = size_t(c.n_kv_heads) * size_t(n);
+    const int64_t work = int64_t(c.n_heads) * n * max_slots * c.head_dim;
+    if (pool_ && n_tasks > 1 && work >= kMatmulParallelMacs) {
+      pool_->parallel_for(n_tasks, task);
+    } else {
+      for (size_t i = 0; i < n_tasks; ++i) task(i, 0);
+    }
   }
   if (!feed) return;
   for (int g = 0; g < c.n_kv_heads; ++g) layer.add_attention(g, group_probs_.data() + size_t(g) * probs_per_head, n);
+}
+
+void Engine::feed_probs(int g, int t, const float* probs, size_t ld, int hi, int n_slots, size_t probs_per_head) {
+  const auto group = size_t(model_.config().group());
+  float* dst = group_probs_.data() + size_t(g) * probs_per_head + size_t(t) * size_t(n_slots);
+  for (int s = 0; s < hi; ++s) {
+    float sum = 0.0f;
+    for (size_t i = 0; i < group; ++i) sum += probs[i * ld + size_t(s)];
+    dst[s] = sum;
+  }
+  std::fill(dst + hi, dst + n_slots, 0.0f);
 }
 
 }  // namespace squeezekv

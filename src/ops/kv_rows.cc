@@ -692,8 +692,8 @@ void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, si
                       size_t n, size_t head_dim, float* out, size_t ld_out) {
   HWY_DYNAMIC_DISPATCH(QueryBlockDots)(q, m, ld_q, kt, ld_kt, n, head_dim, out, ld_out);
 }
-bool masked_softmax(float* x, const uint8_t* mask, size_t n) {
-  return HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(x, mask, n, 1.0f);
+bool masked_softmax(float* x, const uint8_t* mask, size_t n, float scale) {
+  return HWY_DYNAMIC_DISPATCH(MaskedSoftmax)(x, mask, n, scale);
 }
 
 bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,

@@ -69,6 +69,11 @@ class Engine {
   // update, and reports what it measures to the coordinator (coordinator()->measurements()).
 
   void set_residual_observer(ResidualObserver observer) { observer_ = std::move(observer); }
+
+  // A prompt chunk of 16 tokens or more computes its attention logits in blocks (each head's keys
+  // transposed once per layer, a block of queries as one tiled product); they equal the token
+  // path's to float rounding, not to the bit. Off: every chunk takes the token path (to compare).
+  void set_prompt_blocks(bool on) { prompt_blocks_ = on; }
   const Model& model() const { return model_; }
   ThreadPool* pool() const { return pool_; }
 
@@ -81,6 +86,14 @@ class Engine {
   // clamped_at >= 0 (PositionRule::span): rows at positions <= clamped_at, turned to position 0
   // in the cache, are read at position clamped_at.
   void attention(LayerCache& cache, int row0, int n, int64_t pos0, bool ranks, int64_t clamped_at);
+  // A prompt chunk's attention in blocks (prompt_attention.cc): each head's keys transposed once
+  // per layer, then a block of tokens' queries against them as one register-tiled product.
+  // False (nothing done) when the chunk is too short or the transposed keys would be too large.
+  bool attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
+                           bool feed, size_t probs_per_head);
+  // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads: token
+  // t's row from its group's probabilities (group rows, ld apart), the first hi slots nonzero.
+  void feed_probs(int g, int t, const float* probs, size_t ld, int hi, int n_slots, size_t probs_per_head);
   void check_cache(const ModelCache& cache) const;
   // The clamp of PositionRule::span for this cache (0: the rule does not apply).
   int64_t span_distance(const ModelCache& cache) const;
@@ -121,6 +134,8 @@ class Engine {
   std::vector<uint8_t> rotated_;           // per KV head: rot_keys_ holds its keys
   std::vector<std::vector<float>> scratch_;  // per worker: a GQA group's logits over slots, mask
   std::vector<float> group_probs_;         // per KV head [n, slots] when attention is fed back
+  bool prompt_blocks_ = true;
+  std::vector<float> keys_t_;              // attention_in_blocks: per KV head, keys [hd, ld] (transposed)
   // forward_batch, per sequence: its first row in the batch, its rows, the text position of its
   // first token, whether its allocator measures the residual stream in this step.
   struct SeqSpan {

@@ -118,9 +118,10 @@ void rotate_rows_back_scalar(const void* rows, KVType type, const int32_t* shift
 // One shift's row of `turns` from rope_cache's (cos, sin) pairs.
 void rope_turn_row(const float* cos_sin, size_t n_rot, bool neox, float* turn);
 
-// x[0..n) = exp(x - max) / sum over the entries with mask[j] != 0; masked entries become 0.
-// Returns false (and leaves zeros) when no entry is unmasked.
-bool masked_softmax(float* x, const uint8_t* mask, size_t n);
+// x[0..n) = exp(scale * x - max) / sum over the entries with mask[j] != 0 (max over the same);
+// masked entries become 0. Returns false (and leaves zeros) when no entry is unmasked. The scaled
+// form is query_probs' softmax, bit for bit.
+bool masked_softmax(float* x, const uint8_t* mask, size_t n, float scale = 1.0f);
 
 // Queries against kept rows, the step every attention-like score takes: for each of n_q queries,
 // probs[g * ld + j] = softmax_j(scale * dot(q + g * ld_q, row j)) over the rows j < n_rows that

@@ -1,0 +1,133 @@
+// A prompt chunk's attention in blocks (Engine::attention_in_blocks, see engine.h).
+//
+// Token by token, each query's logits are dots of one query with every key: a horizontal sum per
+// (query, key). In a chunk of many tokens, each KV head's keys are instead transposed once per
+// layer (f32 [head_dim, slots]), and a block of tokens' queries (their whole GQA groups, about 16
+// queries) goes through query_block_dots, a register-tiled product with one lane per key and no
+// horizontal sums, whose key columns stay in L1 across the block's queries. The softmax, the
+// weighted sum of values and the probabilities fed to the policy are then those of the token path.
+// The logits round differently from the token path's (another order of the same products), so a
+// chunk's results equal the token path's to float rounding, not to the bit.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "squeezekv/engine/engine.h"
+#include "squeezekv/ops/kv_rows.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+namespace {
+
+// Chunks shorter than this keep the token path (the transposition would not pay for itself).
+constexpr int kMinBlockTokens = 16;
+
+// Queries per block (tokens x the GQA group), and the cap on the transposed keys of one layer.
+constexpr size_t kBlockQueries = 16;
+constexpr size_t kMaxTransposedBytes = size_t(64) << 20;
+
+}  // namespace
+
+bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
+                                 bool feed, size_t probs_per_head) {
+  const ModelConfig& c = model_.config();
+  if (!prompt_blocks_ || n < kMinBlockTokens || max_slots == 0) return false;
+  const auto hd = size_t(c.head_dim);
+  const auto group = size_t(c.group());
+  const auto n_kv = size_t(c.n_kv_heads);
+  const size_t ld_kt = (size_t(max_slots) + 31) / 32 * 32;  // query_block_dots: a multiple of 32
+  if (n_kv * hd * ld_kt * sizeof(float) > kMaxTransposedBytes) return false;
+  const size_t q_dim = size_t(c.n_heads) * hd;
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  if (keys_t_.size() < n_kv * hd * ld_kt) keys_t_.resize(n_kv * hd * ld_kt);
+
+  // Per worker: block_tokens x group logit rows of ld_kt, as many masks of ld_kt bytes, then the
+  // block's queries and outputs (block_tokens x group x hd each), and one decoded key row set.
+  const size_t block_tokens = std::max<size_t>(1, kBlockQueries / group);
+  const size_t rows = block_tokens * group;
+  const size_t need = rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd + size_t(max_slots) * hd;
+  for (auto& s : scratch_) {
+    if (s.size() < need) s.resize(need);
+  }
+
+  // Each head's keys, as the token path reads them (turned back to their ranks, or as stored with
+  // the clamped rows' keys patched in), transposed; padding columns zeroed.
+  auto transpose = [&](size_t g, size_t worker) {
+    const HeadStore& head = layer.head(int(g));
+    const auto n_slots = size_t(head.n_slots());
+    float* keys = scratch_[worker].data() + rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
+    if (any_rotated && rotated_[g]) {
+      std::memcpy(keys, rot_keys_.data() + g * size_t(max_slots) * hd, n_slots * hd * sizeof(float));
+    } else {
+      load_rows(head.keys(), head.key_type(), keys, n_slots * hd, hd);
+    }
+    for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
+      const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);
+      std::memcpy(keys + slot * hd, clamp_keys_.data() + (g * clamp_stride_ + j) * hd, hd * sizeof(float));
+    }
+    float* kt = keys_t_.data() + g * hd * ld_kt;
+    for (size_t d = 0; d < hd; ++d) {
+      float* col = kt + d * ld_kt;
+      for (size_t s = 0; s < n_slots; ++s) col[s] = keys[s * hd + d];
+      std::fill(col + n_slots, col + ld_kt, 0.0f);
+    }
+  };
+  if (pool_ != nullptr && n_kv > 1) {
+    pool_->parallel_for(n_kv, transpose);
+  } else {
+    for (size_t g = 0; g < n_kv; ++g) transpose(g, 0);
+  }
+
+  const size_t n_blocks = (size_t(n) + block_tokens - 1) / block_tokens;
+  auto task = [&](size_t index, size_t worker) {
+    const size_t g = index / n_blocks, t0 = (index % n_blocks) * block_tokens;
+    const size_t bt = std::min(block_tokens, size_t(n) - t0);
+    const HeadStore& head = layer.head(int(g));
+    const int n_slots = head.n_slots();
+    const int64_t* pos = head.positions();
+    float* logits = scratch_[worker].data();
+    auto* masks = reinterpret_cast<uint8_t*>(logits + rows * ld_kt);
+    float* queries = logits + rows * ld_kt + block_tokens * ld_kt / 4;
+    float* outs = queries + rows * hd;
+    int his[kBlockQueries];
+    int hi_max = 0;
+    for (size_t i = 0; i < bt; ++i) {
+      const int64_t query_pos = pos0 + int64_t(t0 + i);
+      uint8_t* mask = masks + i * ld_kt;
+      int hi = 0;
+      for (int s = 0; s < n_slots; ++s) {
+        mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos;
+        if (mask[s]) hi = s + 1;
+      }
+      his[i] = hi;
+      hi_max = std::max(hi_max, hi);
+      const float* q = q_.data() + size_t(row0) * q_dim + (t0 + i) * q_dim + g * group * hd;
+      std::memcpy(queries + i * group * hd, q, group * hd * sizeof(float));
+    }
+    query_block_dots(queries, bt * group, hd, keys_t_.data() + g * hd * ld_kt, ld_kt, size_t(hi_max), hd, logits,
+                     ld_kt);
+    for (size_t i = 0; i < bt; ++i) {
+      for (size_t h = 0; h < group; ++h) {
+        float* row = logits + (i * group + h) * ld_kt;
+        masked_softmax(row, masks + i * ld_kt, size_t(his[i]), scale);
+        std::fill(row + his[i], row + hi_max, 0.0f);  // past this token's last visible row
+      }
+    }
+    std::fill(outs, outs + bt * group * hd, 0.0f);
+    rows_weighted_sum_group(logits, bt * group, ld_kt, head.values(), head.value_type(), size_t(hi_max), hd, outs, hd);
+    for (size_t i = 0; i < bt; ++i) {
+      float* out = att_.data() + size_t(row0) * q_dim + (t0 + i) * q_dim + g * group * hd;
+      std::memcpy(out, outs + i * group * hd, group * hd * sizeof(float));
+      if (feed) feed_probs(int(g), int(t0 + i), logits + i * group * ld_kt, ld_kt, his[i], n_slots, probs_per_head);
+    }
+  };
+  const size_t n_tasks = n_kv * n_blocks;
+  if (pool_ != nullptr && n_tasks > 1) {
+    pool_->parallel_for(n_tasks, task);
+  } else {
+    for (size_t i = 0; i < n_tasks; ++i) task(i, 0);
+  }
+  return true;
+}
+
+}  // namespace squeezekv
