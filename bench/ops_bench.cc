@@ -1,7 +1,11 @@
 // matvec throughput per weight type: SIMD with 1 and 2 threads next to the scalar twin, on the
 // 2048x2048 and 8192x2048 (rows x cols) shapes of a small Llama's attention and FFN matrices.
 // bytes_per_second counts weight bytes read, so it compares directly with memory bandwidth.
+// matmul: the same shapes against 128 tokens (a prompt chunk), reported as int8 GOP/s (two per
+// multiply-add), next to int8_peak: the machine's vpdpbusd throughput measured by a loop of
+// independent instructions (AVX512-VNNI CPUs only), the ceiling of the prompt tiles.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <map>
 #include <memory>
@@ -57,6 +61,53 @@ void bm_matvec(benchmark::State& state, TensorType type, int64_t n_rows, int thr
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes.size()));
 }
 
+void bm_matmul(benchmark::State& state, TensorType type, int64_t n_rows, int64_t n_tok, int threads) {
+  const std::vector<uint8_t>& bytes = weights(type, n_rows);
+  const WeightMatrix w{bytes.data(), type, n_rows, n_cols};
+  std::vector<float> x(static_cast<size_t>(n_cols * n_tok)), y(static_cast<size_t>(n_rows * n_tok));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  for (auto _ : state) {
+    matmul(w, x.data(), n_tok, y.data(), pool.get());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * double(n_rows * n_cols * n_tok) * double(state.iterations()) / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+
+#if defined(__x86_64__)
+// 16 independent chains of 512-bit vpdpbusd (latency hidden), 64 multiply-adds each.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int64_t vnni_loop(int64_t iterations) {
+  __m512i acc[16];
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (auto& a : acc) a = _mm512_dpbusd_epi32(a, u, s);
+    asm volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));  // keep the loop
+  }
+  __m512i total = acc[0];
+  for (int k = 1; k < 16; ++k) total = _mm512_add_epi32(total, acc[k]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, total);
+  return lanes[0];
+}
+
+void bm_int8_peak(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    state.SkipWithError("no AVX512-VNNI on this CPU");
+    return;
+  }
+  constexpr int64_t kIterations = 1 << 16;
+  for (auto _ : state) benchmark::DoNotOptimize(vnni_loop(kIterations));
+  // Per thread; Google Benchmark sums rates over threads.
+  state.counters["GOP/s"] = benchmark::Counter(2.0 * 64 * 16 * double(kIterations) * double(state.iterations()) / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+#endif
+
 const bool registered = [] {
   const TensorType types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0,
                               TensorType::q4_0, TensorType::q4_k, TensorType::q6_k};
@@ -76,6 +127,22 @@ const bool registered = [] {
       }
     }
   }
+  for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
+    for (const int64_t n_rows : {int64_t{2048}, int64_t{8192}}) {
+      const std::string shape = std::string(tensor_type_name(static_cast<uint32_t>(type))) + "/" +
+                                std::to_string(n_rows) + "x" + std::to_string(n_cols);
+      for (const int threads : {1, 2}) {
+        benchmark::RegisterBenchmark(("matmul/" + shape + "/tokens:128/threads:" + std::to_string(threads)).c_str(),
+                                     bm_matmul, type, n_rows, int64_t{128}, threads)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.2);
+      }
+    }
+  }
+#if defined(__x86_64__)
+  benchmark::RegisterBenchmark("int8_peak/vpdpbusd_zmm", bm_int8_peak)->Threads(1)->Threads(2)->UseRealTime()->MinTime(0.2);
+#endif
   return true;
 }();
 

@@ -248,8 +248,9 @@ HWY_INLINE void PrefetchAhead(const uint8_t* p, int64_t bytes) {
 // row kernels hold 8 blocks in the lanes of one vector; the tiled prompt kernels
 // (matmul_tiles-inl.h) hold 16 rows, one per lane, and follow the same order: the two agree bit
 // for bit, so a token's result never depends on how many tokens share the call.
-//  - Q8_0 (memory-bound when decoding; its tiles keep 8 tokens in registers with two chains): block
-//    i's float(dot) * factor is fused into acc[i % 2] in block order; the result is acc[0] + acc[1].
+//  - Q8_0 and Q4_0 (memory-bound when decoding; their tiles keep 8 tokens in registers with two
+//    chains): block i's float(dot) * factor is fused into acc[i % 2] in block order; the result is
+//    acc[0] + acc[1].
 //  - Q4_K and Q6_K (compute-bound when decoding): per super-block, p_s = float(dot_s) * factor_s
 //    for its 8 sub-blocks (x blocks for Q6_K), summed as the tree ((p0 + p1) + (p2 + p3)) +
 //    ((p4 + p5) + (p6 + p7)) and added to a running sum.
@@ -433,6 +434,58 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
 #endif
 }
 
+#if SQUEEZEKV_X86_BYTE_DOT
+// A Q4_0 block's 32 codes as unsigned bytes 0..15 in element order (its low nibbles are elements
+// 0-15, its high nibbles 16-31).
+HWY_INLINE __m256i Q4_0Codes(const uint8_t* block) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
+}
+
+// Q4_0 (value = d * (q - 8)) rows dotted with K tokens on x86, in Q8_0's order: the codes meet the
+// int8 activations as unsigned bytes (at most 2 * 15 * 127 a pair), and -8 * (the block's sum of
+// activations), which is the Q8_0 offset term / 16, is added in integers.
+template <int K>
+HWY_INLINE void DotQ4_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  const DS ds;
+  float acc[K][2] = {};
+  const int64_t n_blocks = n / quant::q4_0_elems;
+  int64_t b = 0;
+  for (; b + 8 <= n_blocks; b += 8) {
+    HWY_ALIGN float d[8];
+    __m256i w[8];
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* block = row + (b + i) * quant::q4_0_bytes;
+      d[i] = LoadHalf(block);
+      w[i] = Q4_0Codes(block);
+    }
+    PrefetchAhead(row + b * quant::q4_0_bytes, 8 * quant::q4_0_bytes);
+    const auto dv = hn::Load(ds, d);
+    for (int k = 0; k < K; ++k) {
+      const int8_t* xk = x[k].q8 + b * quant::q4_0_elems;
+      __m256i dots[8];
+      for (int i = 0; i < 8; ++i) dots[i] = ByteDot(w[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i)));
+      const __m256i offsets =
+          _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8_0_offset + b)), 4);
+      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(_mm256_add_epi32(SumEachOf8(dots), offsets))};
+      AccumulateInOrder(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b)), acc[k]);
+    }
+  }
+  for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
+    const uint8_t* block = row + b * quant::q4_0_bytes;
+    const __m256i wb = Q4_0Codes(block);
+    const float d = LoadHalf(block);
+    for (int k = 0; k < K; ++k) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q4_0_elems));
+      const int32_t sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{ByteDot(wb, xv)})) + (x[k].q8_0_offset[b] >> 4);
+      acc[k][b & 1] = Fma1(static_cast<float>(sum), d * x[k].scale[b], acc[k][b & 1]);
+    }
+  }
+  for (int k = 0; k < K; ++k) out[k] = acc[k][0] + acc[k][1];
+}
+#endif
+
 // Q6_K, one token, on int16 lanes (every target; the x86 targets use DotQ6_K below instead).
 HWY_INLINE float DotQ6_KWide(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
   const D16 d16;
@@ -576,8 +629,12 @@ HWY_INLINE void QuantizedDots(TensorType type, const uint8_t* row, const TokenQ8
       return DotQ4_K<K>(row, x, n, out);
     case TensorType::q6_k:
       return DotQ6_K<K>(row, x, n, out);
-    default:  // q4_0: one token at a time
+    default:  // q4_0
+#if SQUEEZEKV_X86_BYTE_DOT
+      return DotQ4_0Tokens<K>(row, x, n, out);
+#else
       for (int k = 0; k < K; ++k) out[k] = DotQ4_0(row, x[k].q, x[k].scale, n);
+#endif
   }
 }
 

@@ -1,5 +1,5 @@
 // Prompt products as register tiles on x86 targets with VNNI (vpdpbusd): 16 weight rows x up to
-// 8 tokens (Q8_0) or 4 (Q4_K, Q6_K). Included by matmul.cc inside its per-target namespace, after
+// 8 tokens (Q8_0, Q4_0) or 4 (Q4_K, Q6_K). Included by matmul.cc inside its per-target namespace, after
 // the row kernels, whose TokenQ8 and accumulation orders it shares.
 //
 // Why a panel: in GGUF a block's 32 bytes belong to one row, so a vector of them serves one
@@ -29,7 +29,7 @@ constexpr int64_t kTileMinTokens = 4;
 
 // 16 rows regrouped for the tiles. bytes: per 32 columns (a Q8_0 block, a Q4_K sub-block, a Q6_K
 // x block), 8 vectors, vector g = columns 4g..4g+3 of each row as unsigned bytes. factor: per
-// block, d of each row (Q8_0), per sub-block d * scale (Q4_K), per super-block d (Q6_K);
+// block, d of each row (Q8_0, Q4_0), per sub-block d * scale (Q4_K), per super-block d (Q6_K);
 // factor_min: per sub-block, dmin * min (Q4_K).
 // (std::vector would drop __m512i's alignment: GCC ignores a vector type's attributes in template
 // arguments.)
@@ -109,6 +109,27 @@ HWY_INLINE SQUEEZEKV_VNNI void PackQ8_0(const uint8_t* rows, size_t stride, int 
     for (int g = 0; g < 8; ++g) out[g] = _mm512_xor_si512(out[g], flip);
     HWY_ALIGN uint16_t d[kTileRows];
     for (int r = 0; r < kTileRows; ++r) std::memcpy(&d[r], block + offsets[r], 2);
+    panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+  }
+}
+
+// Q4_0: each row's block decoded to 32 code bytes (0..15) in a small buffer, then regrouped; the
+// tiles add -8 * (the token's block sum).
+HWY_INLINE SQUEEZEKV_VNNI void PackQ4_0(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks, Panel& panel) {
+  panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
+  panel.factor.reserve(static_cast<size_t>(n_blocks));
+  size_t offsets[kTileRows], code_offsets[kTileRows];
+  RowOffsets(stride, valid, offsets);
+  for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
+  HWY_ALIGN uint8_t codes[kTileRows][32];
+  for (int64_t j = 0; j < n_blocks; ++j) {
+    const uint8_t* block = rows + j * quant::q4_0_bytes;
+    HWY_ALIGN uint16_t d[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), Q4_0Codes(block + offsets[r]));
+      std::memcpy(&d[r], block + offsets[r], 2);
+    }
+    TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
     panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
   }
 }
@@ -228,14 +249,15 @@ HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512
   for (int k = 0; k < T; ++k) acc[k] = _mm512_add_ps(acc[k], _mm512_add_ps(half[0][k], half[1][k]));
 }
 
-// Q8_0: block j fused into acc[j % 2], as the row kernel (AccumulateInOrder).
-template <int T>
+// Q8_0 (and Q4_0, whose offset term is Q8_0's shifted right by 4: -8 instead of -128 times the
+// block sum): block j fused into acc[j % 2], as the row kernels (AccumulateInOrder).
+template <int T, int kOffsetShift = 0>
 HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* result) {
   __m512 acc0[T], acc1[T];
   for (int k = 0; k < T; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
   auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + j);
+    for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + j), kOffsetShift);
     BlockDots<T>(panel.bytes.data() + j * 8, x, j * quant::q8_0_elems, s);
     const __m512 d = panel.factor.data()[j];
     for (int k = 0; k < T; ++k) {
@@ -315,7 +337,8 @@ HWY_INLINE SQUEEZEKV_VNNI int64_t TokenTiles(Tile tile, const detail::MatmulInpu
 HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
   static const bool has_vnni = __builtin_cpu_supports("avx512vnni");
   return has_vnni && n_tok >= kTileMinTokens &&
-         (type == TensorType::q8_0 || type == TensorType::q4_k || type == TensorType::q6_k);
+         (type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::q4_k ||
+          type == TensorType::q6_k);
 }
 
 SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
@@ -335,6 +358,17 @@ SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& 
       auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
         constexpr int K = decltype(k_tag)::value;
         return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ8_0<K>(panel, n_blocks, x, out); };
+      };
+      t = TokenTiles<8>(tile(std::integral_constant<int, 8>{}), in, t, n, y, w.n_rows, r0, mask);
+      t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
+      t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
+      TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
+    } else if (w.type == TensorType::q4_0) {
+      const int64_t n_blocks = n / quant::q4_0_elems;
+      PackQ4_0(rows, stride, valid, n_blocks, panel);
+      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
+        constexpr int K = decltype(k_tag)::value;
+        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ8_0<K, 4>(panel, n_blocks, x, out); };
       };
       t = TokenTiles<8>(tile(std::integral_constant<int, 8>{}), in, t, n, y, w.n_rows, r0, mask);
       t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
