@@ -248,12 +248,13 @@ HWY_INLINE void PrefetchAhead(const uint8_t* p, int64_t bytes) {
 // row kernels hold 8 blocks in the lanes of one vector; the tiled prompt kernels
 // (matmul_tiles-inl.h) hold 16 rows, one per lane, and follow the same order: the two agree bit
 // for bit, so a token's result never depends on how many tokens share the call.
-//  - Q8_0 and Q4_0 (memory-bound when decoding; their tiles keep 8 tokens in registers with two
-//    chains): block i's float(dot) * factor is fused into acc[i % 2] in block order; the result is
+//  - Q8_0 (memory-bound when decoding; its tiles keep 8 tokens in registers with two chains):
+//    block i's float(dot) * factor is fused into acc[i % 2] in block order; the result is
 //    acc[0] + acc[1].
-//  - Q4_K and Q6_K (compute-bound when decoding): per super-block, p_s = float(dot_s) * factor_s
-//    for its 8 sub-blocks (x blocks for Q6_K), summed as the tree ((p0 + p1) + (p2 + p3)) +
-//    ((p4 + p5) + (p6 + p7)) and added to a running sum.
+//  - Q4_0, Q4_K and Q6_K (compute-bound when decoding): per run of 8 blocks (Q4_0) or per
+//    super-block's 8 sub-blocks (x blocks for Q6_K), p_i = float(dot_i) * factor_i, summed as the
+//    tree ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) and added to a running sum; Q4_0 blocks
+//    after the last run of 8 add their p one by one.
 
 // One fused multiply-add on scalars (one rounding, as each lane of a vector MulAdd).
 HWY_INLINE float Fma1(float a, float b, float c) {
@@ -443,13 +444,14 @@ HWY_INLINE __m256i Q4_0Codes(const uint8_t* block) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
 }
 
-// Q4_0 (value = d * (q - 8)) rows dotted with K tokens on x86, in Q8_0's order: the codes meet the
-// int8 activations as unsigned bytes (at most 2 * 15 * 127 a pair), and -8 * (the block's sum of
-// activations), which is the Q8_0 offset term / 16, is added in integers.
+// Q4_0 (value = d * (q - 8)) rows dotted with K tokens on x86: the codes meet the int8 activations
+// as unsigned bytes (at most 2 * 15 * 127 a pair), and -8 * (the block's sum of activations), the
+// Q8_0 offset term / 16, is added in integers. Sums runs of 8 blocks as trees (TreeSum8), then the
+// blocks after the last run one by one: at 18 bytes a block, decoding is bound by this kernel.
 template <int K>
 HWY_INLINE void DotQ4_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
   const DS ds;
-  float acc[K][2] = {};
+  float acc[K] = {};
   const int64_t n_blocks = n / quant::q4_0_elems;
   int64_t b = 0;
   for (; b + 8 <= n_blocks; b += 8) {
@@ -469,7 +471,7 @@ HWY_INLINE void DotQ4_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
       const __m256i offsets =
           _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8_0_offset + b)), 4);
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(_mm256_add_epi32(SumEachOf8(dots), offsets))};
-      AccumulateInOrder(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b)), acc[k]);
+      acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b))));
     }
   }
   for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
@@ -479,10 +481,10 @@ HWY_INLINE void DotQ4_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
     for (int k = 0; k < K; ++k) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q4_0_elems));
       const int32_t sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{ByteDot(wb, xv)})) + (x[k].q8_0_offset[b] >> 4);
-      acc[k][b & 1] = Fma1(static_cast<float>(sum), d * x[k].scale[b], acc[k][b & 1]);
+      acc[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
     }
   }
-  for (int k = 0; k < K; ++k) out[k] = acc[k][0] + acc[k][1];
+  for (int k = 0; k < K; ++k) out[k] = acc[k];
 }
 #endif
 

@@ -1,5 +1,5 @@
 // Prompt products as register tiles on x86 targets with VNNI (vpdpbusd): 16 weight rows x up to
-// 8 tokens (Q8_0, Q4_0) or 4 (Q4_K, Q6_K). Included by matmul.cc inside its per-target namespace, after
+// 8 tokens (Q8_0) or 4 (Q4_0, Q4_K, Q6_K). Included by matmul.cc inside its per-target namespace, after
 // the row kernels, whose TokenQ8 and accumulation orders it shares.
 //
 // Why a panel: in GGUF a block's 32 bytes belong to one row, so a vector of them serves one
@@ -249,15 +249,14 @@ HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512
   for (int k = 0; k < T; ++k) acc[k] = _mm512_add_ps(acc[k], _mm512_add_ps(half[0][k], half[1][k]));
 }
 
-// Q8_0 (and Q4_0, whose offset term is Q8_0's shifted right by 4: -8 instead of -128 times the
-// block sum): block j fused into acc[j % 2], as the row kernels (AccumulateInOrder).
-template <int T, int kOffsetShift = 0>
+// Q8_0: block j fused into acc[j % 2], as the row kernel (AccumulateInOrder).
+template <int T>
 HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* result) {
   __m512 acc0[T], acc1[T];
   for (int k = 0; k < T; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
   auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + j), kOffsetShift);
+    for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + j);
     BlockDots<T>(panel.bytes.data() + j * 8, x, j * quant::q8_0_elems, s);
     const __m512 d = panel.factor.data()[j];
     for (int k = 0; k < T; ++k) {
@@ -271,6 +270,27 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, co
   }
   if (j < n_blocks) block(j, acc0);
   for (int k = 0; k < T; ++k) result[k] = _mm512_add_ps(acc0[k], acc1[k]);
+}
+
+// Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel. The
+// offset term is Q8_0's shifted right by 4 (-8 instead of -128 times the block sum; exact).
+template <int T>
+HWY_INLINE SQUEEZEKV_VNNI void TileQ4_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* result) {
+  auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+    __m512i s[T];
+    for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + j), 4);
+    BlockDots<T>(panel.bytes.data() + j * 8, x, j * quant::q4_0_elems, s);
+    const __m512 d = panel.factor.data()[j];
+    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[j])));
+  };
+  for (int k = 0; k < T; ++k) result[k] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, result);
+  for (; j < n_blocks; ++j) {
+    __m512 p[T];
+    product(j, p);
+    for (int k = 0; k < T; ++k) result[k] = _mm512_add_ps(result[k], p[k]);
+  }
 }
 
 template <int T>
@@ -368,9 +388,8 @@ SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& 
       PackQ4_0(rows, stride, valid, n_blocks, panel);
       auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
         constexpr int K = decltype(k_tag)::value;
-        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ8_0<K, 4>(panel, n_blocks, x, out); };
+        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ4_0<K>(panel, n_blocks, x, out); };
       };
-      t = TokenTiles<8>(tile(std::integral_constant<int, 8>{}), in, t, n, y, w.n_rows, r0, mask);
       t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
       t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
       TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
