@@ -4,7 +4,7 @@
 For each concurrency level it starts that many streaming clients at once, each asking for exactly
 --tokens tokens (ignore_eos), and reports the aggregate generated tokens/s (every stream's tokens
 over the wall time of the level), the per-stream tokens/s (median) and the time to first token
-(median and p95). Example:
+(median and p95). An untimed 8-token request goes first (--no-warmup: none). Example:
 
   build/squeezekv serve -m build/llama1b-q8_0.gguf -t 2 --port 8080 &
   scripts/serve_bench.py --port 8080 --streams 1,8,16 --tokens 128
@@ -88,10 +88,16 @@ def main():
     p.add_argument("--budget", type=int, default=256)
     p.add_argument("--timeout", type=float, default=600, help="seconds per level at most")
     p.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip the untimed 8-token request sent first (it pages the model in, which would "
+                        "otherwise slow the first level and inflate every ratio)")
     args = p.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
     if any(n < 1 or n > 64 for n in levels) or not 1 <= args.tokens <= 4096:
         sys.exit("serve_bench: streams must lie in [1, 64] and tokens in [1, 4096]")
+    if not args.no_warmup:
+        warm = argparse.Namespace(**{**vars(args), "tokens": 8})
+        level(args.port, 1, warm)
     results = []
     for n in levels:
         r = level(args.port, n, args)
