@@ -338,18 +338,30 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ6_K(const Panel& panel, int64_t n_blocks, co
   for (int64_t j = 0; j < n_blocks; j += 8) AddTreeOf8<T>(product, j, result);
 }
 
-// Every token of the call against the panel, T tokens at a time.
+// Every token of the call against the panel, T tokens at a time; tile(k, tokens, result) runs one
+// tile of k = std::integral_constant<int, T> tokens.
 template <int T, class Tile>
-HWY_INLINE SQUEEZEKV_VNNI int64_t TokenTiles(Tile tile, const detail::MatmulInput& in, int64_t t, int64_t n, float* y, int64_t n_rows,
-                             int64_t r0, __mmask16 valid) {
+HWY_INLINE SQUEEZEKV_VNNI int64_t TokenTiles(Tile tile, const detail::MatmulInput& in, int64_t t, int64_t n, float* y,
+                                             int64_t n_rows, int64_t r0, __mmask16 valid) {
   for (; t + T <= in.n_tok; t += T) {
     TokenQ8 tokens[T];
     for (int k = 0; k < T; ++k) tokens[k] = token_q8(*in.quantized, t + k, n);
     __m512 result[T];
-    tile(tokens, result);
+    tile(std::integral_constant<int, T>{}, tokens, result);
     StoreTile<T>(result, y, n_rows, t, r0, valid);
   }
   return t;
+}
+
+// All the call's tokens: tiles of kMaxTokens (8 or 4), then of 4, 2 and 1 for the rest.
+template <int kMaxTokens, class Tile>
+HWY_INLINE SQUEEZEKV_VNNI void EveryToken(Tile tile, const detail::MatmulInput& in, int64_t n, float* y,
+                                          int64_t n_rows, int64_t r0, __mmask16 valid) {
+  int64_t t = 0;
+  if constexpr (kMaxTokens == 8) t = TokenTiles<8>(tile, in, t, n, y, n_rows, r0, valid);
+  t = TokenTiles<4>(tile, in, t, n, y, n_rows, r0, valid);
+  t = TokenTiles<2>(tile, in, t, n, y, n_rows, r0, valid);
+  TokenTiles<1>(tile, in, t, n, y, n_rows, r0, valid);
 }
 
 // Whether rows of `type` take the tiles for a call of n_tok tokens.
@@ -371,48 +383,34 @@ SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& 
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
     const uint8_t* rows = base + static_cast<size_t>(r0) * stride;
-    int64_t t = 0;
     if (w.type == TensorType::q8_0) {
       const int64_t n_blocks = n / quant::q8_0_elems;
       PackQ8_0(rows, stride, valid, n_blocks, panel);
-      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
-        constexpr int K = decltype(k_tag)::value;
-        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ8_0<K>(panel, n_blocks, x, out); };
+      auto tile = [&](auto k, const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA {
+        TileQ8_0<decltype(k)::value>(panel, n_blocks, x, out);
       };
-      t = TokenTiles<8>(tile(std::integral_constant<int, 8>{}), in, t, n, y, w.n_rows, r0, mask);
-      t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
-      t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
-      TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
+      EveryToken<8>(tile, in, n, y, w.n_rows, r0, mask);
     } else if (w.type == TensorType::q4_0) {
       const int64_t n_blocks = n / quant::q4_0_elems;
       PackQ4_0(rows, stride, valid, n_blocks, panel);
-      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
-        constexpr int K = decltype(k_tag)::value;
-        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ4_0<K>(panel, n_blocks, x, out); };
+      auto tile = [&](auto k, const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA {
+        TileQ4_0<decltype(k)::value>(panel, n_blocks, x, out);
       };
-      t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
-      t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
-      TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
+      EveryToken<4>(tile, in, n, y, w.n_rows, r0, mask);
     } else if (w.type == TensorType::q6_k) {
       const int64_t n_super = n / quant::q6_k_elems;
       PackQ6_K(rows, stride, valid, n_super, panel);
-      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
-        constexpr int K = decltype(k_tag)::value;
-        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ6_K<K>(panel, n_super * 8, x, out); };
+      auto tile = [&](auto k, const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA {
+        TileQ6_K<decltype(k)::value>(panel, n_super * 8, x, out);
       };
-      t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
-      t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
-      TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
+      EveryToken<4>(tile, in, n, y, w.n_rows, r0, mask);
     } else {
       const int64_t n_super = n / quant::q4_k_elems;
       PackQ4_K(rows, stride, valid, n_super, panel);
-      auto tile = [&](auto k_tag) SQUEEZEKV_VNNI_LAMBDA {
-        constexpr int K = decltype(k_tag)::value;
-        return [&](const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA { TileQ4_K<K>(panel, n_super * 8, x, out); };
+      auto tile = [&](auto k, const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA {
+        TileQ4_K<decltype(k)::value>(panel, n_super * 8, x, out);
       };
-      t = TokenTiles<4>(tile(std::integral_constant<int, 4>{}), in, t, n, y, w.n_rows, r0, mask);
-      t = TokenTiles<2>(tile(std::integral_constant<int, 2>{}), in, t, n, y, w.n_rows, r0, mask);
-      TokenTiles<1>(tile(std::integral_constant<int, 1>{}), in, t, n, y, w.n_rows, r0, mask);
+      EveryToken<4>(tile, in, n, y, w.n_rows, r0, mask);
     }
   }
 }
