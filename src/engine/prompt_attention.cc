@@ -51,25 +51,31 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   }
 
   // Each head's keys, as the token path reads them (turned back to their ranks, or as stored with
-  // the clamped rows' keys patched in), transposed; padding columns zeroed.
+  // the clamped rows' keys patched in), transposed; padding columns zeroed. f32 keys (and turned
+  // ones) are read in place; other formats are decoded once into the worker's scratch.
   auto transpose = [&](size_t g, size_t worker) {
     const HeadStore& head = layer.head(int(g));
     const auto n_slots = size_t(head.n_slots());
-    float* keys = scratch_[worker].data() + rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
+    const float* keys = nullptr;
     if (any_rotated && rotated_[g]) {
-      std::memcpy(keys, rot_keys_.data() + g * size_t(max_slots) * hd, n_slots * hd * sizeof(float));
+      keys = rot_keys_.data() + g * size_t(max_slots) * hd;
+    } else if (head.key_type() == KVType::f32) {
+      keys = static_cast<const float*>(head.keys());
     } else {
-      load_rows(head.keys(), head.key_type(), keys, n_slots * hd, hd);
-    }
-    for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
-      const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);
-      std::memcpy(keys + slot * hd, clamp_keys_.data() + (g * clamp_stride_ + j) * hd, hd * sizeof(float));
+      float* decoded = scratch_[worker].data() + rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
+      load_rows(head.keys(), head.key_type(), decoded, n_slots * hd, hd);
+      keys = decoded;
     }
     float* kt = keys_t_.data() + g * hd * ld_kt;
     for (size_t d = 0; d < hd; ++d) {
       float* col = kt + d * ld_kt;
       for (size_t s = 0; s < n_slots; ++s) col[s] = keys[s * hd + d];
       std::fill(col + n_slots, col + ld_kt, 0.0f);
+    }
+    for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
+      const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);
+      const float* patch = clamp_keys_.data() + (g * clamp_stride_ + j) * hd;
+      for (size_t d = 0; d < hd; ++d) kt[d * ld_kt + slot] = patch[d];
     }
   };
   if (pool_ != nullptr && n_kv > 1) {

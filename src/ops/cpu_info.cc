@@ -10,27 +10,26 @@
 namespace squeezekv {
 namespace {
 
-// The value after "key<spaces>:" on the first line of /proc/cpuinfo that starts with key.
-std::string cpuinfo_field(const std::string& key) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const size_t start = line.find_first_not_of(' ', colon + 1);
-    return start == std::string::npos ? std::string() : line.substr(start);
-  }
-  return {};
+// When `line` starts with `key` and `value` is still empty: value = the text after its colon.
+bool field(const std::string& line, const char* key, std::string& value) {
+  if (line.rfind(key, 0) != 0 || !value.empty()) return false;
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos) return false;
+  const size_t start = line.find_first_not_of(' ', colon + 1);
+  value = start == std::string::npos ? std::string() : line.substr(start);
+  return true;
 }
 
 }  // namespace
 
 CpuInfo cpu_info() {
   CpuInfo info;
-  info.model = cpuinfo_field("model name");
+  std::string mhz;
+  std::ifstream in("/proc/cpuinfo");  // core 0's lines come first; one pass
+  for (std::string line; std::getline(in, line) && (info.model.empty() || mhz.empty());) {
+    if (!field(line, "model name", info.model)) field(line, "cpu MHz", mhz);
+  }
   if (info.model.empty()) info.model = "unknown";
-  const std::string mhz = cpuinfo_field("cpu MHz");
   if (!mhz.empty()) info.mhz = std::strtod(mhz.c_str(), nullptr);
   // The dispatch picks the best (lowest-bit) target that is both compiled in and supported.
   const int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
