@@ -4,9 +4,16 @@
 // matmul: the same shapes against 128 tokens (a prompt chunk), reported as int8 GOP/s (two per
 // multiply-add), next to int8_peak: the machine's vpdpbusd throughput measured by a loop of
 // independent instructions (AVX512-VNNI CPUs only), the ceiling of the prompt tiles.
+// kv/ and kivi/: one decode step's reads of one KV head at the 1B model's shape (4096 cached rows,
+// head_dim 64, a GQA group of 4 query heads; 1 for the latency-bound case): the key dots and the
+// weighted value sum over f16 rows (row_dots_group, rows_weighted_sum_group) next to the same over
+// KIVI codes of 2 and 4 bits in groups of G = 32 (kivi_key_group_dots once per key group,
+// kivi_values_weighted_sum_group over every row). bytes_per_second counts the stored bytes read.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <random>
@@ -14,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "squeezekv/ops/kivi_rows.h"
+#include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/matmul.h"
 #include "squeezekv/ops/tensor_type.h"
 #include "squeezekv/ops/thread_pool.h"
@@ -76,6 +85,90 @@ void bm_matmul(benchmark::State& state, TensorType type, int64_t n_rows, int64_t
   }
   state.counters["GOP/s"] = benchmark::Counter(2.0 * double(n_rows * n_cols * n_tok) * double(state.iterations()) / 1e9,
                                                benchmark::Counter::kIsRate);
+}
+
+constexpr size_t kRows = 4096, kHeadDim = 64, kKiviGroup = 32;
+
+std::vector<float> normal_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+// Softmax-like weights of n_q queries over the rows (positive, summing to about 1).
+std::vector<float> row_weights(size_t n_q) {
+  std::vector<float> w = normal_floats(n_q * kRows, 11);
+  for (float& v : w) v = std::exp(v) / float(kRows);
+  return w;
+}
+
+void bm_f16_row_dots(benchmark::State& state, size_t n_q) {
+  std::vector<uint16_t> rows(kRows * kHeadDim);
+  store_rows(normal_floats(rows.size(), 3).data(), rows.data(), KVType::f16, rows.size(), kHeadDim);
+  const std::vector<float> q = normal_floats(n_q * kHeadDim, 5);
+  std::vector<float> out(n_q * kRows);
+  for (auto _ : state) {
+    row_dots_group(q.data(), n_q, kHeadDim, rows.data(), KVType::f16, kRows, kHeadDim, out.data(), kRows);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size() * 2));
+}
+
+void bm_f16_weighted_sum(benchmark::State& state, size_t n_q) {
+  std::vector<uint16_t> rows(kRows * kHeadDim);
+  store_rows(normal_floats(rows.size(), 4).data(), rows.data(), KVType::f16, rows.size(), kHeadDim);
+  const std::vector<float> w = row_weights(n_q);
+  std::vector<float> out(n_q * kHeadDim);
+  for (auto _ : state) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    rows_weighted_sum_group(w.data(), n_q, kRows, rows.data(), KVType::f16, kRows, kHeadDim, out.data(), kHeadDim);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size() * 2));
+}
+
+void bm_kivi_key_dots(benchmark::State& state, int bits, size_t n_q) {
+  const size_t gb = kivi_key_group_bytes(bits, kKiviGroup, kHeadDim), n_groups = kRows / kKiviGroup;
+  std::vector<uint8_t> groups(n_groups * gb);
+  const std::vector<float> keys = normal_floats(kRows * kHeadDim, 3);
+  for (size_t k = 0; k < n_groups; ++k) {
+    kivi_quantize_key_group(keys.data() + k * kKiviGroup * kHeadDim, kHeadDim, nullptr, bits, kKiviGroup, kHeadDim,
+                            groups.data() + k * gb);
+  }
+  const std::vector<float> q = normal_floats(n_q * kHeadDim, 5);
+  std::vector<float> out(n_q * kRows);
+  for (auto _ : state) {
+    for (size_t k = 0; k < n_groups; ++k) {
+      kivi_key_group_dots(q.data(), n_q, kHeadDim, groups.data() + k * gb, bits, kKiviGroup, kHeadDim,
+                          out.data() + k * kKiviGroup, kRows);
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(groups.size()));
+}
+
+void bm_kivi_value_sum(benchmark::State& state, int bits, size_t n_q) {
+  const size_t rb = kivi_value_row_bytes(bits, kKiviGroup, kHeadDim);
+  std::vector<uint8_t> rows(kRows * rb);
+  const std::vector<float> values = normal_floats(kRows * kHeadDim, 4);
+  for (size_t j = 0; j < kRows; ++j) {
+    kivi_quantize_value_row(values.data() + j * kHeadDim, bits, kKiviGroup, kHeadDim, rows.data() + j * rb);
+  }
+  const std::vector<float> w = row_weights(n_q);
+  std::vector<float> out(n_q * kHeadDim);
+  for (auto _ : state) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    kivi_values_weighted_sum_group(w.data(), n_q, kRows, rows.data(), bits, kKiviGroup, kHeadDim, kRows, out.data(),
+                                   kHeadDim);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size()));
 }
 
 #if defined(__x86_64__)
@@ -154,6 +247,19 @@ const bool registered = [] {
             ->UseRealTime()
             ->MinTime(0.2);
       }
+    }
+  }
+  for (const size_t n_q : {size_t{1}, size_t{4}}) {
+    const std::string shape = "/rows:" + std::to_string(kRows) + "/head_dim:" + std::to_string(kHeadDim) +
+                              "/queries:" + std::to_string(n_q);
+    benchmark::RegisterBenchmark(("kv/row_dots_group/f16" + shape).c_str(), bm_f16_row_dots, n_q)->MinTime(0.2);
+    benchmark::RegisterBenchmark(("kv/rows_weighted_sum_group/f16" + shape).c_str(), bm_f16_weighted_sum, n_q)
+        ->MinTime(0.2);
+    for (const int bits : {2, 4}) {
+      const std::string b = std::to_string(bits) + "bit";
+      benchmark::RegisterBenchmark(("kivi/key_dots/" + b + shape).c_str(), bm_kivi_key_dots, bits, n_q)->MinTime(0.2);
+      benchmark::RegisterBenchmark(("kivi/value_sum/" + b + shape).c_str(), bm_kivi_value_sum, bits, n_q)
+          ->MinTime(0.2);
     }
   }
 #if defined(__x86_64__)

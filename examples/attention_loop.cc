@@ -29,7 +29,7 @@ void attend(squeezekv::LayerCache& layer, const std::vector<float>& q, int n, in
       float max_logit = -INFINITY, sum = 0.0f;
       for (int s = 0; s < slots; ++s) {  // free slots and later positions stay masked (0)
         if (!head.live(s) || head.positions()[s] > pos0 + i) continue;
-        squeezekv::load_rows(head.key_row(s), head.key_type(), row.data(), kDim);
+        head.load_key(s, row.data());  // any storage format, decoded
         float dot = 0.0f;
         for (int d = 0; d < kDim; ++d) dot += query[d] * row[size_t(d)];
         p[s] = dot / std::sqrt(float(kDim));
@@ -44,7 +44,7 @@ void attend(squeezekv::LayerCache& layer, const std::vector<float>& q, int n, in
       for (int s = 0; s < slots; ++s) {
         if (p[s] == 0.0f) continue;
         p[s] /= sum;
-        squeezekv::load_rows(head.value_row(s), head.value_type(), row.data(), kDim);
+        head.load_value(s, row.data());
         for (int d = 0; d < kDim; ++d) out[size_t(d)] += p[s] * row[size_t(d)];
       }
       // (`out` would go on to the output projection.)

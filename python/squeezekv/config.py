@@ -16,6 +16,8 @@ _NATIVE_NAMES = {
     "squeeze_n_sink": "n_sink",
     "squeeze_strength": "strength",
     "squeeze_resolved_budget": "resolved_budget",
+    "kivi_group_size": "kivi_group",
+    "residual_length": "kivi_residual",
 }
 _SEED_NAMES = {native: seed for seed, native in _NATIVE_NAMES.items()}
 _PARAMS = _native.parameters()  # the registry: the only list of names and defaults
@@ -35,7 +37,7 @@ def _python_default(param: dict):
 
 def _seed_message(message: str) -> str:
     """Renames the C++ fields in an error message to the names the caller used."""
-    return re.sub(r"\b(resolved_budget|budget|n_sink|strength)\b(?= = )",
+    return re.sub(r"\b(resolved_budget|budget|n_sink|strength|kivi_group|kivi_residual)\b(?= = )",
                   lambda m: _SEED_NAMES[m.group(1)], message)
 
 
@@ -45,6 +47,10 @@ class _ConfigMethods:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             name, value = field.name, getattr(self, field.name)
+            if name == "bit_width_inlier":
+                if value is not None and (isinstance(value, bool) or value not in (2, 4)):
+                    raise ValueError(f"bit_width_inlier = {value!r}: KIVI codes are 2 or 4 bits")
+                continue
             kind = _KINDS[_NATIVE_NAMES.get(name, name)]
             if value is None and field.default is None:
                 continue
@@ -68,12 +74,20 @@ class _ConfigMethods:
         native = _native.NativeConfig()
         try:
             for field in dataclasses.fields(self):
+                if field.name == "bit_width_inlier":
+                    continue
                 value = getattr(self, field.name)
                 if isinstance(value, float):
                     text = repr(value) if math.isfinite(value) else str(value)
                 else:
                     text = "none" if value is None else str(value)
                 native.set(_NATIVE_NAMES.get(field.name, field.name), text)
+            if self.bit_width_inlier is not None:  # the reference library's KIVI bit width
+                wanted = f"kivi{self.bit_width_inlier}"
+                if self.kv_type not in ("f16", wanted):
+                    raise ValueError(f"bit_width_inlier = {self.bit_width_inlier}: conflicts with kv_type = "
+                                     f"{self.kv_type} (give one of them)")
+                native.set("kv_type", wanted)
             native.validate()
         except ValueError as error:
             raise ValueError(_seed_message(str(error))) from None
@@ -95,6 +109,9 @@ def _fields() -> list:
         default = _python_default(param)
         fields.append((name, Optional[int] if default is None else kind,
                        dataclasses.field(default=default, metadata={"help": param["help"]})))
+    fields.append(("bit_width_inlier", Optional[int], dataclasses.field(
+        default=None, metadata={"help": "the reference library's KIVI code width: 2 or 4 (sets kv_type kivi2 "
+                                        "or kivi4); None: kv_type decides"})))
     return fields
 
 

@@ -29,7 +29,9 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
   }
   rows_.n_batch = n_batch;
   rows_.n_kv_heads = n_kv_heads;
-  rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads), HeadStore(config.head_dim, config.key_type(), config.value_type()));
+  const KiviLayout kivi{config.kivi_group, config.kivi_residual, config.kivi_sinks()};
+  rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads),
+                     HeadStore(config.head_dim, config.key_type(), config.value_type(), kivi));
   update_.slots.resize(rows_.heads.size());
   if (coordinator_) coordinator_->attach(layer_index, [this](int b) { set_budget(b); });
 }
@@ -152,8 +154,8 @@ FetchedRows LayerCache::fetch(int h) const {
   out.keys.resize(order.size() * dim);
   out.values.resize(order.size() * dim);
   for (size_t i = 0; i < order.size(); ++i) {
-    load_rows(store.key_row(order[i]), store.key_type(), out.keys.data() + i * dim, dim);
-    load_rows(store.value_row(order[i]), store.value_type(), out.values.data() + i * dim, dim);
+    store.load_key(order[i], out.keys.data() + i * dim);
+    store.load_value(order[i], out.values.data() + i * dim);
     out.positions.push_back(store.positions()[order[i]]);
   }
   return out;
@@ -194,12 +196,15 @@ void LayerCache::settle() {
   }
   for (HeadStore& h : rows_.heads) {
     h.apply_evictions();  // shifts current before the next query reads them
+    // KIVI's held rows (dead rows inside quantized key groups) and whole groups count as needed.
+    const int G = h.kivi_keys() ? config_.kivi_group : 1;
     if (policy_->bounded()) {
-      const int target = std::max(budget_ + 1, h.n_live());
+      const int target = (std::max(budget_ + 1, h.n_live()) + h.held() + G - 1) / G * G;
       if (h.capacity() > target) h.compact(target);
-    } else if (prompt_end && h.capacity() > h.n_live()) {
-      h.compact(h.n_live());
+    } else if (prompt_end && h.capacity() > (h.rows_needed() + G - 1) / G * G) {
+      h.compact(h.rows_needed());
     }
+    h.settle_kivi();  // after the evictions: KIVI's groups form from the rows that stay
   }
 }
 
@@ -247,9 +252,7 @@ size_t LayerCache::kept_bytes() const {
 }
 
 size_t LayerCache::full_bytes() const {
-  const auto dim = size_t(config_.head_dim);
-  return rows_.heads.size() * size_t(rows_.tokens_seen) *
-         (kv_row_bytes(config_.key_type(), dim) + kv_row_bytes(config_.value_type(), dim));
+  return rows_.heads.size() * size_t(rows_.tokens_seen) * kv_token_bytes(config_);
 }
 
 double LayerCache::compression_ratio() const {

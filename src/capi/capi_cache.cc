@@ -40,11 +40,11 @@ int32_t copy_rows(const HeadStore& store, const std::vector<int>& slots, float* 
     const int s = slots[i];
     const bool live = store.live(s);
     if (keys) {
-      if (live) load_rows(store.key_row(s), store.key_type(), keys + i * dim, dim);
+      if (live) store.load_key(s, keys + i * dim);
       else std::fill_n(keys + i * dim, dim, 0.0f);
     }
     if (values) {
-      if (live) load_rows(store.value_row(s), store.value_type(), values + i * dim, dim);
+      if (live) store.load_value(s, values + i * dim);
       else std::fill_n(values + i * dim, dim, 0.0f);
     }
     if (positions) positions[i] = store.positions()[s];

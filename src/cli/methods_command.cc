@@ -47,6 +47,8 @@ constexpr FormatLine kFormats[] = {
     {KVType::f32, "float per value"},
     {KVType::q8_0, "llama.cpp q8_0: per block an fp16 scale and int8 codes, x = d * q"},
     {KVType::q4_0, "llama.cpp q4_0: per block an fp16 scale and 4-bit codes, x = d * (q - 8)"},
+    {KVType::kivi2, "KIVI 2-bit: keys per channel over --kivi-group tokens, values per token; x = m + s * q"},
+    {KVType::kivi4, "KIVI 4-bit: as kivi2 with 4-bit codes"},
 };
 
 void print_json() {
@@ -103,6 +105,7 @@ void print_text() {
                 kv_bits_per_value(f.type, 8), f.summary);
   }
   std::printf("  Block formats quantize each row of one head in blocks of 32 values (head_dim < 32: one block).\n");
+  std::printf("  KIVI keeps the newest --kivi-residual rows in fp16 besides (figures at --kivi-group 32).\n");
   std::printf("\nParameters (flag, default, rule):\n");
   for (const ParamSpec* spec : all_params()) {
     if (spec->kind == ParamKind::text) continue;

@@ -41,7 +41,7 @@ void Engine::rotate_keys(const LayerCache& layer, size_t ld_rows) {
   auto rotate = [&](size_t g, size_t) {
     const HeadStore& head = layer.head(int(g));
     rotated_[g] = head.max_shift() > 0;
-    if (!rotated_[g] || kv_quantized(head.key_type())) return;  // quantized: fused in attention
+    if (!rotated_[g] || kv_quantized(head.key_type()) || kv_kivi(head.key_type())) return;  // fused in attention
     // R(rank at insertion - shift) k = R(-shift) applied to the stored key.
     rotate_rows_back(head.keys(), head.key_type(), head.shifts(), size_t(head.n_slots()), hd, size_t(c.n_rot),
                      c.rope_style == RopeStyle::neox, turns_.data(), rot_keys_.data() + g * ld_rows * hd);
@@ -347,7 +347,7 @@ void Engine::patch_clamped_keys(const LayerCache& layer, int64_t clamped_at) {
     for (int s = 0; s < head.n_slots(); ++s) {
       if (!head.at_origin(s)) continue;
       float* key = clamp_keys_.data() + (g * most + j) * hd;
-      load_rows(head.key_row(s), head.key_type(), key, hd, hd);
+      head.load_key(s, key);
       rope_apply(key, c.n_rot, c.rope_style, clamp_cos_sin_.data());
       clamp_slots_[g * most + j] = s;
       ++j;
@@ -374,7 +374,7 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
   }
   // Float keys are turned back once per layer into rot_keys_ (shared by the chunk's queries);
   // quantized keys are decoded and turned back in registers by the fused kernel, never copied.
-  const bool fused_turn = kv_quantized(layer.head(0).key_type());
+  const bool fused_turn = kv_quantized(layer.head(0).key_type()) || kv_kivi(layer.head(0).key_type());
   if (most_shift > 0) {
     ensure_rank_table(int64_t(most_shift) + 1);
     if (fused_turn) {
@@ -411,21 +411,24 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.
     const bool rotated = most_shift > 0 && rotated_[size_t(g)];
     if (rotated && fused_turn) {  // ranks (never together with span's patches)
-      query_probs_rotated(q, group, hd, head.keys(), head.key_type(), head.shifts(), size_t(hi), hd,
-                          size_t(c.n_rot), c.rope_style == RopeStyle::neox, turns_.data(), mask, scale, logits, ld);
+      head.key_probs_rotated(q, group, hd, size_t(hi), size_t(c.n_rot), c.rope_style == RopeStyle::neox, turns_.data(),
+                             mask, scale, logits, ld);
     } else {
-      const void* keys = rotated ? rot_keys_.data() + size_t(g) * size_t(max_slots) * hd : head.keys();
       RowPatches patches;
       if (clamp_stride_ > 0) {
         patches = {clamp_keys_.data() + size_t(g) * clamp_stride_ * hd, clamp_slots_.data() + size_t(g) * clamp_stride_,
                    clamp_counts_[size_t(g)]};
       }
-      query_probs_patched(q, group, hd, keys, rotated ? KVType::f32 : head.key_type(), size_t(hi), hd, mask, scale,
-                          logits, ld, patches);
+      if (rotated) {
+        query_probs_patched(q, group, hd, rot_keys_.data() + size_t(g) * size_t(max_slots) * hd, KVType::f32,
+                            size_t(hi), hd, mask, scale, logits, ld, patches);
+      } else {
+        head.key_probs(q, group, hd, size_t(hi), mask, scale, logits, ld, patches);
+      }
     }
     float* out = att_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
     std::fill(out, out + group * hd, 0.0f);
-    rows_weighted_sum_group(logits, group, ld, head.values(), head.value_type(), size_t(hi), hd, out, hd);
+    head.add_weighted_values(logits, group, ld, size_t(hi), out, hd);
     if (feed) feed_probs(g, t, logits, ld, hi, n_slots, probs_per_head);
   };
   const bool blocks = !(most_shift > 0 && fused_turn) &&

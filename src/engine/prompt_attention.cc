@@ -32,6 +32,9 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
                                  bool feed, size_t probs_per_head) {
   const ModelConfig& c = model_.config();
   if (!prompt_blocks_ || n < kMinBlockTokens || max_slots == 0) return false;
+  // Quantized keys (q8_0, q4_0, KIVI) keep the token path: the transposed keys would be a
+  // dequantized copy of the cache, which the storage formats promise never to build.
+  if (!kv_float(layer.head(0).key_type())) return false;
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
   const auto n_kv = size_t(c.n_kv_heads);
@@ -52,7 +55,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
 
   // Each head's keys, as the token path reads them (turned back to their ranks, or as stored with
   // the clamped rows' keys patched in), transposed; padding columns zeroed. f32 keys (and turned
-  // ones) are read in place; other formats are decoded once into the worker's scratch.
+  // ones) are read in place; f16 ones are widened once into the worker's scratch.
   auto transpose = [&](size_t g, size_t worker) {
     const HeadStore& head = layer.head(int(g));
     const auto n_slots = size_t(head.n_slots());
@@ -63,7 +66,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       keys = static_cast<const float*>(head.keys());
     } else {
       float* decoded = scratch_[worker].data() + rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
-      load_rows(head.keys(), head.key_type(), decoded, n_slots * hd, hd);
+      head.load_keys(n_slots, decoded);
       keys = decoded;
     }
     float* kt = keys_t_.data() + g * hd * ld_kt;
@@ -120,7 +123,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       }
     }
     std::fill(outs, outs + bt * group * hd, 0.0f);
-    rows_weighted_sum_group(logits, bt * group, ld_kt, head.values(), head.value_type(), size_t(hi_max), hd, outs, hd);
+    head.add_weighted_values(logits, bt * group, ld_kt, size_t(hi_max), outs, hd);
     for (size_t i = 0; i < bt; ++i) {
       float* out = att_.data() + size_t(row0) * q_dim + (t0 + i) * q_dim + g * group * hd;
       std::memcpy(out, outs + i * group * hd, group * hd * sizeof(float));

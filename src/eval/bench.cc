@@ -17,6 +17,7 @@
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/engine/prefill.h"
+#include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/stream_read.h"
 #include "squeezekv/ops/thread_pool.h"
 
@@ -94,9 +95,10 @@ Spread Spread::of(std::vector<double> samples) {
 
 std::string cache_label(const KVCacheConfig& config) {
   std::string label = config.method;
-  if (config.method != "full") label += " b" + std::to_string(config.budget);
+  const bool evicts = resolved_policy(config) != "full";
+  if (evicts) label += " b" + std::to_string(config.budget);
   if (config.score == ScoreSource::attention) label += " attention";
-  if (config.method != "full" && config.positions != PositionRule::span) label += " pos=" + to_string(config.positions);
+  if (evicts && config.positions != PositionRule::span) label += " pos=" + to_string(config.positions);
   if (config.key_type() == config.value_type()) {
     if (config.key_type() != KVType::f16) label += " " + to_string(config.key_type());
   } else {

@@ -64,8 +64,8 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
   // The reference is the unevicted cache in the first configuration's float format (f16 or f32),
   // or f16 when that is a quantized one: KL measures eviction and quantization alike.
   const KVCacheConfig& first_config = configs.front();
-  const bool float_first = !kv_quantized(first_config.key_type()) && !kv_quantized(first_config.value_type());
-  reference_config.kv_type = float_first ? first_config.kv_type : KVType::f16;
+  const bool float_first = kv_float(first_config.key_type()) && kv_float(first_config.value_type());
+  reference_config.kv_type = float_first ? first_config.key_type() : KVType::f16;
   if (float_first) {
     reference_config.k_type = first_config.k_type;
     reference_config.v_type = first_config.v_type;

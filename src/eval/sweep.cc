@@ -45,7 +45,16 @@ std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
   }
   std::vector<KVCacheConfig> out;
   std::set<std::string> seen;
-  auto add = [&](const KVCacheConfig& c) {
+  const bool whole_table = spec.methods.empty();
+  auto add = [&](const KVCacheConfig& given) {
+    KVCacheConfig c = given;
+    // A method with a storage preset (kivi: kivi2) spells it out, so that it and the same format
+    // given by --kv-types are one variant; the whole-table default leaves such a method out of
+    // the formats it does not take.
+    if (const MethodInfo& m = find_method(c.method); !m.kv_type.empty()) {
+      if (c.kv_type == KVType::f16) c.kv_type = parse_kv_type(std::string(m.kv_type));
+      if (whole_table && !kv_kivi(c.kv_type)) return;
+    }
     c.validate();
     std::string key = sweep_variant(c);
     key += resolved_policy(c) == "full" ? std::string(" b=-") : " b=" + std::to_string(c.budget);

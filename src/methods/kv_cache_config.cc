@@ -5,6 +5,7 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
+#include "squeezekv/ops/kivi_rows.h"
 
 namespace squeezekv {
 namespace {
@@ -13,8 +14,14 @@ namespace {
 // overflows an int.
 constexpr double kMaxRows = double(1 << 30) - 1;
 constexpr std::string_view kScores[] = {"key-proxy", "attention"};
-constexpr std::string_view kKVTypes[] = {"f16", "f32", "q8_0", "q4_0"};
-constexpr std::string_view kPartTypes[] = {"auto", "f16", "f32", "q8_0", "q4_0"};
+constexpr std::string_view kKVTypes[] = {"f16", "f32", "q8_0", "q4_0", "kivi2", "kivi4"};
+constexpr std::string_view kPartTypes[] = {"auto", "f16", "f32", "q8_0", "q4_0", "kivi2", "kivi4"};
+constexpr std::string_view kOnOff[] = {"auto", "off", "on"};
+
+void multiple_of_8(const ParamSpec& spec, const ParamValue& value) {
+  const int64_t v = std::get<int64_t>(value);
+  require(v % 8 == 0, spec.name, v, "must be a multiple of 8 (whole bytes of 2- and 4-bit codes)");
+}
 constexpr std::string_view kPositionRules[] = {"span", "cache", "text"};
 
 using Value = ParamValue;
@@ -73,7 +80,8 @@ const Field kFields[] = {
      [](Config& c, const Value& v) { c.n_sink = int(as_int(v)); }},
     {{"kv_type", ParamKind::choice, "f16",
       "stored K/V format, bits per value: f16 16, f32 32, q8_0 8.5, q4_0 4.5 (blocks of 32; head_dim < 32: "
-      "one block a row, e.g. 10 and 6 at head_dim 8)",
+      "one block a row, e.g. 10 and 6 at head_dim 8), kivi2 3, kivi4 5 (KIVI: codes plus an fp16 min and "
+      "scale per group of 32, the newest kivi_residual rows in fp16)",
       0, 0, false, kKVTypes, {}, true, false, {}, /*label=*/"kv", /*omit_if=*/"f16"},
      [](const Config& c) -> Value { return to_string(c.kv_type); },
      [](Config& c, const Value& v) { c.kv_type = parse_kv_type(as_text(v)); }},
@@ -91,6 +99,23 @@ const Field kFields[] = {
        if (as_text(v) == "auto") c.v_type.reset();
        else c.v_type = parse_kv_type(as_text(v));
      }},
+    {{"kivi_group", ParamKind::integer, "32",
+      "KIVI: tokens per key group (per channel) and channels per value group (the whole row when head_dim "
+      "is smaller); a multiple of 8",
+      8, 1024, false, {}, {}, true, false, multiple_of_8, /*label=*/"group", /*omit_if=*/"32"},
+     [](const Config& c) -> Value { return int64_t(c.kivi_group); },
+     [](Config& c, const Value& v) { c.kivi_group = int(as_int(v)); }},
+    {{"kivi_residual", ParamKind::integer, "128",
+      "KIVI: newest rows kept in fp16 (a multiple of kivi_group; keys are quantized a group at a time once "
+      "that many wait)",
+      0, 1 << 20, false, {}, {}, true, false, {}, /*label=*/"residual", /*omit_if=*/"128"},
+     [](const Config& c) -> Value { return int64_t(c.kivi_residual); },
+     [](Config& c, const Value& v) { c.kivi_residual = int(as_int(v)); }},
+    {{"kivi_fp16_sinks", ParamKind::choice, "auto",
+      "KIVI: keep the first n_sink positions in fp16 (auto: on for method kivi_sink)", 0, 0, false, kOnOff, {},
+      true, false, {}, /*label=*/"fp16-sinks", /*omit_if=*/"auto"},
+     [](const Config& c) -> Value { return c.kivi_fp16_sinks; },
+     [](Config& c, const Value& v) { c.kivi_fp16_sinks = as_text(v); }},
     {{"positions", ParamKind::choice, "span",
       "RoPE positions: span (its place in the text, rows kept within max_distance, sinks read at that "
       "distance), cache (a row's rank among the rows held) or text (its place in the text)", 0, 0, false,
@@ -180,10 +205,23 @@ void KVCacheConfig::validate() const {
     if (spec.kind == ParamKind::text) continue;
     spec.check(get(spec.name));
   }
+  const MethodInfo& m = find_method(method);
+  if (!m.kv_type.empty()) {
+    require(kv_type == KVType::f16 || kv_kivi(kv_type), "kv_type", to_string(kv_type),
+            "method " + std::string(m.id) + " stores KIVI codes: kivi2 or kivi4 (f16, the default, gives " +
+                std::string(m.kv_type) + ")");
+  }
   for (const KVType t : {key_type(), value_type()}) {
+    const char* name = t == key_type() ? "k_type" : "v_type";
     const std::string why = kv_type_unfit(t, size_t(head_dim));
-    require(why.empty(), t == key_type() ? "k_type" : "v_type", to_string(t),
-            why + " (head_dim = " + std::to_string(head_dim) + ")");
+    require(why.empty(), name, to_string(t), why + " (head_dim = " + std::to_string(head_dim) + ")");
+    if (kv_kivi(t)) {
+      const std::string unfit = kivi_unfit(kivi_bits(t), size_t(kivi_group), size_t(head_dim));
+      require(unfit.empty(), "kivi_group", kivi_group,
+              unfit + " (" + to_string(t) + ", head_dim = " + std::to_string(head_dim) + ")");
+      require(kivi_residual % kivi_group == 0, "kivi_residual", kivi_residual,
+              "must be a multiple of kivi_group = " + std::to_string(kivi_group));
+    }
   }
   if (p.id != "full") {
     require(budget > n_sink, "budget", budget,
@@ -203,6 +241,38 @@ void KVCacheConfig::validate() const {
   if (a.validate) a.validate(*this);
 }
 
+namespace {
+
+// kv_type, or the method's storage preset when kv_type is left at f16.
+KVType storage_default(const KVCacheConfig& c) {
+  if (c.kv_type == KVType::f16) {
+    if (const MethodInfo* m = method_or_null(c.method); m && !m->kv_type.empty()) {
+      return parse_kv_type(std::string(m->kv_type));
+    }
+  }
+  return c.kv_type;
+}
+
+}  // namespace
+
+KVType KVCacheConfig::key_type() const { return k_type ? *k_type : storage_default(*this); }
+KVType KVCacheConfig::value_type() const { return v_type ? *v_type : storage_default(*this); }
+
+size_t kv_token_bytes(const KVCacheConfig& config) {
+  const auto hd = size_t(config.head_dim), G = size_t(config.kivi_group);
+  const KVType k = config.key_type(), v = config.value_type();
+  const size_t key = kv_kivi(k) ? kivi_key_group_bytes(kivi_bits(k), G, hd) / G : kv_row_bytes(k, hd);
+  const size_t value = kv_kivi(v) ? kivi_value_row_bytes(kivi_bits(v), G, hd) : kv_row_bytes(v, hd);
+  return key + value;
+}
+
+int KVCacheConfig::kivi_sinks() const {
+  if (kivi_fp16_sinks == "on") return n_sink;
+  if (kivi_fp16_sinks == "off") return 0;
+  const MethodInfo* m = method_or_null(method);
+  return m && m->fp16_sinks ? n_sink : 0;
+}
+
 std::string to_string(ScoreSource source) {
   return source == ScoreSource::key_proxy ? "key-proxy" : "attention";
 }
@@ -213,6 +283,8 @@ std::string to_string(KVType type) {
     case KVType::f32: return "f32";
     case KVType::q8_0: return "q8_0";
     case KVType::q4_0: return "q4_0";
+    case KVType::kivi2: return "kivi2";
+    case KVType::kivi4: return "kivi4";
   }
   return "?";
 }
@@ -244,7 +316,9 @@ KVType parse_kv_type(const std::string& text) {
   if (text == "f32") return KVType::f32;
   if (text == "q8_0") return KVType::q8_0;
   if (text == "q4_0") return KVType::q4_0;
-  throw InvalidArgument(invalid_value("kv_type", text, "expected f16, f32, q8_0 or q4_0"));
+  if (text == "kivi2") return KVType::kivi2;
+  if (text == "kivi4") return KVType::kivi4;
+  throw InvalidArgument(invalid_value("kv_type", text, "expected f16, f32, q8_0, q4_0, kivi2 or kivi4"));
 }
 
 }  // namespace squeezekv

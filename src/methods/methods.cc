@@ -8,7 +8,7 @@
 namespace squeezekv {
 namespace {
 
-constexpr std::array<MethodInfo, 9> kMethods = {{
+constexpr std::array<MethodInfo, 11> kMethods = {{
     {"full", "full", "none", "keep every row (the unevicted baseline)",
      "Reference quality; memory grows with the context"},
     {"h2o", "cumulative", "uniform",
@@ -33,6 +33,11 @@ constexpr std::array<MethodInfo, 9> kMethods = {{
     {"snapkv", "snapkv", "uniform",
      "score by the last prompt queries once at prefill end; then the oldest rows out past the budget",
      "Hard cap on tokens, evict at prefill only"},
+    {"kivi", "full", "none",
+     "KIVI: every row kept, in 2-bit codes (keys per channel, values per token), the newest in fp16",
+     "Compress all tokens uniformly: KIVI-2bit", {}, "kivi2"},
+    {"kivi_sink", "full", "none", "KIVI with the first n_sink positions kept in fp16",
+     "Compress all tokens uniformly, the attention sinks exact", {}, "kivi2", true},
 }};
 
 }  // namespace

@@ -72,6 +72,13 @@ const AllocatorInfo& find_allocator(std::string_view id) {
       invalid_value("allocator", std::string(id), "unknown layer allocator (" + ids(kAllocators) + ")"));
 }
 
+const MethodInfo* method_or_null(std::string_view id) {
+  for (const MethodInfo& method : all_methods()) {
+    if (method.id == id) return &method;
+  }
+  return nullptr;
+}
+
 const MethodInfo& find_method(std::string_view id) {
   for (const MethodInfo& method : all_methods()) {
     if (method.id == id) return method;
@@ -138,6 +145,10 @@ std::string resolved_allocator(const KVCacheConfig& config) {
 
 namespace {
 
+bool is_kivi_param(std::string_view name) {
+  return name == "kivi_group" || name == "kivi_residual" || name == "kivi_fp16_sinks";
+}
+
 bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
   // The engine applies the position rule to every cache that evicts; the full cache never shifts.
   if (name == "positions" || name == "max_distance") return p.id != "full";
@@ -156,6 +167,10 @@ int64_t span_distance(const KVCacheConfig& config, int64_t context_length) {
 bool reads_param(const KVCacheConfig& config, std::string_view name) {
   // Every cache stores rows in its formats, whichever policy and allocator it runs.
   if (name == "kv_type" || name == "k_type" || name == "v_type") return true;
+  // KIVI storage reads its own parameters, and n_sink when it keeps the sinks in fp16.
+  const bool kivi = kv_kivi(config.key_type()) || kv_kivi(config.value_type());
+  if (is_kivi_param(name)) return kivi;
+  if (name == "n_sink" && kivi && config.kivi_sinks() > 0) return true;
   const AllocatorInfo& a = resolved_allocator_info(config);
   if (a.uses && owns(a.params, name) && !a.uses(config, name)) return false;
   if (name == "max_distance" && config.positions != PositionRule::span) return false;
@@ -167,7 +182,9 @@ std::vector<const ParamSpec*> method_params(const MethodInfo& method) {
   const AllocatorInfo& a = find_allocator(method.allocator);
   std::vector<const ParamSpec*> out;
   for (const ParamSpec* spec : all_params()) {
-    if (component_reads(p, a, spec->name)) out.push_back(spec);
+    const bool storage = !method.kv_type.empty() &&
+                         (is_kivi_param(spec->name) || (method.fp16_sinks && spec->name == "n_sink"));
+    if (component_reads(p, a, spec->name) || storage) out.push_back(spec);
   }
   return out;
 }
@@ -176,6 +193,7 @@ std::string method_default(const MethodInfo& method, const ParamSpec& spec) {
   for (const ParamOverride& o : method.overrides) {
     if (o.name == spec.name) return std::string(o.value);
   }
+  if (spec.name == "kv_type" && !method.kv_type.empty()) return std::string(method.kv_type);
   return std::string(spec.default_value);
 }
 

@@ -87,8 +87,8 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
       // Decode: one query against every row.
       scratch.logits.resize(size_t(n_slots));
       for (int s = 0; s < n_slots; ++s) scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < update.first_pos;
-      if (!query_probs(keys, 1, size_t(dim), head.keys(), head.key_type(), size_t(n_slots), size_t(dim),
-                       scratch.mask.data(), inv_sqrt_d, scratch.logits.data(), size_t(n_slots))) {
+      if (!head.key_probs(keys, 1, size_t(dim), size_t(n_slots), scratch.mask.data(), inv_sqrt_d,
+                          scratch.logits.data(), size_t(n_slots))) {
         head.scores()[update.slots[h][0]] = 1.0f;
       } else {
         add_probs(head, scratch.logits.data(), scratch.mask.data(), n_slots, decay);
@@ -101,7 +101,7 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
     std::vector<float> row(static_cast<size_t>(dim));
     for (int s = 0; s < n_slots; ++s) {
       if (pos[s] == HeadStore::kFree) continue;
-      load_rows(head.key_row(s), head.key_type(), row.data(), size_t(dim));
+      head.load_key(s, row.data());
       for (int d = 0; d < dim; ++d) scratch.kt[size_t(d) * ld + size_t(s)] = row[size_t(d)];
     }
     constexpr int kBlock = 32;

@@ -87,10 +87,10 @@ class SnapKVPolicy final : public TokenPolicy {
     const float inv_sqrt_d = 1.0f / std::sqrt(float(dim));
     for (size_t w = order.size() - size_t(window); w < order.size(); ++w) {
       const int64_t query_pos = head.positions()[order[w]];
-      load_rows(head.key_row(order[w]), head.key_type(), query.data(), size_t(dim));
+      head.load_key(order[w], query.data());
       for (int s = 0; s < n_slots; ++s) mask[size_t(s)] = head.live(s) && head.positions()[s] <= query_pos;
-      query_probs(query.data(), 1, size_t(dim), head.keys(), head.key_type(), size_t(n_slots), size_t(dim),
-                  mask.data(), inv_sqrt_d, logits.data(), size_t(n_slots));
+      head.key_probs(query.data(), 1, size_t(dim), size_t(n_slots), mask.data(), inv_sqrt_d, logits.data(),
+                     size_t(n_slots));
       for (int s = 0; s < n_slots; ++s) score[size_t(s)] += logits[size_t(s)];
     }
     return score;

@@ -31,8 +31,8 @@ class TovaPolicy final : public TokenPolicy {
       const HeadStore& head = layer.heads[h];
       const float* newest = update.keys + (h * size_t(update.n_new) + size_t(update.n_new - 1)) * size_t(dim);
       for (int s = 0; s < n_slots; ++s) mask_[size_t(s)] = head.live(s);
-      query_probs(newest, 1, size_t(dim), head.keys(), head.key_type(), size_t(n_slots), size_t(dim), mask_.data(),
-                  inv_sqrt_d, logits_.data(), size_t(n_slots));
+      head.key_probs(newest, 1, size_t(dim), size_t(n_slots), mask_.data(), inv_sqrt_d, logits_.data(),
+                     size_t(n_slots));
       add_to_batch(layer.batch_of(int(h)), logits_.data(), layer.n_kv_heads);
     }
   }

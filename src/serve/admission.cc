@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "squeezekv/methods/registry.h"
+#include "squeezekv/ops/kivi_rows.h"
 #include "squeezekv/ops/kv_rows.h"
 
 namespace squeezekv::serve {
@@ -35,8 +36,19 @@ int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionSh
 }
 
 size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, const SessionShape& shape) {
-  return size_t(promised_rows(config, model.n_layers, shape)) * size_t(model.n_kv_heads) * size_t(model.head_dim) *
-         2 * kv_type_size(config.kv_type);
+  // Per row, a bound on what any format holds: f32 4 bytes a value, the block formats and KIVI's
+  // fp16 rows at most 2. KIVI that evicts may hold dead rows inside its quantized key groups, up to
+  // a group per live row: its keys are promised G rows of codes each.
+  const auto hd = size_t(model.head_dim);
+  auto row_bound = [&](KVType t, bool key) -> size_t {
+    if (t == KVType::f32) return 4 * hd;
+    if (key && kv_kivi(t) && resolved_policy(config) != "full") {
+      return std::max(2 * hd, kivi_key_group_bytes(kivi_bits(t), size_t(config.kivi_group), hd));
+    }
+    return 2 * hd;
+  };
+  const size_t per_row = row_bound(config.key_type(), true) + row_bound(config.value_type(), false);
+  return size_t(promised_rows(config, model.n_layers, shape)) * size_t(model.n_kv_heads) * per_row;
 }
 
 }  // namespace squeezekv::serve

@@ -48,9 +48,15 @@ TEST(Cli, BudgetsPyramidAndJson) {
 TEST(Cli, MethodsListsEveryMethod) {
   const CliRun r = run("methods");
   EXPECT_EQ(r.status, 0);
-  for (const char* id : {"full", "h2o", "squeeze", "pyramidkv", "chunkkv", "tova", "streaming", "window", "snapkv"}) {
+  for (const char* id : {"full", "h2o", "squeeze", "pyramidkv", "chunkkv", "tova", "streaming", "window", "snapkv",
+                         "kivi", "kivi_sink"}) {
     EXPECT_NE(r.out.find(std::string(id) + " "), std::string::npos) << id;
   }
+  // The storage formats with their bits per value (KIVI at group 32: 3 and 5; 4.5 and 6.5 at
+  // head_dim 8, where a value group is the 8-channel row).
+  EXPECT_NE(r.out.find("  kivi2      3 bits ( 4.5 at head_dim 8)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  kivi4      5 bits ( 6.5 at head_dim 8)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--kivi-residual"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("when to use: Constant-memory, importance eviction with a data-driven"), std::string::npos);
 }
 
@@ -119,12 +125,21 @@ TEST(Cli, BenchAndSweepTakeTheStorageAxis) {
   EXPECT_NE(b.out.find("| 1 | full | tg2 | 32 |"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("| 1 | full q8_0 | tg2 | 32 |"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("| 1 | full q4_0 | tg2 | 32 |"), std::string::npos) << b.out;
+  const CliRun kivi = run("bench " + kModel + " -p 0 -n 2 -r 1 -d 32 --method kivi,full --kv-type kivi4 --bandwidth-mib 0");
+  ASSERT_EQ(kivi.status, 0) << kivi.out;
+  EXPECT_NE(kivi.out.find("| 1 | kivi kivi4 | tg2 | 32 |"), std::string::npos) << kivi.out;
+  EXPECT_NE(kivi.out.find("| 1 | full kivi4 | tg2 | 32 |"), std::string::npos) << kivi.out;
   const CliRun s = run("sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1 "
                        "--methods full,window --budgets 16 --kv-types f16,q8_0 --v-types auto,q4_0");
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_NE(s.out.find("sweep: 8 configurations"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("window kv=q8_0 v=q4_0"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("full kv=q8_0 "), std::string::npos) << s.out;
+  const CliRun k = run("sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1 "
+                       "--methods kivi,window --budgets 16 --kv-types f16,kivi2 --kivi-residual 0 --kivi-group 8");
+  ASSERT_EQ(k.status, 0) << k.out;
+  EXPECT_NE(k.out.find("window kv=kivi2 group=8 residual=0"), std::string::npos) << k.out;
+  EXPECT_NE(k.out.find("sweep: 3 configurations"), std::string::npos) << k.out;  // kivi and kivi kv=kivi2 are one
 }
 
 TEST(Cli, RandomModelWritesAModelTheEngineRuns) {
@@ -182,6 +197,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"synth --k-type int3", "k_type = int3"},
         BadInput{"synth --kv-type q8_0 --head-dim 80", "k_type = q8_0"},
         BadInput{"synth --v-type q4_0 --head-dim 7", "v_type = q4_0"},
+        BadInput{"synth --kv-type kivi2 --kivi-group 0", "kivi_group = 0"},
+        BadInput{"synth --kv-type kivi2 --kivi-group 12", "kivi_group = 12"},
+        BadInput{"synth --kv-type kivi2 --head-dim 48", "kivi_group = 32"},
+        BadInput{"synth --kv-type kivi4 --kivi-residual 40", "kivi_residual = 40"},
+        BadInput{"synth --method kivi --kv-type q8_0", "kv_type = q8_0"},
+        BadInput{"synth --kv-type kivi3", "kv_type = kivi3"},
         BadInput{"synth --method snapkv --window 64 --budget 64", "window = 64"},
         BadInput{"generate -m no/such/model.gguf", "no/such/model.gguf"},
         BadInput{"generate " + kModel + " --temp -1", "temp = -1"},

@@ -12,6 +12,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
+#include "squeezekv/ops/kivi_rows.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -56,18 +57,39 @@ void check_layer(const LayerCache& layer, int64_t seen, const std::string& polic
     }
   }
   ASSERT_EQ(layer.tokens_kept(), most);
-  // Resident bytes are exactly what the heads allocated: capacity rows of each format.
+  // Resident bytes are exactly what the heads allocated: capacity rows of each format (KIVI: whole
+  // key groups of codes, per-row value codes, and the fp16 pools).
   const KVCacheConfig& c = layer.config();
-  const size_t row = kv_row_bytes(c.key_type(), kDim) + kv_row_bytes(c.value_type(), kDim);
-  ASSERT_EQ(layer.full_bytes(), size_t(layer.n_heads()) * size_t(seen) * row);
+  const KVType kt = c.key_type(), vt = c.value_type();
+  const auto G = size_t(c.kivi_group);
+  if (!kv_kivi(kt) && !kv_kivi(vt)) {
+    const size_t row = kv_row_bytes(kt, kDim) + kv_row_bytes(vt, kDim);
+    ASSERT_EQ(layer.full_bytes(), size_t(layer.n_heads()) * size_t(seen) * row);
+    ASSERT_GE(layer.kept_bytes(), size_t(most) * row);
+  }
+  ASSERT_EQ(layer.full_bytes(), size_t(layer.n_heads()) * size_t(seen) * kv_token_bytes(c));
   size_t allocated = 0;
-  for (int h = 0; h < layer.n_heads(); ++h) allocated += size_t(layer.head(h).capacity()) * row;
+  for (int h = 0; h < layer.n_heads(); ++h) {
+    const HeadStore& head = layer.head(h);
+    const auto cap = size_t(head.capacity());
+    allocated += kv_kivi(kt) ? cap / G * kivi_key_group_bytes(kivi_bits(kt), G, kDim) : cap * kv_row_bytes(kt, kDim);
+    allocated += cap * (kv_kivi(vt) ? kivi_value_row_bytes(kivi_bits(vt), G, kDim) : kv_row_bytes(vt, kDim));
+    allocated += head.fp16_bytes();
+    if (kv_kivi(kt)) {
+      ASSERT_EQ(cap % G, 0u);
+    }
+    ASSERT_LE(head.n_live() + head.held(), head.capacity());
+    // The fp16 pools hold about the residual: at most it, a group waiting to fill, the sinks and
+    // the update's rows (40 at most here), plus 8 free rows.
+    const int fp16_cap = c.kivi_residual + c.kivi_group + kSinks + 40;
+    ASSERT_LE(head.fp16_keys(), std::max(fp16_cap, head.n_live()));
+    ASSERT_LE(head.fp16_bytes(), size_t(head.fp16_keys() + head.fp16_values() + 16) * kDim * 2);
+  }
   ASSERT_EQ(layer.kept_bytes(), allocated);
-  ASSERT_GE(layer.kept_bytes(), size_t(most) * row);
 }
 
 void run_sequence(const MethodInfo& method, const std::string& score, uint64_t seed,
-                  const char* k_type = "f16", const char* v_type = "f16", std::string_view policy_id = {},
+                  const char* k_type = "auto", const char* v_type = "auto", std::string_view policy_id = {},
                   std::string_view allocator_id = {}) {
   KVCacheConfig config;
   config.policy = std::string(policy_id);
@@ -78,6 +100,10 @@ void run_sequence(const MethodInfo& method, const std::string& score, uint64_t s
   config.budget = kBudget;
   config.n_sink = kSinks;
   config.head_dim = kDim;
+  if (reads_param(config, "kivi_group") && config.policy != "full" && method.policy != "full") {
+    config.kivi_group = 8;  // groups and a residual that fit the budget, so codes form and rows are held
+    config.kivi_residual = 8;
+  }
   if (reads_param(config, "score")) config.set("score", score);
   if (reads_param(config, "window")) config.set("window", "4");
   if (reads_param(config, "chunk_size")) config.set("chunk_size", "3");
@@ -148,7 +174,8 @@ TEST(CacheProperties, EveryMethodKeepsItsInvariantsUnderRandomCallSequences) {
 // keeps the same row promise and reports its bytes exactly.
 TEST(CacheProperties, EveryPolicyAndAllocatorKeepsItsInvariantsWithQuantizedStorage) {
   const std::pair<const char*, const char*> kTypes[] = {{"q8_0", "q8_0"}, {"q4_0", "q4_0"}, {"q8_0", "q4_0"},
-                                                        {"f16", "q4_0"}};
+                                                        {"f16", "q4_0"}, {"kivi2", "kivi2"}, {"kivi4", "f16"},
+                                                        {"f16", "kivi4"}, {"kivi2", "q8_0"}};
   const MethodInfo& base = find_method("h2o");
   for (const PolicyInfo* p : all_policies()) {
     for (const AllocatorInfo* a : all_allocators()) {

@@ -241,5 +241,52 @@ TEST(Positions, QuantizedKeysTurnBackInTheFusedKernel) {
   }
 }
 
+// KIVI keys under positions inside the cache: each group is decoded into a tile, turned back and
+// dotted (HeadStore::key_probs_rotated). Against f32 storage the logits stay close, and the run
+// really quantized groups, held evicted rows in them and shifted rows.
+TEST(Positions, KiviKeysTurnBackGroupByGroup) {
+  KVCacheConfig exact = config("h2o", 24, PositionRule::cache);
+  exact.kv_type = KVType::f32;
+  KVCacheConfig kivi = exact;
+  kivi.set("kv_type", "kivi4");
+  kivi.kivi_group = 8;
+  kivi.kivi_residual = 8;
+  const auto a = run(exact, 64, 160, 32, nullptr);
+  const auto b = run(kivi, 64, 160, 32, nullptr);
+  ASSERT_EQ(a.size(), b.size());
+  int agree = 0, steps = 0;
+  double worst = 0;
+  for (size_t s = 2; s < a.size(); ++s) {
+    for (size_t i = 0; i < a[s].size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b[s][i]));
+      worst = std::max(worst, double(std::fabs(a[s][i] - b[s][i])));
+    }
+    agree += std::max_element(a[s].begin(), a[s].end()) - a[s].begin() ==
+             std::max_element(b[s].begin(), b[s].end()) - b[s].begin();
+    ++steps;
+  }
+  EXPECT_GT(worst, 0.0);                 // the keys really are codes
+  EXPECT_GT(agree, steps * 6 / 10);      // and close: 4-bit codes over groups of 8 tokens
+  Engine engine(stories(), nullptr);
+  auto cache = engine.make_cache(kivi);
+  std::vector<float> logits;
+  const auto& tokens = text_tokens();
+  engine.begin_prompt(*cache);
+  engine.forward(std::span(tokens).subspan(0, 100), *cache, Logits::none, logits);
+  engine.end_prompt(*cache);
+  for (int i = 100; i < 140; ++i) engine.forward(std::span(tokens).subspan(size_t(i), 1), *cache, Logits::last, logits);
+  int32_t shifted = 0;
+  int held = 0, quantized = 0;
+  for (int l = 0; l < cache->n_layers(); ++l) {
+    const HeadStore& head = cache->layer(l).head(0);
+    shifted = std::max(shifted, head.max_shift());
+    held += head.held();
+    for (int s = 0; s < head.n_slots(); ++s) quantized += head.live(s) && head.key_quantized(s);
+  }
+  EXPECT_GT(shifted, 0);
+  EXPECT_GT(quantized, 0);
+  EXPECT_GT(held, 0);
+}
+
 }  // namespace
 }  // namespace squeezekv

@@ -196,6 +196,25 @@ def test_quantized_storage_round_trip_and_bytes(kv_type, row_bytes):
     assert cache.full_bytes == 2 * 7 * 2 * row_bytes
 
 
+def test_kivi_storage_round_trip_and_bytes():
+    # head_dim 32, group 8, residual 16: 36 tokens give 32 quantized keys (4 full groups; the 4 left
+    # wait for a fifth) and 20 quantized values (the newest 16 stay fp16).
+    config = squeezekv.KVCacheConfig(method="kivi", head_dim=32, bit_width_inlier=4, kivi_group_size=8,
+                                     residual_length=16)
+    cache = squeezekv.KVCacheFactory.create(config)
+    rng = np.random.default_rng(6)
+    keys = rng.standard_normal((1, 2, 36, 32)).astype(np.float32)
+    k, v = cache.update_and_fetch(keys, -keys)
+    # Keys: per channel over 8 tokens, 15 steps; values: per token over 8 channels.
+    key_step = np.ptp(keys[:, :, :32].reshape(1, 2, 4, 8, 32), axis=3).max() / 15
+    assert np.abs(k - keys).max() <= key_step / 2 + 1e-3
+    assert np.abs(k[:, :, 32:] - keys[:, :, 32:]).max() < 2e-3        # fp16 rows
+    assert not np.array_equal(k[:, :, :32], keys[:, :, :32])         # really quantized
+    assert np.abs(v[:, :, 20:] + keys[:, :, 20:]).max() < 2e-3
+    assert 0 < np.abs(v[:, :, :20] + keys[:, :, :20]).max() <= np.ptp(keys, axis=-1).max() / 15 / 2 + 1e-3
+    assert cache.kept_bytes < 2 * 36 * 2 * 32 * 2                     # below the f16 cache
+
+
 def test_keys_and_values_apart():
     config = squeezekv.KVCacheConfig(method="h2o", head_dim=16, squeeze_budget=8, k_type="q8_0", v_type="q4_0")
     assert (config.k_type, config.v_type, config.kv_type) == ("q8_0", "q4_0", "f16")

@@ -38,6 +38,11 @@ def test_every_method_builds():
     ({"head_dim": "128"}, "head_dim = '128'"),
     ({"squeeze_budget": 12.5}, "squeeze_budget = 12.5"),
     ({"decay": True}, "decay = True"),
+    ({"method": "kivi", "bit_width_inlier": 3}, "bit_width_inlier = 3"),
+    ({"method": "kivi", "kivi_group_size": 12}, "kivi_group_size = 12"),
+    ({"method": "kivi", "residual_length": 40}, "residual_length = 40"),
+    ({"method": "kivi", "kv_type": "q8_0"}, "kv_type = q8_0"),
+    ({"bit_width_inlier": 2, "kv_type": "kivi4"}, "bit_width_inlier = 2"),
 ])
 def test_bad_values_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=name.replace("(", r"\(")):
@@ -54,7 +59,8 @@ def test_policy_and_allocator_override():
 
 def test_every_registered_parameter_is_a_keyword_with_the_registrys_default():
     seed = {"budget": "squeeze_budget", "n_sink": "squeeze_n_sink", "strength": "squeeze_strength",
-            "resolved_budget": "squeeze_resolved_budget"}
+            "resolved_budget": "squeeze_resolved_budget", "kivi_group": "kivi_group_size",
+            "kivi_residual": "residual_length"}
     config = squeezekv.KVCacheConfig()
     native = config.to_native()
     for param in squeezekv.parameters():
@@ -77,3 +83,14 @@ def test_huge_ints_name_the_parameter():
         squeezekv.KVCacheConfig(method="chunkkv", chunk_size=2**70)
     with pytest.raises(ValueError, match="squeeze_budget"):
         squeezekv.KVCacheConfig(squeeze_budget=2**40)
+
+
+def test_kivi_takes_the_reference_librarys_names():
+    c = squeezekv.KVCacheConfig(method="kivi", bit_width_inlier=2, kivi_group_size=32, residual_length=128,
+                                head_dim=64)
+    native = c.to_native()
+    assert (native.get("kv_type"), native.get("kivi_group"), native.get("kivi_residual")) == ("kivi2", 32, 128)
+    assert squeezekv.KVCacheConfig(method="kivi", bit_width_inlier=4).to_native().get("kv_type") == "kivi4"
+    # Without a width the method's preset (kivi2) applies; any policy takes KIVI storage too.
+    assert squeezekv.KVCacheConfig(method="kivi_sink").to_native().resolved_policy == "full"
+    assert squeezekv.KVCacheConfig(method="h2o", kv_type="kivi4", head_dim=64).to_native().get("kv_type") == "kivi4"

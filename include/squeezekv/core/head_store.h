@@ -17,23 +17,40 @@
 // row is farther than the clamp from every query it will meet, rotate_keys_to_origin turns its key
 // back to RoPE position 0 in place (once per row), and the engine rotates such rows forward to the
 // clamped position when it reads them.
+//
+// KIVI storage (kivi2 / kivi4, ops/kivi_rows.h; docs/semantics.md "K/V storage"): slots form groups
+// of G consecutive slots. A group is open while its keys wait in fp16 (in the key Fp16Rows pool) and
+// quantized once it is full and the open groups hold kivi_residual keys (at least G): then every
+// full open group becomes per-channel codes. A row evicted from a quantized group cannot free its
+// bytes alone: it stays there dead ("held", counted in resident_bytes) until every row of its group
+// is gone, when the whole group is open again. Values are quantized per row: the newest residual
+// values stay fp16 (the value pool), the older ones are quantized one by one (settle_kivi).
+// Positions below fp16_below (kivi_sink) never leave the fp16 pools.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "squeezekv/core/fp16_rows.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/model_ops.h"
 
 namespace squeezekv {
+
+// The KIVI parameters a HeadStore needs (KVCacheConfig's kivi_group, kivi_residual, kivi_sinks()).
+struct KiviLayout {
+  int group = 32;
+  int residual = 128;
+  int64_t fp16_below = 0;
+};
 
 class HeadStore {
  public:
   static constexpr int64_t kFree = -1;
 
   HeadStore(int head_dim, KVType type) : HeadStore(head_dim, type, type) {}
-  HeadStore(int head_dim, KVType key_type, KVType value_type);
+  HeadStore(int head_dim, KVType key_type, KVType value_type, KiviLayout kivi = {});
 
   int head_dim() const { return head_dim_; }
   KVType key_type() const { return key_type_; }
@@ -41,16 +58,41 @@ class HeadStore {
   int n_slots() const { return n_slots_; }  // slots [0, n_slots) hold every live row
   int n_live() const { return n_live_; }
   int capacity() const { return capacity_; }
-  size_t key_row_bytes() const { return kv_row_bytes(key_type_, size_t(head_dim_)); }
-  size_t value_row_bytes() const { return kv_row_bytes(value_type_, size_t(head_dim_)); }
   // K/V bytes allocated: every slot up to the capacity (codes and block scales of the quantized
-  // formats included; free slots count, as they stay allocated).
-  size_t resident_bytes() const { return size_t(capacity_) * (key_row_bytes() + value_row_bytes()); }
+  // formats included; free slots count, as they stay allocated), and KIVI's fp16 pools.
+  size_t resident_bytes() const {
+    return keys_.size() + values_.size() + key_tail_.bytes() + value_tail_.bytes();
+  }
+  // KIVI: rows evicted from quantized key groups and still held there (0 for the other formats).
+  int held() const { return held_; }
+  bool kivi_keys() const { return key_bits_ > 0; }
+  bool kivi_values() const { return value_bits_ > 0; }
+  // Rows whose key (value) is read from fp16 in a KIVI store; 0 otherwise.
+  int fp16_keys() const { return key_tail_.live(); }
+  int fp16_values() const { return value_tail_.live(); }
+  size_t fp16_bytes() const { return key_tail_.bytes() + value_tail_.bytes(); }  // the pools as allocated
+  // Whether slot's key sits in quantized codes (false for float formats and KIVI's fp16 rows).
+  bool key_quantized(int slot) const;
 
+  // ---- Reading the rows, whatever the format (the engine's attention and the policies' scores).
+  // Row j of the first n_rows slots; slots that are not live read as whatever they hold (mask them).
+  void load_key(int slot, float* out) const;
+  void load_value(int slot, float* out) const;
+  // query_probs (ops/kv_rows.h) over slots [0, n_rows): queries against the stored keys, patched
+  // rows read through their patch keys, a masked softmax per query.
+  bool key_probs(const float* q, size_t n_q, size_t ld_q, size_t n_rows, const uint8_t* mask, float scale,
+                 float* probs, size_t ld, RowPatches patches = {}) const;
+  // query_probs_rotated: each key turned back by its shift before the dot.
+  bool key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_t n_rows, size_t n_rot, bool neox,
+                         const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld) const;
+  // rows_weighted_sum_group over slots [0, n_rows): out[g * ld_out + i] += sum_j w[g * ld_w + j] * value j.
+  void add_weighted_values(const float* w, size_t n_w, size_t ld_w, size_t n_rows, float* out,
+                           size_t ld_out) const;
+  // Keys of slots [0, n_rows) as f32 [n_rows, head_dim] (the prompt's blocked attention).
+  void load_keys(size_t n_rows, float* out) const;
+  // Row formats only (not KIVI): the slot array of keys / values as the row kernels read it.
   const void* keys() const { return keys_.data(); }
   const void* values() const { return values_.data(); }
-  const void* key_row(int slot) const { return keys_.data() + size_t(slot) * key_row_bytes(); }
-  const void* value_row(int slot) const { return values_.data() + size_t(slot) * value_row_bytes(); }
   const float* scores() const { return scores_.data(); }
   float* scores() { return scores_.data(); }
   const int64_t* positions() const { return positions_.data(); }
@@ -82,16 +124,45 @@ class HeadStore {
   // Moves the live rows to slots [0, n_live) in slot order and sets capacity = max(rows, n_live).
   void compact(int rows);
   void clear();
+  // KIVI: quantizes the values older than the residual and the full open key groups once the
+  // residual is reached, then trims the fp16 pools. LayerCache calls it after every update's
+  // evictions (so groups form from the rows that stay). No-op for the other formats.
+  void settle_kivi();
+  // Rows needed to hold the live rows and the held ones (compact's floor).
+  int rows_needed() const { return n_live_ + held_; }
 
   // Live slots ordered by position (oldest first).
   std::vector<int> slots_by_position() const;
 
  private:
   void reallocate(int new_capacity);
+  void reallocate_kivi(int new_capacity);
+  size_t key_row_bytes() const { return kv_row_bytes(key_type_, size_t(head_dim_)); }
+  size_t value_row_bytes() const;
+  size_t key_group_bytes() const;
+  int group() const { return kivi_.group; }
+  bool pinned(int slot) const { return positions_[size_t(slot)] < kivi_.fp16_below; }
+  void store_key(int slot, const float* key);
+  void store_value(int slot, const float* value);
+  void release_fp16(int slot);
+  void flush_values();
+  void flush_key_groups();
+  void quantize_key_group(int g, float* tile);
+  void kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_rows, float* out, size_t ld) const;
 
   int head_dim_;
   KVType key_type_;
   KVType value_type_;
+  KiviLayout kivi_;
+  int key_bits_ = 0;    // KIVI code bits of the keys (0: a row format)
+  int value_bits_ = 0;
+  Fp16Rows key_tail_;   // KIVI: keys of open groups and pinned rows, in fp16
+  Fp16Rows value_tail_;  // KIVI: the newest values and pinned ones, in fp16
+  std::vector<int32_t> key_tail_of_;    // per slot: its row in key_tail_, -1 none
+  std::vector<int32_t> value_tail_of_;  // per slot: its row in value_tail_, -1 none
+  std::vector<uint8_t> group_quantized_;  // per key group of G slots
+  std::vector<int32_t> group_live_;       // live rows per key group
+  int held_ = 0;                          // dead rows inside quantized key groups
   int capacity_ = 0;
   int n_slots_ = 0;
   int n_live_ = 0;

@@ -45,8 +45,19 @@ struct KVCacheConfig {
   KVType kv_type = KVType::f16;          // keys and values, unless k_type / v_type say otherwise
   std::optional<KVType> k_type{};       // unset ("auto"): kv_type
   std::optional<KVType> v_type{};
-  KVType key_type() const { return k_type.value_or(kv_type); }
-  KVType value_type() const { return v_type.value_or(kv_type); }
+  // The stored formats: k_type / v_type when set, else kv_type; a method with a storage preset
+  // (kivi, kivi_sink: kivi2) gives it when kv_type is left at f16.
+  KVType key_type() const;
+  KVType value_type() const;
+  // KIVI storage (kv_type kivi2 / kivi4, docs/semantics.md "K/V storage"): keys are quantized per
+  // channel in groups of kivi_group tokens, values per token in groups of kivi_group channels (the
+  // whole row when head_dim is smaller); the newest kivi_residual rows stay fp16.
+  int kivi_group = 32;
+  int kivi_residual = 128;
+  // "auto" (on for method kivi_sink), "on" (the first n_sink positions stay fp16) or "off".
+  std::string kivi_fp16_sinks = "auto";
+  // Positions below this stay fp16 in a KIVI cache (n_sink when kivi_fp16_sinks resolves on).
+  int kivi_sinks() const;
   PositionRule positions = PositionRule::span;
   // PositionRule::span: the largest query-to-key distance RoPE sees. The cache evicts every
   // non-sink row farther back than this; the engine reads sinks at this distance. 0 = the model's
@@ -83,11 +94,15 @@ struct KVCacheConfig {
   void validate() const;
 };
 
+// Bytes one token takes in one KV head (key and value) in the config's formats; KIVI: its codes
+// with their share of the group's min and scale (kivi_rows.h), the fp16 residual not counted.
+size_t kv_token_bytes(const KVCacheConfig& config);
+
 std::string to_string(ScoreSource source);
 std::string to_string(KVType type);
 std::string to_string(PositionRule rule);
 ScoreSource parse_score_source(const std::string& text);  // "key-proxy" | "attention"
-KVType parse_kv_type(const std::string& text);            // "f16" | "f32" | "q8_0" | "q4_0"
+KVType parse_kv_type(const std::string& text);  // "f16" | "f32" | "q8_0" | "q4_0" | "kivi2" | "kivi4"
 PositionRule parse_position_rule(const std::string& text); // "span" | "cache" | "text"
 
 }  // namespace squeezekv

@@ -73,6 +73,7 @@ class Engine {
   // A prompt chunk of 16 tokens or more computes its attention logits in blocks (each head's keys
   // transposed once per layer, a block of queries as one tiled product); they equal the token
   // path's to float rounding, not to the bit. Off: every chunk takes the token path (to compare).
+  // Float keys (f16, f32) only: quantized keys are read in place by the token path.
   void set_prompt_blocks(bool on) { prompt_blocks_ = on; }
   const Model& model() const { return model_; }
   ThreadPool* pool() const { return pool_; }

@@ -29,6 +29,7 @@ std::span<const MethodInfo> all_methods();
 const PolicyInfo& find_policy(std::string_view id);
 const AllocatorInfo& find_allocator(std::string_view id);
 const MethodInfo& find_method(std::string_view id);
+const MethodInfo* method_or_null(std::string_view id);  // null when unknown
 
 // The cache's own fields (method, head_dim, budget, n_sink, ...) as parameters.
 std::span<const ParamSpec> cache_params();

@@ -20,9 +20,17 @@ namespace squeezekv {
 //   q4_0: blocks of B elements = fp16 scale d, B/2 bytes; byte j holds element j in its low
 //         nibble and element j + B/2 in its high nibble; x = d * (q - 8) (d = max-abs-signed / -8).
 // B = kv_block_size(type, head_dim): 32, or head_dim when head_dim < 32 (llama.cpp uses 32 only).
-enum class KVType : uint8_t { f16, f32, q8_0, q4_0 };
+//   kivi2, kivi4: KIVI's 2- and 4-bit min-max codes (ops/kivi_rows.h): keys per channel over groups
+//         of tokens, values per token; not a row format, so only HeadStore reads and writes them
+//         (the row kernels below take f16, f32, q8_0 and q4_0).
+enum class KVType : uint8_t { f16, f32, q8_0, q4_0, kivi2, kivi4 };
 
+inline bool kv_float(KVType type) { return type == KVType::f16 || type == KVType::f32; }
+// The per-row block formats q8_0 and q4_0.
 inline bool kv_quantized(KVType type) { return type == KVType::q8_0 || type == KVType::q4_0; }
+inline bool kv_kivi(KVType type) { return type == KVType::kivi2 || type == KVType::kivi4; }
+// Code bits of a KIVI format (0 for the others).
+inline int kivi_bits(KVType type) { return type == KVType::kivi2 ? 2 : type == KVType::kivi4 ? 4 : 0; }
 // Bytes per element of the float formats (f16: 2, f32: 4); not defined for block formats.
 inline size_t kv_type_size(KVType type) { return type == KVType::f16 ? 2 : 4; }
 // Elements per block: 1 for float formats; 32 or head_dim (when smaller) for block formats.
@@ -30,9 +38,12 @@ inline size_t kv_block_size(KVType type, size_t head_dim) {
   if (!kv_quantized(type)) return 1;
   return head_dim < 32 ? head_dim : 32;
 }
-// Bytes of one stored row of head_dim elements.
+// Bytes of one stored row of head_dim elements (row formats; 0 for KIVI, whose keys are grouped
+// over tokens: see kivi_rows.h).
 inline size_t kv_row_bytes(KVType type, size_t head_dim) {
   switch (type) {
+    case KVType::kivi2:
+    case KVType::kivi4: return 0;
     case KVType::f16: return 2 * head_dim;
     case KVType::f32: return 4 * head_dim;
     case KVType::q8_0: return head_dim / kv_block_size(type, head_dim) * (2 + kv_block_size(type, head_dim));
@@ -40,8 +51,15 @@ inline size_t kv_row_bytes(KVType type, size_t head_dim) {
   }
   return 0;
 }
-// Stored bits per value, scales included (q8_0: 8.5 at B = 32, 10 at B = 8).
+// Stored bits per value, scales included (q8_0: 8.5 at B = 32, 10 at B = 8). KIVI at group 32:
+// the codes with the fp16 min and scale of each group, keys and values averaged (kivi2 3 when
+// head_dim >= 32; at head_dim 8 the value groups are 8 channels: keys 3, values 6, so 4.5), its
+// fp16 residual not counted.
 inline double kv_bits_per_value(KVType type, size_t head_dim) {
+  if (kv_kivi(type)) {
+    const double value_group = head_dim < 32 ? double(head_dim) : 32.0;
+    return double(kivi_bits(type)) + (32.0 / 32.0 + 32.0 / value_group) / 2.0;
+  }
   return 8.0 * double(kv_row_bytes(type, head_dim)) / double(head_dim);
 }
 // Empty when `type` can store rows of head_dim elements, else why not (block formats need

@@ -1,0 +1,75 @@
+#include "squeezekv/core/fp16_rows.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "squeezekv/base/fp16.h"
+
+namespace squeezekv {
+
+int Fp16Rows::take(const float* row, int owner) {
+  if (free_.empty()) {
+    const int old = size();
+    reallocate(old + 4);  // a handful at a time: the pool holds about the residual, no more
+    for (int i = old + 3; i >= old; --i) free_.push_back(i);
+  }
+  const int index = free_.back();
+  free_.pop_back();
+  store(index, row);
+  owners_[size_t(index)] = owner;
+  ++live_;
+  return index;
+}
+
+void Fp16Rows::release(int index) {
+  owners_[size_t(index)] = -1;
+  free_.push_back(index);
+  --live_;
+}
+
+void Fp16Rows::load(int index, float* out) const {
+  const uint16_t* r = row(index);
+  for (int i = 0; i < dim_; ++i) out[i] = fp16_to_f32(r[i]);
+}
+
+void Fp16Rows::store(int index, const float* in) {
+  uint16_t* r = row(index);
+  for (int i = 0; i < dim_; ++i) r[i] = f32_to_fp16(in[i]);
+}
+
+void Fp16Rows::reallocate(int rows) {
+  // A new vector of exactly `rows` rows, so that bytes() is what is allocated.
+  std::vector<uint16_t> data(size_t(rows) * size_t(dim_));
+  std::vector<int32_t> owners(size_t(rows), -1);
+  const int keep = std::min(rows, size());
+  std::memcpy(data.data(), rows_.data(), size_t(keep) * size_t(dim_) * sizeof(uint16_t));
+  std::copy(owners_.begin(), owners_.begin() + keep, owners.begin());
+  rows_.swap(data);
+  owners_.swap(owners);
+}
+
+void Fp16Rows::trim(std::vector<int32_t>& index_of) {
+  if (size() - live_ <= 8) return;
+  int out = 0;
+  for (int i = 0; i < size(); ++i) {
+    const int owner = owners_[size_t(i)];
+    if (owner < 0) continue;
+    if (i != out) {
+      std::memcpy(row(out), row(i), size_t(dim_) * sizeof(uint16_t));
+      owners_[size_t(out)] = owner;
+      index_of[size_t(owner)] = out;
+    }
+    ++out;
+  }
+  reallocate(out);
+  free_.clear();
+}
+
+void Fp16Rows::clear() {
+  rows_ = {};
+  owners_ = {};
+  free_ = {};
+  live_ = 0;
+}
+
+}  // namespace squeezekv

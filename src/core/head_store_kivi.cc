@@ -1,0 +1,220 @@
+// HeadStore's readers for every format, and KIVI's quantization schedule (settle_kivi). The
+// readers are const and run from many threads at once (the engine's attention tasks share a
+// head), so their scratch is thread_local.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "squeezekv/core/head_store.h"
+#include "squeezekv/ops/kivi_rows.h"
+
+namespace squeezekv {
+namespace {
+
+float* scratch(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+}  // namespace
+
+void HeadStore::load_key(int slot, float* out) const {
+  const auto hd = size_t(head_dim_);
+  if (key_bits_ == 0) {
+    load_rows(keys_.data() + size_t(slot) * key_row_bytes(), key_type_, out, hd, hd);
+  } else if (const int t = key_tail_of_[size_t(slot)]; t >= 0) {
+    key_tail_.load(t, out);
+  } else if (const int g = slot / kivi_.group; group_quantized_[size_t(g)]) {
+    const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes();
+    kivi_load_key(group, key_bits_, size_t(kivi_.group), hd, size_t(slot % kivi_.group), out);
+  } else {
+    std::fill(out, out + hd, 0.0f);  // a free slot of an open group
+  }
+}
+
+void HeadStore::load_value(int slot, float* out) const {
+  const auto hd = size_t(head_dim_);
+  const std::byte* row = values_.data() + size_t(slot) * value_row_bytes();
+  if (value_bits_ == 0) {
+    load_rows(row, value_type_, out, hd, hd);
+  } else if (const int t = value_tail_of_[size_t(slot)]; t >= 0) {
+    value_tail_.load(t, out);
+  } else {
+    kivi_load_value_row(reinterpret_cast<const uint8_t*>(row), value_bits_, size_t(kivi_.group), hd, out);
+  }
+}
+
+void HeadStore::load_keys(size_t n_rows, float* out) const {
+  const auto hd = size_t(head_dim_);
+  if (key_bits_ == 0) {
+    load_rows(keys_.data(), key_type_, out, n_rows * hd, hd);
+    return;
+  }
+  for (size_t s = 0; s < n_rows; ++s) load_key(int(s), out + s * hd);
+}
+
+void HeadStore::kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_rows, float* out,
+                              size_t ld) const {
+  const auto hd = size_t(head_dim_);
+  const auto G = size_t(kivi_.group);
+  const auto* codes = reinterpret_cast<const uint8_t*>(keys_.data());
+  // Quantized groups: the codes' dots, G rows at a time (a group cut by n_rows goes through a
+  // small buffer, as out holds only n_rows columns).
+  for (size_t g = 0; g * G < n_rows; ++g) {
+    if (!group_quantized_[g]) continue;
+    const uint8_t* group = codes + g * key_group_bytes();
+    if ((g + 1) * G <= n_rows) {
+      kivi_key_group_dots(q, n_q, ld_q, group, key_bits_, G, hd, out + g * G, ld);
+    } else {
+      float* part = scratch(n_q * G);
+      kivi_key_group_dots(q, n_q, ld_q, group, key_bits_, G, hd, part, G);
+      for (size_t i = 0; i < n_q; ++i) {
+        std::copy(part + i * G, part + i * G + (n_rows - g * G), out + i * ld + g * G);
+      }
+    }
+  }
+  // Rows in fp16 (open groups, pinned sinks): their own dots, over any group value.
+  for (int t = 0; t < key_tail_.size(); ++t) {
+    const int s = key_tail_.owner(t);
+    if (s < 0 || size_t(s) >= n_rows) continue;
+    row_dots_group(q, n_q, ld_q, key_tail_.row(t), KVType::f16, 1, hd, out + size_t(s), ld);
+  }
+}
+
+bool HeadStore::key_probs(const float* q, size_t n_q, size_t ld_q, size_t n_rows, const uint8_t* mask,
+                          float scale, float* probs, size_t ld, RowPatches patches) const {
+  const auto hd = size_t(head_dim_);
+  if (key_bits_ == 0) {
+    return query_probs_patched(q, n_q, ld_q, keys_.data(), key_type_, n_rows, hd, mask, scale, probs, ld,
+                               patches);
+  }
+  kivi_key_dots(q, n_q, ld_q, n_rows, probs, ld);
+  for (size_t j = 0; j < patches.count; ++j) {
+    const auto slot = size_t(patches.slots[j]);
+    if (slot >= n_rows) continue;
+    row_dots_group(q, n_q, ld_q, patches.keys + j * hd, KVType::f32, 1, hd, probs + slot, ld);
+  }
+  bool any = false;
+  for (size_t g = 0; g < n_q; ++g) any = masked_softmax(probs + g * ld, mask, n_rows, scale);
+  return any;
+}
+
+bool HeadStore::key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_t n_rows, size_t n_rot,
+                                  bool neox, const float* turns, const uint8_t* mask, float scale, float* probs,
+                                  size_t ld) const {
+  const auto hd = size_t(head_dim_);
+  if (key_bits_ == 0) {
+    return query_probs_rotated(q, n_q, ld_q, keys_.data(), key_type_, shifts_.data(), n_rows, hd, n_rot, neox,
+                               turns, mask, scale, probs, ld);
+  }
+  // KIVI: each group of keys is decoded into a small tile, turned back by the rows' shifts and
+  // dotted (the per-channel codes cannot take a per-row rotation in registers).
+  const auto G = size_t(kivi_.group);
+  float* tile = scratch(2 * G * hd);
+  float* turned = tile + G * hd;
+  for (size_t first = 0; first < n_rows; first += G) {
+    const size_t count = std::min(G, n_rows - first);
+    for (size_t j = 0; j < count; ++j) load_key(int(first + j), tile + j * hd);
+    rotate_rows_back(tile, KVType::f32, shifts_.data() + first, count, hd, n_rot, neox, turns, turned);
+    row_dots_group(q, n_q, ld_q, turned, KVType::f32, count, hd, probs + first, ld);
+  }
+  bool any = false;
+  for (size_t g = 0; g < n_q; ++g) any = masked_softmax(probs + g * ld, mask, n_rows, scale);
+  return any;
+}
+
+void HeadStore::add_weighted_values(const float* w, size_t n_w, size_t ld_w, size_t n_rows, float* out,
+                                    size_t ld_out) const {
+  const auto hd = size_t(head_dim_);
+  if (value_bits_ == 0) {
+    rows_weighted_sum_group(w, n_w, ld_w, values_.data(), value_type_, n_rows, hd, out, ld_out);
+    return;
+  }
+  // Rows held in fp16 have an all-zero quantized row (min = scale = 0): the quantized pass adds
+  // nothing for them, and the fp16 pass adds their values.
+  kivi_values_weighted_sum_group(w, n_w, ld_w, reinterpret_cast<const uint8_t*>(values_.data()), value_bits_,
+                                 size_t(kivi_.group), hd, n_rows, out, ld_out);
+  for (int t = 0; t < value_tail_.size(); ++t) {
+    const int s = value_tail_.owner(t);
+    if (s < 0 || size_t(s) >= n_rows) continue;
+    rows_weighted_sum_group(w + s, n_w, ld_w, value_tail_.row(t), KVType::f16, 1, hd, out, ld_out);
+  }
+}
+
+void HeadStore::settle_kivi() {
+  if (value_bits_ > 0) flush_values();
+  if (key_bits_ > 0) flush_key_groups();
+  if (key_bits_ > 0) key_tail_.trim(key_tail_of_);
+  if (value_bits_ > 0) value_tail_.trim(value_tail_of_);
+}
+
+void HeadStore::flush_values() {
+  // The fp16 values beyond the newest `residual` (pinned sinks aside) are quantized, oldest first.
+  std::vector<std::pair<int64_t, int>> waiting;  // (position, pool row)
+  for (int t = 0; t < value_tail_.size(); ++t) {
+    const int s = value_tail_.owner(t);
+    if (s >= 0 && !pinned(s)) waiting.emplace_back(positions_[size_t(s)], t);
+  }
+  if (waiting.size() <= size_t(kivi_.residual)) return;
+  const size_t excess = waiting.size() - size_t(kivi_.residual);
+  std::nth_element(waiting.begin(), waiting.begin() + long(excess - 1), waiting.end());
+  const auto hd = size_t(head_dim_);
+  float* row = scratch(hd);
+  for (size_t i = 0; i < excess; ++i) {
+    const int t = waiting[i].second;
+    const int s = value_tail_.owner(t);
+    value_tail_.load(t, row);
+    kivi_quantize_value_row(row, value_bits_, size_t(kivi_.group), hd,
+                            reinterpret_cast<uint8_t*>(values_.data() + size_t(s) * value_row_bytes()));
+    value_tail_.release(t);
+    value_tail_of_[size_t(s)] = -1;
+  }
+}
+
+void HeadStore::flush_key_groups() {
+  // KIVI's schedule: once `residual` keys (at least one group) wait in fp16, every full open group
+  // is quantized; a group with a free slot waits for the next rows to fill it.
+  const int G = kivi_.group;
+  std::vector<int> groups;
+  int waiting = 0;
+  for (int t = 0; t < key_tail_.size(); ++t) {
+    const int s = key_tail_.owner(t);
+    if (s < 0 || pinned(s)) continue;
+    ++waiting;
+    if (!group_quantized_[size_t(s / G)]) groups.push_back(s / G);
+  }
+  if (waiting < std::max(kivi_.residual, G)) return;
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  float* tile = scratch(size_t(G) * size_t(head_dim_));
+  for (const int g : groups) {
+    if (group_live_[size_t(g)] != G) continue;
+    for (int j = 0; j < G; ++j) key_tail_.load(key_tail_of_[size_t(g * G + j)], tile + size_t(j) * size_t(head_dim_));
+    quantize_key_group(g, tile);
+  }
+}
+
+void HeadStore::quantize_key_group(int g, float* tile) {
+  // Live rows outside the sinks go into the codes; pinned rows stay in fp16, dead ones are left out.
+  const int G = kivi_.group;
+  uint8_t include[1024];
+  bool any = false;
+  for (int j = 0; j < G; ++j) {
+    const int s = g * G + j;
+    include[j] = positions_[size_t(s)] != kFree && !pinned(s);
+    any = any || include[j];
+  }
+  if (!any) return;  // only sinks: nothing to quantize
+  kivi_quantize_key_group(tile, size_t(head_dim_), include, key_bits_, size_t(G), size_t(head_dim_),
+                          reinterpret_cast<uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes());
+  for (int j = 0; j < G; ++j) {
+    const int s = g * G + j;
+    if (!include[j] || key_tail_of_[size_t(s)] < 0) continue;
+    key_tail_.release(key_tail_of_[size_t(s)]);
+    key_tail_of_[size_t(s)] = -1;
+  }
+  group_quantized_[size_t(g)] = 1;
+}
+
+}  // namespace squeezekv
