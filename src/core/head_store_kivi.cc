@@ -151,7 +151,9 @@ void HeadStore::settle_kivi() {
 
 void HeadStore::flush_values() {
   // The fp16 values beyond the newest `residual` (pinned sinks aside) are quantized, oldest first.
-  std::vector<std::pair<int64_t, int>> waiting;  // (position, pool row)
+  // (position, pool row); a member, so that a decode step allocates nothing.
+  std::vector<std::pair<int64_t, int>>& waiting = flush_waiting_;
+  waiting.clear();
   for (int t = 0; t < value_tail_.size(); ++t) {
     const int s = value_tail_.owner(t);
     if (s >= 0 && !pinned(s)) waiting.emplace_back(positions_[size_t(s)], t);
@@ -176,7 +178,8 @@ void HeadStore::flush_key_groups() {
   // KIVI's schedule: once `residual` keys (at least one group) wait in fp16, every full open group
   // is quantized; a group with a free slot waits for the next rows to fill it.
   const int G = kivi_.group;
-  std::vector<int> groups;
+  std::vector<int>& groups = flush_groups_;
+  groups.clear();
   int waiting = 0;
   for (int t = 0; t < key_tail_.size(); ++t) {
     const int s = key_tail_.owner(t);

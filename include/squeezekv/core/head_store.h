@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "squeezekv/core/fp16_rows.h"
@@ -163,6 +164,8 @@ class HeadStore {
   std::vector<uint8_t> group_quantized_;  // per key group of G slots
   std::vector<int32_t> group_live_;       // live rows per key group
   int held_ = 0;                          // dead rows inside quantized key groups
+  std::vector<std::pair<int64_t, int>> flush_waiting_;  // settle_kivi's scratch (no allocation per step)
+  std::vector<int> flush_groups_;
   int capacity_ = 0;
   int n_slots_ = 0;
   int n_live_ = 0;
