@@ -76,7 +76,7 @@ class HeadStore {
   bool key_quantized(int slot) const;
 
   // ---- Reading the rows, whatever the format (the engine's attention and the policies' scores).
-  // Row j of the first n_rows slots; slots that are not live read as whatever they hold (mask them).
+  // One slot's key or value as f32 [head_dim]; a slot that is not live reads as whatever it holds.
   void load_key(int slot, float* out) const;
   void load_value(int slot, float* out) const;
   // query_probs (ops/kv_rows.h) over slots [0, n_rows): queries against the stored keys, patched
@@ -122,7 +122,9 @@ class HeadStore {
     return p != kFree && p <= origin_upto_;
   }
 
-  // Moves the live rows to slots [0, n_live) in slot order and sets capacity = max(rows, n_live).
+  // Moves the live rows to slots [0, n_live) in slot order and sets capacity = max(rows, n_live)
+  // (KIVI: quantized key groups move whole, held rows included, before the other rows; the
+  // capacity is rounded up to whole groups).
   void compact(int rows);
   void clear();
   // KIVI: quantizes the values older than the residual and the full open key groups once the
@@ -137,11 +139,9 @@ class HeadStore {
 
  private:
   void reallocate(int new_capacity);
-  void reallocate_kivi(int new_capacity);
   size_t key_row_bytes() const { return kv_row_bytes(key_type_, size_t(head_dim_)); }
   size_t value_row_bytes() const;
   size_t key_group_bytes() const;
-  int group() const { return kivi_.group; }
   bool pinned(int slot) const { return positions_[size_t(slot)] < kivi_.fp16_below; }
   void store_key(int slot, const float* key);
   void store_value(int slot, const float* value);
