@@ -42,7 +42,8 @@ void Fp16Rows::reallocate(int rows) {
   std::vector<uint16_t> data(size_t(rows) * size_t(dim_));
   std::vector<int32_t> owners(size_t(rows), -1);
   const int keep = std::min(rows, size());
-  std::memcpy(data.data(), rows_.data(), size_t(keep) * size_t(dim_) * sizeof(uint16_t));
+  // memcpy with an empty (null) source is undefined even for 0 bytes (UBSan): only when rows move.
+  if (keep > 0) std::memcpy(data.data(), rows_.data(), size_t(keep) * size_t(dim_) * sizeof(uint16_t));
   std::copy(owners_.begin(), owners_.begin() + keep, owners.begin());
   rows_.swap(data);
   owners_.swap(owners);
