@@ -67,7 +67,6 @@ class HeadStore {
   // KIVI: rows evicted from quantized key groups and still held there (0 for the other formats).
   int held() const { return held_; }
   bool kivi_keys() const { return key_bits_ > 0; }
-  bool kivi_values() const { return value_bits_ > 0; }
   // Rows whose key (value) is read from fp16 in a KIVI store; 0 otherwise.
   int fp16_keys() const { return key_tail_.live(); }
   int fp16_values() const { return value_tail_.live(); }
