@@ -9,6 +9,8 @@
 // is 8 vpdpbusd + 3 float ops per token for 16 rows x 32 columns, with no horizontal sums. The
 // panel (a copy of 16 rows, at most a few hundred KiB, in L2) is built once per call and serves
 // every token of the call, so it costs little beside the product once a call has a few tokens.
+// Q8_0 calls of up to 16 tokens (a server's batched decode step) build it 8 blocks at a time
+// instead, interleaved with the products (StreamedQ8_0).
 //
 // Each lane sums the blocks in the order of the row kernels (see the accumulation orders in
 // matmul.cc), so a tile's results are bit for bit those of the one-token path.
@@ -95,22 +97,27 @@ HWY_INLINE SQUEEZEKV_VNNI void TransposeRows(const uint8_t* src, const size_t* o
 }
 
 // Q8_0 weights are signed; the panel holds w + 128 (unsigned, for vpdpbusd's unsigned side) and
-// the tiles subtract 128 * (sum of the token's block) to undo it, exactly, in integers.
-HWY_INLINE SQUEEZEKV_VNNI void PackQ8_0(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks, Panel& panel) {
-  panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
-  panel.factor.reserve(static_cast<size_t>(n_blocks));
+// the tiles subtract 128 * (sum of the token's block) to undo it, exactly, in integers. Blocks
+// [j0, j1) of the rows go to bytes[8 * (j - j0)...] and factor[j - j0].
+HWY_INLINE SQUEEZEKV_VNNI void PackQ8_0Blocks(const uint8_t* rows, size_t stride, int valid, int64_t j0, int64_t j1,
+                                              __m512i* bytes, __m512* factor) {
   size_t offsets[kTileRows];
   RowOffsets(stride, valid, offsets);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t j = 0; j < n_blocks; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* block = rows + j * quant::q8_0_bytes;
-    __m512i* out = panel.bytes.data() + j * 8;
+    __m512i* out = bytes + (j - j0) * 8;
     TransposeRows(block + 2, offsets, out);
     for (int g = 0; g < 8; ++g) out[g] = _mm512_xor_si512(out[g], flip);
     HWY_ALIGN uint16_t d[kTileRows];
     for (int r = 0; r < kTileRows; ++r) std::memcpy(&d[r], block + offsets[r], 2);
-    panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+    factor[j - j0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
   }
+}
+
+HWY_INLINE SQUEEZEKV_VNNI void PackQ8_0(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks, Panel& panel) {
+  PackQ8_0Blocks(rows, stride, valid, 0, n_blocks, panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8),
+                 panel.factor.reserve(static_cast<size_t>(n_blocks)));
 }
 
 // Q4_0: each row's block decoded to 32 code bytes (0..15) in a small buffer, then regrouped; the
@@ -249,26 +256,33 @@ HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512
   for (int k = 0; k < T; ++k) acc[k] = _mm512_add_ps(acc[k], _mm512_add_ps(half[0][k], half[1][k]));
 }
 
-// Q8_0: block j fused into acc[j % 2], as the row kernel (AccumulateInOrder).
+// Q8_0 blocks [j0, j1) (j0 even; block j at bytes[8 * (j - j0)...], factor[j - j0]) for T
+// tokens, block j fused into acc[j % 2], as the row kernel (AccumulateInOrder).
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* result) {
-  __m512 acc0[T], acc1[T];
-  for (int k = 0; k < T; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
+HWY_INLINE SQUEEZEKV_VNNI void Q8_0Blocks(const __m512i* bytes, const __m512* factor, int64_t j0, int64_t j1,
+                                          const TokenQ8* x, __m512* acc0, __m512* acc1) {
   auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
     for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + j);
-    BlockDots<T>(panel.bytes.data() + j * 8, x, j * quant::q8_0_elems, s);
-    const __m512 d = panel.factor.data()[j];
+    BlockDots<T>(bytes + (j - j0) * 8, x, j * quant::q8_0_elems, s);
+    const __m512 d = factor[j - j0];
     for (int k = 0; k < T; ++k) {
       acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[j])), acc[k]);
     }
   };
-  int64_t j = 0;
-  for (; j + 2 <= n_blocks; j += 2) {
+  int64_t j = j0;
+  for (; j + 2 <= j1; j += 2) {
     block(j, acc0);
     block(j + 1, acc1);
   }
-  if (j < n_blocks) block(j, acc0);
+  if (j < j1) block(j, acc0);
+}
+
+template <int T>
+HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* result) {
+  __m512 acc0[T], acc1[T];
+  for (int k = 0; k < T; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
+  Q8_0Blocks<T>(panel.bytes.data(), panel.factor.data(), 0, n_blocks, x, acc0, acc1);
   for (int k = 0; k < T; ++k) result[k] = _mm512_add_ps(acc0[k], acc1[k]);
 }
 
@@ -364,6 +378,68 @@ HWY_INLINE SQUEEZEKV_VNNI void EveryToken(Tile tile, const detail::MatmulInput& 
   TokenTiles<1>(tile, in, t, n, y, n_rows, r0, valid);
 }
 
+// Calls of at most kStreamedMaxTokens tokens (a server's batched decode step) stream the 16 rows
+// through a panel of kStreamedBlocks blocks (4 KiB, in L1) that every token uses before the next
+// chunk is built: the rows' reads from memory then overlap the products, where a whole-row panel
+// first reads all of them and then computes with memory idle. Per-token arithmetic and its order
+// are those of TileQ8_0 (the accumulators live across chunks).
+constexpr int64_t kStreamedMaxTokens = 16;
+constexpr int64_t kStreamedBlocks = 8;
+
+// Tiles of T of the tokens from t on, over blocks [j0, j1) of the chunk; returns the next token.
+template <int T>
+HWY_INLINE SQUEEZEKV_VNNI int64_t StreamedTiles(const __m512i* bytes, const __m512* factor, int64_t j0, int64_t j1,
+                                                const TokenQ8* tokens, int64_t t, int64_t n_tok, __m512* acc0,
+                                                __m512* acc1) {
+  for (; t + T <= n_tok; t += T) {
+    __m512 a0[T], a1[T];
+    for (int k = 0; k < T; ++k) {
+      a0[k] = acc0[t + k];
+      a1[k] = acc1[t + k];
+    }
+    Q8_0Blocks<T>(bytes, factor, j0, j1, tokens + t, a0, a1);
+    for (int k = 0; k < T; ++k) {
+      acc0[t + k] = a0[k];
+      acc1[t + k] = a1[k];
+    }
+  }
+  return t;
+}
+
+HWY_INLINE SQUEEZEKV_VNNI void StreamedQ8_0(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                            const detail::MatmulInput& in, float* y, int64_t n_rows, int64_t r0,
+                                            __mmask16 mask) {
+  HWY_ALIGN __m512i bytes[kStreamedBlocks * 8];
+  HWY_ALIGN __m512 factor[kStreamedBlocks];
+  __m512 acc0[kStreamedMaxTokens], acc1[kStreamedMaxTokens];
+  TokenQ8 tokens[kStreamedMaxTokens];
+  const int64_t n_tok = in.n_tok;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    tokens[t] = token_q8(*in.quantized, t, n_blocks * quant::q8_0_elems);
+    acc0[t] = acc1[t] = _mm512_setzero_ps();
+  }
+  for (int64_t j0 = 0; j0 < n_blocks; j0 += kStreamedBlocks) {
+    const int64_t j1 = std::min(n_blocks, j0 + kStreamedBlocks);
+    PackQ8_0Blocks(rows, stride, valid, j0, j1, bytes, factor);
+    // The next chunk's lines, asked of L2 now so that they arrive while this chunk's products run
+    // (measured: into L1 or two chunks ahead was slower, per-block requests too).
+    const int64_t next_end = std::min(n_blocks, j1 + kStreamedBlocks);
+    for (int r = 0; r < valid && j1 < n_blocks; ++r) {
+      const auto* next = reinterpret_cast<const char*>(rows + static_cast<size_t>(r) * stride);
+      for (int64_t b = j1 * quant::q8_0_bytes; b < next_end * quant::q8_0_bytes; b += 64) {
+        _mm_prefetch(next + b, _MM_HINT_T1);
+      }
+    }
+    int64_t t = StreamedTiles<8>(bytes, factor, j0, j1, tokens, 0, n_tok, acc0, acc1);
+    t = StreamedTiles<4>(bytes, factor, j0, j1, tokens, t, n_tok, acc0, acc1);
+    t = StreamedTiles<2>(bytes, factor, j0, j1, tokens, t, n_tok, acc0, acc1);
+    StreamedTiles<1>(bytes, factor, j0, j1, tokens, t, n_tok, acc0, acc1);
+  }
+  for (int64_t t = 0; t < n_tok; ++t) {
+    _mm512_mask_storeu_ps(y + t * n_rows + r0, mask, _mm512_add_ps(acc0[t], acc1[t]));
+  }
+}
+
 // Whether rows of `type` take the tiles for a call of n_tok tokens.
 // AVX512-VNNI is asked of the CPU here too rather than trusted to Highway's target check.
 HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
@@ -385,6 +461,10 @@ SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& 
     const uint8_t* rows = base + static_cast<size_t>(r0) * stride;
     if (w.type == TensorType::q8_0) {
       const int64_t n_blocks = n / quant::q8_0_elems;
+      if (in.n_tok <= kStreamedMaxTokens) {
+        StreamedQ8_0(rows, stride, valid, n_blocks, in, y, w.n_rows, r0, mask);
+        continue;
+      }
       PackQ8_0(rows, stride, valid, n_blocks, panel);
       auto tile = [&](auto k, const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA {
         TileQ8_0<decltype(k)::value>(panel, n_blocks, x, out);
