@@ -1,7 +1,8 @@
 // matvec throughput per weight type: SIMD with 1 and 2 threads next to the scalar twin, on the
 // 2048x2048 and 8192x2048 (rows x cols) shapes of a small Llama's attention and FFN matrices.
 // bytes_per_second counts weight bytes read, so it compares directly with memory bandwidth.
-// matmul: the same shapes against 128 tokens (a prompt chunk), reported as int8 GOP/s (two per
+// matmul: the same shapes against 8 and 16 tokens (a server's batched decode step) and 128 (a
+// prompt chunk), reported as int8 GOP/s (two per
 // multiply-add), next to int8_peak: the machine's vpdpbusd throughput measured by a loop of
 // independent instructions (AVX512-VNNI CPUs only), the ceiling of the prompt tiles.
 // kv/ and kivi/: one decode step's reads of one KV head at the 1B model's shape (4096 cached rows,
@@ -240,12 +241,16 @@ const bool registered = [] {
     for (const int64_t n_rows : {int64_t{2048}, int64_t{8192}}) {
       const std::string shape = std::string(tensor_type_name(static_cast<uint32_t>(type))) + "/" +
                                 std::to_string(n_rows) + "x" + std::to_string(n_cols);
-      for (const int threads : {1, 2}) {
-        benchmark::RegisterBenchmark(("matmul/" + shape + "/tokens:128/threads:" + std::to_string(threads)).c_str(),
-                                     bm_matmul, type, n_rows, int64_t{128}, threads)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime()
-            ->MinTime(0.2);
+      // 8 and 16 tokens: a server's batched decode step (Q8_0 streams its panel there).
+      for (const int64_t n_tok : {int64_t{8}, int64_t{16}, int64_t{128}}) {
+        for (const int threads : {1, 2}) {
+          benchmark::RegisterBenchmark(
+              ("matmul/" + shape + "/tokens:" + std::to_string(n_tok) + "/threads:" + std::to_string(threads)).c_str(),
+              bm_matmul, type, n_rows, n_tok, threads)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->MinTime(0.2);
+        }
       }
     }
   }
