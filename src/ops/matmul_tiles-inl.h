@@ -254,21 +254,23 @@ HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512
 
 // Each tile adds a panel of n units to T tokens' accumulators a0, a1 (zero at the start of a
 // row, carried from one panel to the next when a row is streamed through several), in the order of
-// the type's row kernel; Combine turns them into the dots.
+// the type's row kernel; combine turns them into the dots. The panel starts at the tokens' 32-value
+// block x0.
 
 // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
 // number of blocks keep the parity.
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* a0, __m512* a1) {
+HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
+                                        __m512* a1) {
   const auto* const bytes_ptr = panel.bytes.data();
   const auto* const factor_ptr = panel.factor.data();
   auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + j);
-    BlockDots<T>(bytes_ptr + j * 8, x, j * quant::q8_0_elems, s);
+    for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + x0 + j);
+    BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q8_0_elems, s);
     const __m512 d = factor_ptr[j];
     for (int k = 0; k < T; ++k) {
-      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[j])), acc[k]);
+      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])), acc[k]);
     }
   };
   int64_t j = 0;
@@ -283,15 +285,18 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, co
 // streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
 // 4 (-8 instead of -128 times the block sum; exact).
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ4_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, __m512* a0, __m512*) {
+HWY_INLINE SQUEEZEKV_VNNI void TileQ4_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
+                                        __m512*) {
   const auto* const bytes_ptr = panel.bytes.data();
   const auto* const factor_ptr = panel.factor.data();
   auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + j), 4);
-    BlockDots<T>(bytes_ptr + j * 8, x, j * quant::q4_0_elems, s);
+    for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), 4);
+    BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q4_0_elems, s);
     const __m512 d = factor_ptr[j];
-    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[j])));
+    for (int k = 0; k < T; ++k) {
+      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
+    }
   };
   int64_t j = 0;
   for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
@@ -304,21 +309,24 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ4_0(const Panel& panel, int64_t n_blocks, co
 
 // Q4_K: the scales' term into a0, the mins' into a1 (the dot is a0 - a1).
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ4_K(const Panel& panel, int64_t n_super, const TokenQ8* x, __m512* a0, __m512* a1) {
+HWY_INLINE SQUEEZEKV_VNNI void TileQ4_K(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
+                                        __m512* a1) {
   const auto* const bytes_ptr = panel.bytes.data();
   const auto* const factor_ptr = panel.factor.data();
   const auto* const factor_min_ptr = panel.factor_min.data();
   auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
     __m512i s[T];
     for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
-    BlockDots<T>(bytes_ptr + j * 8, x, j * 32, s);
+    BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * 32, s);
     const __m512 factor = factor_ptr[j];
-    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor, _mm512_set1_ps(x[k].scale[j])));
+    for (int k = 0; k < T; ++k) {
+      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor, _mm512_set1_ps(x[k].scale[x0 + j])));
+    }
   };
   // The mins' term needs no weight bytes: its own pass, so that each pass holds few registers.
   auto min_product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
     const __m512 factor_min = factor_min_ptr[j];
-    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(factor_min, _mm512_set1_ps(x[k].scaled_sum[j]));
+    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(factor_min, _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
   };
   const int64_t n_sub = n_super * 8;
   for (int64_t j = 0; j < n_sub; j += 8) AddTreeOf8<T>(product, j, a0);
@@ -328,7 +336,8 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ4_K(const Panel& panel, int64_t n_super, con
 // Q6_K: per x block, the dots of its two 16-column halves (each started at -32 * the half's
 // activation sum), times the halves' int8 scales, summed in integers: the row kernel's exact dot.
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ6_K(const Panel& panel, int64_t n_super, const TokenQ8* x, __m512* a0, __m512*) {
+HWY_INLINE SQUEEZEKV_VNNI void TileQ6_K(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
+                                        __m512*) {
   const auto* const bytes_ptr = panel.bytes.data();
   const auto* const factor_ptr = panel.factor.data();
   const auto* const scales_ptr = panel.scales.data();
@@ -337,16 +346,16 @@ HWY_INLINE SQUEEZEKV_VNNI void TileQ6_K(const Panel& panel, int64_t n_super, con
     const __m512i* w = bytes_ptr + j * 8;
     __m512i lo[T], hi[T];
     for (int k = 0; k < T; ++k) {
-      lo[k] = Broadcast32(x[k].q6_k_offset + 2 * j);
-      hi[k] = Broadcast32(x[k].q6_k_offset + 2 * j + 1);
+      lo[k] = Broadcast32(x[k].q6_k_offset + 2 * (x0 + j));
+      hi[k] = Broadcast32(x[k].q6_k_offset + 2 * (x0 + j) + 1);
     }
-    BlockHalfDots<T>(w, x, j * 32, 0, lo);
-    BlockHalfDots<T>(w, x, j * 32, 4, hi);
+    BlockHalfDots<T>(w, x, (x0 + j) * 32, 0, lo);
+    BlockHalfDots<T>(w, x, (x0 + j) * 32, 4, hi);
     const __m512i scale_lo = scales_ptr[2 * j], scale_hi = scales_ptr[2 * j + 1];
     const __m512 d = factor_ptr[j / 8];
     for (int k = 0; k < T; ++k) {
       const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo[k], scale_lo), _mm512_mullo_epi32(hi[k], scale_hi));
-      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[j])));
+      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
     }
   };
   for (int64_t j = 0; j < n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
@@ -389,8 +398,9 @@ struct Q8_0Tiles {
     PackQ8_0(rows, stride, valid, n, p);
   }
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, __m512* a0, __m512* a1) {
-    TileQ8_0<T>(p, n, x, a0, a1);
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
+    TileQ8_0<T>(p, n, x, x0, a0, a1);
   }
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
 };
@@ -402,8 +412,9 @@ struct Q4_0Tiles {
     PackQ4_0(rows, stride, valid, n, p);
   }
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, __m512* a0, __m512* a1) {
-    TileQ4_0<T>(p, n, x, a0, a1);
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
+    TileQ4_0<T>(p, n, x, x0, a0, a1);
   }
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
 };
@@ -415,8 +426,9 @@ struct Q4_KTiles {
     PackQ4_K(rows, stride, valid, n, p);
   }
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, __m512* a0, __m512* a1) {
-    TileQ4_K<T>(p, n, x, a0, a1);
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
+    TileQ4_K<T>(p, n, x, x0, a0, a1);
   }
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_sub_ps(a0, a1); }
 };
@@ -428,8 +440,9 @@ struct Q6_KTiles {
     PackQ6_K(rows, stride, valid, n, p);
   }
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, __m512* a0, __m512* a1) {
-    TileQ6_K<T>(p, n, x, a0, a1);
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
+    TileQ6_K<T>(p, n, x, x0, a0, a1);
   }
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
 };
@@ -442,23 +455,18 @@ struct Q6_KTiles {
 // The accumulators carry from panel to panel, so per-token arithmetic and its order are unchanged.
 constexpr int64_t kStreamedMaxTokens = 16;
 
-// Tokens' views from column `cols` on (a streamed panel's first column).
-HWY_INLINE TokenQ8 ShiftedToken(const TokenQ8& x, int64_t cols) {
-  const int64_t b = cols / detail::activation_block;
-  return {x.q + cols, x.q8 + cols, x.scale + b, x.scaled_sum + b, x.q8_0_offset + b, x.q6_k_offset + 2 * b};
-}
-
-// Tiles of T of the tokens from t on against a panel of n units; returns the next token.
+// Tiles of T of the tokens from t on against a panel of n units from block x0; returns the next
+// token.
 template <class Kind, int T>
-HWY_INLINE SQUEEZEKV_VNNI int64_t PanelTiles(const Panel& panel, int64_t n, const TokenQ8* tokens, int64_t t,
-                                             int64_t n_tok, __m512* a0, __m512* a1) {
+HWY_INLINE SQUEEZEKV_VNNI int64_t PanelTiles(const Panel& panel, int64_t n, const TokenQ8* tokens, int64_t x0,
+                                             int64_t t, int64_t n_tok, __m512* a0, __m512* a1) {
   for (; t + T <= n_tok; t += T) {
     __m512 b0[T], b1[T];
     for (int k = 0; k < T; ++k) {
       b0[k] = a0[t + k];
       b1[k] = a1[t + k];
     }
-    Kind::template tile<T>(panel, n, tokens + t, b0, b1);
+    Kind::template tile<T>(panel, n, tokens + t, x0, b0, b1);
     for (int k = 0; k < T; ++k) {
       a0[t + k] = b0[k];
       a1[t + k] = b1[k];
@@ -469,15 +477,13 @@ HWY_INLINE SQUEEZEKV_VNNI int64_t PanelTiles(const Panel& panel, int64_t n, cons
 
 template <class Kind>
 HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(const uint8_t* rows, size_t stride, int valid, int64_t n_units,
-                                            const detail::MatmulInput& in, Panel& panel, float* y, int64_t n_rows,
-                                            int64_t r0, __mmask16 mask) {
+                                            const TokenQ8* tokens, int64_t n_tok, Panel& panel, float* y,
+                                            int64_t n_rows, int64_t r0, __mmask16 mask) {
   __m512 a0[kStreamedMaxTokens], a1[kStreamedMaxTokens];
-  TokenQ8 tokens[kStreamedMaxTokens];
-  const int64_t n_tok = in.n_tok;
   for (int64_t t = 0; t < n_tok; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
   for (int64_t u0 = 0; u0 < n_units; u0 += Kind::kStreamUnits) {
-    const int64_t u1 = std::min(n_units, u0 + Kind::kStreamUnits);
-    Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, u1 - u0, panel);
+    const int64_t u1 = std::min(n_units, u0 + Kind::kStreamUnits), n = u1 - u0;
+    Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, n, panel);
     // The next panel's lines, asked of L2 now so that they arrive while this one's products run
     // (measured on Q8_0: into L1, two panels ahead, or a line per block as it is packed were slower).
     const int64_t next_end = std::min(n_units, u1 + Kind::kStreamUnits);
@@ -485,14 +491,12 @@ HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(const uint8_t* rows, size_t stride, 
       const auto* next = reinterpret_cast<const char*>(rows + static_cast<size_t>(r) * stride);
       for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
     }
-    for (int64_t t = 0; t < n_tok; ++t) {
-      tokens[t] = ShiftedToken(token_q8(*in.quantized, t, n_units * Kind::kUnitCols), u0 * Kind::kUnitCols);
-    }
+    const int64_t x0 = u0 * (Kind::kUnitCols / detail::activation_block);
     int64_t t = 0;
-    if constexpr (Kind::kMaxTokens == 8) t = PanelTiles<Kind, 8>(panel, u1 - u0, tokens, t, n_tok, a0, a1);
-    t = PanelTiles<Kind, 4>(panel, u1 - u0, tokens, t, n_tok, a0, a1);
-    t = PanelTiles<Kind, 2>(panel, u1 - u0, tokens, t, n_tok, a0, a1);
-    PanelTiles<Kind, 1>(panel, u1 - u0, tokens, t, n_tok, a0, a1);
+    if constexpr (Kind::kMaxTokens == 8) t = PanelTiles<Kind, 8>(panel, n, tokens, x0, t, n_tok, a0, a1);
+    t = PanelTiles<Kind, 4>(panel, n, tokens, x0, t, n_tok, a0, a1);
+    t = PanelTiles<Kind, 2>(panel, n, tokens, x0, t, n_tok, a0, a1);
+    PanelTiles<Kind, 1>(panel, n, tokens, x0, t, n_tok, a0, a1);
   }
   for (int64_t t = 0; t < n_tok; ++t) _mm512_mask_storeu_ps(y + t * n_rows + r0, mask, Kind::combine(a0[t], a1[t]));
 }
@@ -512,12 +516,15 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
   const auto* base = static_cast<const uint8_t*>(w.data);
   const size_t stride = row_bytes(w.type, w.n_cols);
   const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
+  const bool streamed = in.n_tok <= kStreamedMaxTokens;
+  TokenQ8 tokens[kStreamedMaxTokens];
+  for (int64_t t = 0; streamed && t < in.n_tok; ++t) tokens[t] = token_q8(*in.quantized, t, n);
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
     const uint8_t* rows = base + static_cast<size_t>(r0) * stride;
-    if (in.n_tok <= kStreamedMaxTokens) {
-      StreamedRows<Kind>(rows, stride, valid, n_units, in, panel, y, w.n_rows, r0, mask);
+    if (streamed) {
+      StreamedRows<Kind>(rows, stride, valid, n_units, tokens, in.n_tok, panel, y, w.n_rows, r0, mask);
       continue;
     }
     Kind::pack(rows, stride, valid, n_units, panel);
@@ -525,7 +532,7 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
       constexpr int T = decltype(k)::value;
       __m512 a0[T], a1[T];
       for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
-      Kind::template tile<T>(panel, n_units, x, a0, a1);
+      Kind::template tile<T>(panel, n_units, x, 0, a0, a1);
       for (int i = 0; i < T; ++i) out[i] = Kind::combine(a0[i], a1[i]);
     };
     EveryToken<Kind::kMaxTokens>(tile, in, n, y, w.n_rows, r0, mask);
