@@ -4,10 +4,13 @@
 For each concurrency level it starts that many streaming clients at once, each asking for exactly
 --tokens tokens (ignore_eos), and reports the aggregate generated tokens/s (every stream's tokens
 over the wall time of the level), the per-stream tokens/s (median) and the time to first token
-(median and p95). An untimed 8-token request goes first (--no-warmup: none). Example:
+(median and p95). An untimed 8-token request goes first (--no-warmup: none). With --rounds N the
+levels run N times in turn (1, 8, 16, 1, 8, 16, ...), so that a slow spell of a shared machine
+falls on every level alike, and a summary gives each level's median aggregate and its ratio to the
+first level's median. Example:
 
   build/squeezekv serve -m build/llama1b-q8_0.gguf -t 2 --port 8080 &
-  scripts/serve_bench.py --port 8080 --streams 1,8,16 --tokens 128
+  scripts/serve_bench.py --port 8080 --streams 1,8,16 --tokens 128 --rounds 3
 """
 import argparse
 import http.client
@@ -87,26 +90,37 @@ def main():
     p.add_argument("--method", default="", help="a cache method for every request (default: the server's)")
     p.add_argument("--budget", type=int, default=256)
     p.add_argument("--timeout", type=float, default=600, help="seconds per level at most")
+    p.add_argument("--rounds", type=int, default=1, help="times every level runs, in turn (at most 10)")
     p.add_argument("--json", action="store_true", help="also print the figures as JSON")
     p.add_argument("--no-warmup", action="store_true",
                    help="skip the untimed 8-token request sent first (it pages the model in, which would "
                         "otherwise slow the first level and inflate every ratio)")
     args = p.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
-    if any(n < 1 or n > 64 for n in levels) or not 1 <= args.tokens <= 4096:
-        sys.exit("serve_bench: streams must lie in [1, 64] and tokens in [1, 4096]")
+    if any(n < 1 or n > 64 for n in levels) or not 1 <= args.tokens <= 4096 or not 1 <= args.rounds <= 10:
+        sys.exit("serve_bench: streams must lie in [1, 64], tokens in [1, 4096] and rounds in [1, 10]")
     if not args.no_warmup:
         warm = argparse.Namespace(**{**vars(args), "tokens": 8})
         level(args.port, 1, warm)
     results = []
-    for n in levels:
-        r = level(args.port, n, args)
-        results.append(r)
-        base = results[0]["aggregate_tps"] or 1.0
-        print(f"{n:3d} streams: {r['aggregate_tps']:8.2f} tokens/s aggregate ({r['aggregate_tps'] / base:5.2f}x the "
-              f"first level), {r['per_stream_tps_median']:7.2f} tokens/s per stream, time to first token median "
-              f"{r['ttft_median_s']:.2f} s, p95 {r['ttft_p95_s']:.2f} s ({r['tokens']} tokens in {r['seconds']:.1f} s"
-              + (f", {r['errors']} failed" if r["errors"] else "") + ")", flush=True)
+    for round_index in range(args.rounds):
+        first = None
+        for n in levels:
+            r = level(args.port, n, args)
+            r["round"] = round_index + 1
+            results.append(r)
+            first = first or r["aggregate_tps"] or 1.0
+            print(("" if args.rounds == 1 else f"round {round_index + 1}: ")
+                  + f"{n:3d} streams: {r['aggregate_tps']:8.2f} tokens/s aggregate ({r['aggregate_tps'] / first:5.2f}x "
+                  f"the first level), {r['per_stream_tps_median']:7.2f} tokens/s per stream, time to first token "
+                  f"median {r['ttft_median_s']:.2f} s, p95 {r['ttft_p95_s']:.2f} s ({r['tokens']} tokens in "
+                  f"{r['seconds']:.1f} s" + (f", {r['errors']} failed" if r["errors"] else "") + ")", flush=True)
+    if args.rounds > 1:
+        medians = {n: statistics.median(r["aggregate_tps"] for r in results if r["streams"] == n) for n in levels}
+        base = medians[levels[0]] or 1.0
+        for n in levels:
+            print(f"median of {args.rounds} rounds: {n:3d} streams: {medians[n]:8.2f} tokens/s aggregate "
+                  f"({medians[n] / base:5.2f}x the first level)")
     if args.json:
         print(json.dumps(results, indent=2))
 

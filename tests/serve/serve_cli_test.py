@@ -150,6 +150,22 @@ class Curl(unittest.TestCase):
             self.assertLess(rss_kib(self.proc.pid) - idle, 4096)
 
 
+    def test_the_benchmark_client_counts_every_token(self):
+        # scripts/serve_bench.py as documented, at a small size: every request of every level and
+        # round is counted, and the summary's ratios are those of the medians it prints.
+        out = subprocess.run([sys.executable, "scripts/serve_bench.py", "--port", str(self.port), "--streams", "1,3",
+                              "--tokens", "6", "--rounds", "2", "--json", "--timeout", "60"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        results = json.loads(out[out.index("["):])
+        self.assertEqual([(r["round"], r["streams"]) for r in results], [(1, 1), (1, 3), (2, 1), (2, 3)])
+        for r in results:
+            self.assertEqual((r["ok"], r["errors"], r["tokens"]), (r["streams"], 0, 6 * r["streams"]))
+            self.assertGreater(r["aggregate_tps"], 0)
+        medians = re.findall(r"median of 2 rounds:\s+(\d+) streams:\s+([\d.]+) tokens/s aggregate \(\s*([\d.]+)x", out)
+        self.assertEqual([int(m[0]) for m in medians], [1, 3])
+        self.assertAlmostEqual(float(medians[1][2]), float(medians[1][1]) / float(medians[0][1]), delta=0.01)
+
+
 class Signals(unittest.TestCase):
     def test_sigint_during_a_stream_closes_it_and_exits_0(self):
         proc, port = start()
