@@ -54,16 +54,7 @@ constexpr size_t kAccumulators = 8;
 constexpr size_t kAccumulators = 16;
 #endif
 
-// Calls pass(std::integral_constant<size_t, Q>, first) over n queries: blocks of Q = 4, then one
-// block of the 1 to 3 left, so the passes keep Q accumulators per vector in registers.
-template <class Pass>
-HWY_INLINE void InBlocksOfFour(size_t n, const Pass& pass) {
-  size_t g = 0;
-  for (; g + 4 <= n; g += 4) pass(std::integral_constant<size_t, 4>(), g);
-  if (n - g == 3) pass(std::integral_constant<size_t, 3>(), g);
-  if (n - g == 2) pass(std::integral_constant<size_t, 2>(), g);
-  if (n - g == 1) pass(std::integral_constant<size_t, 1>(), g);
-}
+#include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
 
 // ---- Runs of codes as vectors ----
 // A run of n codes in nb bytes becomes n / N vectors of N consecutive codes (tokens of a key

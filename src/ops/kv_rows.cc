@@ -36,16 +36,7 @@ HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
   return fp16_to_f32(static_cast<const uint16_t*>(rows)[offset]);
 }
 
-// Calls pass(std::integral_constant<size_t, G>, first) over n queries: blocks of G = 4, then one
-// block of the 1 to 3 left, so the passes keep G accumulators in registers.
-template <class Pass>
-HWY_INLINE void InBlocksOfFour(size_t n, const Pass& pass) {
-  size_t g = 0;
-  for (; g + 4 <= n; g += 4) pass(std::integral_constant<size_t, 4>(), g);
-  if (n - g == 3) pass(std::integral_constant<size_t, 3>(), g);
-  if (n - g == 2) pass(std::integral_constant<size_t, 2>(), g);
-  if (n - g == 1) pass(std::integral_constant<size_t, 1>(), g);
-}
+#include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
 
 // ---- Block formats (q8_0, q4_0), decoded in registers ----
 // A kernel over quantized rows walks each row block by block; a vector of N lanes never crosses a

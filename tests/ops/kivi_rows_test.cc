@@ -758,6 +758,27 @@ TEST(Kivi, KernelsEqualDecodeThenCompute) {
   }
 }
 
+// The weighted sum over `mixed` (the n good rows with extra rows interleaved; per query g its
+// weights are w_rows[g]) equals the sum over the good rows alone with weights w, to the bit, in the
+// SIMD kernel and in its scalar twin.
+void expect_extra_rows_add_nothing(const Shape& sh, const std::vector<float>& w, size_t n,
+                                   const std::vector<uint8_t>& good, const std::vector<std::vector<float>>& w_rows,
+                                   const std::vector<uint8_t>& mixed, size_t total) {
+  const size_t G = sh.group, hd = sh.head_dim, n_w = w_rows.size();
+  std::vector<float> w_mixed;
+  for (size_t g = 0; g < n_w; ++g) w_mixed.insert(w_mixed.end(), w_rows[g].begin(), w_rows[g].end());
+  auto want = random_floats(n_w * hd);
+  auto got = want, got_scalar = want;
+  kivi_values_weighted_sum_group(w.data(), n_w, n, good.data(), sh.bits, G, hd, n, want.data(), hd);
+  kivi_values_weighted_sum_group(w_mixed.data(), n_w, total, mixed.data(), sh.bits, G, hd, total, got.data(), hd);
+  kivi_values_weighted_sum_group_scalar(w_mixed.data(), n_w, total, mixed.data(), sh.bits, G, hd, total,
+                                        got_scalar.data(), hd);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(same_bits(got[i], want[i])) << shape_name(sh.bits, G, hd) << " output " << i;
+    ASSERT_TRUE(same_bits(got_scalar[i], want[i])) << shape_name(sh.bits, G, hd) << " output " << i;
+  }
+}
+
 // Rows whose weights are all zero are skipped: here they hold infinite and NaN mins and scales
 // (0 * inf would poison the sums), and the result equals the sum over the other rows, to the bit.
 TEST(Kivi, ZeroWeightRowsAreSkipped) {
@@ -766,7 +787,6 @@ TEST(Kivi, ZeroWeightRowsAreSkipped) {
       const size_t G = sh.group, hd = sh.head_dim, rb = kivi_value_row_bytes(sh.bits, G, hd), n = 40, n_w = 4;
       const auto good = random_value_rows(sh.bits, G, hd, n);
       std::vector<uint8_t> mixed;
-      std::vector<float> w_good(n_w * n), w_mixed;
       const auto w = random_weights(n_w, n, n);
       std::vector<std::vector<float>> w_rows(n_w);
       size_t total = 0;
@@ -786,17 +806,7 @@ TEST(Kivi, ZeroWeightRowsAreSkipped) {
         for (size_t g = 0; g < n_w; ++g) w_rows[g].push_back(w[g * n + j]);
         ++total;
       }
-      for (size_t g = 0; g < n_w; ++g) w_mixed.insert(w_mixed.end(), w_rows[g].begin(), w_rows[g].end());
-      auto want = random_floats(n_w * hd);
-      auto got = want, got_scalar = want;
-      kivi_values_weighted_sum_group(w.data(), n_w, n, good.data(), sh.bits, G, hd, n, want.data(), hd);
-      kivi_values_weighted_sum_group(w_mixed.data(), n_w, total, mixed.data(), sh.bits, G, hd, total, got.data(), hd);
-      kivi_values_weighted_sum_group_scalar(w_mixed.data(), n_w, total, mixed.data(), sh.bits, G, hd, total,
-                                            got_scalar.data(), hd);
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_TRUE(same_bits(got[i], want[i])) << shape_name(sh.bits, G, hd) << " output " << i;
-        ASSERT_TRUE(same_bits(got_scalar[i], want[i])) << shape_name(sh.bits, G, hd) << " output " << i;
-      }
+      expect_extra_rows_add_nothing(sh, w, n, good, w_rows, mixed, total);
       // Every row skipped (n_rows 0, or all weights zero): out is not written, -0 and NaN included.
       auto untouched = random_floats(n_w * hd);
       untouched[0] = -0.0f;
@@ -850,18 +860,7 @@ TEST(Kivi, ZeroMinAndScaleRowsContributeNothing) {
       mixed.insert(mixed.end(), zero_row.begin(), zero_row.end());  // the last row too
       for (size_t g = 0; g < n_w; ++g) w_rows[g].push_back(2.0f);
       ++total;
-      std::vector<float> w_mixed;
-      for (size_t g = 0; g < n_w; ++g) w_mixed.insert(w_mixed.end(), w_rows[g].begin(), w_rows[g].end());
-      auto want = random_floats(n_w * hd);
-      auto got = want, got_scalar = want;
-      kivi_values_weighted_sum_group(w.data(), n_w, n, good.data(), sh.bits, G, hd, n, want.data(), hd);
-      kivi_values_weighted_sum_group(w_mixed.data(), n_w, total, mixed.data(), sh.bits, G, hd, total, got.data(), hd);
-      kivi_values_weighted_sum_group_scalar(w_mixed.data(), n_w, total, mixed.data(), sh.bits, G, hd, total,
-                                            got_scalar.data(), hd);
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_TRUE(same_bits(got[i], want[i])) << shape_name(sh.bits, G, hd) << " " << i;
-        ASSERT_TRUE(same_bits(got_scalar[i], want[i])) << shape_name(sh.bits, G, hd) << " " << i;
-      }
+      expect_extra_rows_add_nothing(sh, w, n, good, w_rows, mixed, total);
       // Only zero rows: the outputs keep their bits.
       std::vector<uint8_t> zeros;
       for (int k = 0; k < 9; ++k) zeros.insert(zeros.end(), zero_row.begin(), zero_row.end());
