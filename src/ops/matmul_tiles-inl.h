@@ -450,10 +450,14 @@ struct Q6_KTiles {
 // Calls of at most kStreamedMaxTokens tokens (a server's batched decode step) stream each 16 rows
 // through small panels of Kind::kStreamUnits units (a few KiB, in L1) that every token uses
 // before the next is built: reading the rows from memory then overlaps the products, where one
-// whole-row panel first reads all of them and then computes with memory idle (Q8_0 8-token steps
-// measured ~79 -> ~110 tokens/s, 16-token ~127 -> ~160, 1B model, ops_bench's matmul/tokens:8).
-// The accumulators carry from panel to panel, so per-token arithmetic and its order are unchanged.
+// whole-row panel first reads all of them and then computes with memory idle (1B Q8_0 model,
+// `squeezekv bench -p 8,16`: 8-token steps ~79 -> ~95-117 tokens/s, 16-token ~127 -> ~140-165).
+// The accumulators carry from panel to panel, so per-token arithmetic and its order are unchanged:
+// that needs Q8_0's panels to hold an even number of blocks (its two chains alternate) and Q4_0's
+// whole runs of 8 (its trees).
 constexpr int64_t kStreamedMaxTokens = 16;
+static_assert(Q8_0Tiles::kStreamUnits % 2 == 0 && Q4_0Tiles::kStreamUnits % 8 == 0,
+              "streamed panels must keep the row kernels' accumulation order");
 
 // Tiles of T of the tokens from t on against a panel of n units from block x0; returns the next
 // token.
@@ -483,14 +487,14 @@ HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(const uint8_t* rows, size_t stride, 
   for (int64_t t = 0; t < n_tok; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
   for (int64_t u0 = 0; u0 < n_units; u0 += Kind::kStreamUnits) {
     const int64_t u1 = std::min(n_units, u0 + Kind::kStreamUnits), n = u1 - u0;
-    Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, n, panel);
-    // The next panel's lines, asked of L2 now so that they arrive while this one's products run
+    // The next panel's lines, asked of L2 first so that they arrive while this one is packed and used
     // (measured on Q8_0: into L1, two panels ahead, or a line per block as it is packed were slower).
     const int64_t next_end = std::min(n_units, u1 + Kind::kStreamUnits);
     for (int r = 0; r < valid && u1 < n_units; ++r) {
       const auto* next = reinterpret_cast<const char*>(rows + static_cast<size_t>(r) * stride);
       for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
     }
+    Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, n, panel);
     const int64_t x0 = u0 * (Kind::kUnitCols / detail::activation_block);
     int64_t t = 0;
     if constexpr (Kind::kMaxTokens == 8) t = PanelTiles<Kind, 8>(panel, n, tokens, x0, t, n_tok, a0, a1);
