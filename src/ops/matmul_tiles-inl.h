@@ -492,7 +492,9 @@ HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(const uint8_t* rows, size_t stride, 
     const int64_t next_end = std::min(n_units, u1 + Kind::kStreamUnits);
     for (int r = 0; r < valid && u1 < n_units; ++r) {
       const auto* next = reinterpret_cast<const char*>(rows + static_cast<size_t>(r) * stride);
-      for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
+      for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) {
+        _mm_prefetch(next + b, _MM_HINT_T1);
+      }
     }
     Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, n, panel);
     const int64_t x0 = u0 * (Kind::kUnitCols / detail::activation_block);
