@@ -197,11 +197,10 @@ void LayerCache::settle() {
   for (HeadStore& h : rows_.heads) {
     h.apply_evictions();  // shifts current before the next query reads them
     // KIVI's held rows (dead rows inside quantized key groups) and whole groups count as needed.
-    const int G = h.kivi_keys() ? config_.kivi_group : 1;
     if (policy_->bounded()) {
-      const int target = (std::max(budget_ + 1, h.n_live()) + h.held() + G - 1) / G * G;
+      const int target = h.capacity_for(std::max(budget_ + 1, h.n_live()) + h.held());
       if (h.capacity() > target) h.compact(target);
-    } else if (prompt_end && h.capacity() > (h.rows_needed() + G - 1) / G * G) {
+    } else if (prompt_end && h.capacity() > h.capacity_for(h.rows_needed())) {
       h.compact(h.rows_needed());
     }
     h.settle_kivi();  // after the evictions: KIVI's groups form from the rows that stay

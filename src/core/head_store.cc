@@ -159,8 +159,7 @@ void HeadStore::reallocate(int new_capacity) {
     if (key_bits_ > 0 && group_quantized_[size_t(s / G)]) continue;
     order.push_back(s);
   }
-  int capacity = std::max(new_capacity, int(order.size()));
-  if (key_bits_ > 0) capacity = (capacity + G - 1) / G * G;  // whole key groups
+  const int capacity = capacity_for(std::max(new_capacity, int(order.size())));
 
   const size_t key_bytes = key_bits_ > 0 ? size_t(capacity / G) * key_group_bytes() : size_t(capacity) * key_row_bytes();
   const size_t value_row = value_row_bytes();

@@ -66,7 +66,10 @@ class HeadStore {
   }
   // KIVI: rows evicted from quantized key groups and still held there (0 for the other formats).
   int held() const { return held_; }
-  bool kivi_keys() const { return key_bits_ > 0; }
+  // The capacity that holds `rows` rows: KIVI keys are allocated in whole groups.
+  int capacity_for(int rows) const {
+    return key_bits_ > 0 ? (rows + kivi_.group - 1) / kivi_.group * kivi_.group : rows;
+  }
   // Rows whose key (value) is read from fp16 in a KIVI store; 0 otherwise.
   int fp16_keys() const { return key_tail_.live(); }
   int fp16_values() const { return value_tail_.live(); }
