@@ -97,114 +97,6 @@ HWY_INLINE SQUEEZEKV_VNNI void TransposeRows(const uint8_t* src, const size_t* o
   }
 }
 
-// Q8_0 weights are signed; the panel holds w + 128 (unsigned, for vpdpbusd's unsigned side) and
-// the tiles subtract 128 * (sum of the token's block) to undo it, exactly, in integers.
-HWY_INLINE SQUEEZEKV_VNNI void PackQ8_0(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks, Panel& panel) {
-  panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
-  panel.factor.reserve(static_cast<size_t>(n_blocks));
-  size_t offsets[kTileRows];
-  RowOffsets(stride, valid, offsets);
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t j = 0; j < n_blocks; ++j) {
-    const uint8_t* block = rows + j * quant::q8_0_bytes;
-    __m512i* out = panel.bytes.data() + j * 8;
-    TransposeRows(block + 2, offsets, out);
-    for (int g = 0; g < 8; ++g) out[g] = _mm512_xor_si512(out[g], flip);
-    HWY_ALIGN uint16_t d[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) std::memcpy(&d[r], block + offsets[r], 2);
-    panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
-  }
-}
-
-// Q4_0: each row's block decoded to 32 code bytes (0..15) in a small buffer, then regrouped; the
-// tiles add -8 * (the token's block sum).
-HWY_INLINE SQUEEZEKV_VNNI void PackQ4_0(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks, Panel& panel) {
-  panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
-  panel.factor.reserve(static_cast<size_t>(n_blocks));
-  size_t offsets[kTileRows], code_offsets[kTileRows];
-  RowOffsets(stride, valid, offsets);
-  for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
-  HWY_ALIGN uint8_t codes[kTileRows][32];
-  for (int64_t j = 0; j < n_blocks; ++j) {
-    const uint8_t* block = rows + j * quant::q4_0_bytes;
-    HWY_ALIGN uint16_t d[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), Q4_0Codes(block + offsets[r]));
-      std::memcpy(&d[r], block + offsets[r], 2);
-    }
-    TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
-    panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
-  }
-}
-
-// Q4_K nibbles are unsigned already; the panel holds them one per byte. Its factors are computed
-// as the row kernel computes them (d times the 6-bit value, each rounded once).
-HWY_INLINE SQUEEZEKV_VNNI void PackQ4_K(const uint8_t* rows, size_t stride, int valid, int64_t n_super, Panel& panel) {
-  panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
-  panel.factor.reserve(static_cast<size_t>(n_super) * 8);
-  panel.factor_min.reserve(static_cast<size_t>(n_super) * 8);
-  size_t offsets[kTileRows];
-  RowOffsets(stride, valid, offsets);
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  for (int64_t b = 0; b < n_super; ++b) {
-    const uint8_t* block = rows + b * quant::q4_k_bytes;
-    __m512i* out = panel.bytes.data() + b * 64;
-    for (int pair = 0; pair < 4; ++pair) {  // 32 bytes: sub-block 2 * pair low, 2 * pair + 1 high
-      __m512i packed[8];
-      TransposeRows(block + quant::q4_k_qs_offset + 32 * pair, offsets, packed);
-      for (int g = 0; g < 8; ++g) {
-        out[(2 * pair) * 8 + g] = _mm512_and_si512(packed[g], low4);
-        out[(2 * pair + 1) * 8 + g] = _mm512_and_si512(_mm512_srli_epi16(packed[g], 4), low4);
-      }
-    }
-    HWY_ALIGN float factor[8][kTileRows], factor_min[8][kTileRows];
-    for (int r = 0; r < kTileRows; ++r) {
-      const uint8_t* row_block = block + offsets[r];
-      const float d = LoadHalf(row_block), dmin = LoadHalf(row_block + 2);
-      uint8_t scale[8], min[8];
-      quant::q4_k_unpack_scales(row_block + quant::q4_k_scales_offset, scale, min);
-      for (int s = 0; s < 8; ++s) {
-        factor[s][r] = d * static_cast<float>(scale[s]);
-        factor_min[s][r] = dmin * static_cast<float>(min[s]);
-      }
-    }
-    for (int s = 0; s < 8; ++s) {
-      panel.factor.data()[b * 8 + s] = _mm512_load_ps(factor[s]);
-      panel.factor_min.data()[b * 8 + s] = _mm512_load_ps(factor_min[s]);
-    }
-  }
-}
-
-// Q6_K: each row's super-block is first rebuilt as 256 bytes (0..63) by the row kernel's own
-// Q6_KStreams, then regrouped; the -32 offset is undone in integers by the tile.
-HWY_INLINE SQUEEZEKV_VNNI void PackQ6_K(const uint8_t* rows, size_t stride, int valid, int64_t n_super, Panel& panel) {
-  panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
-  panel.factor.reserve(static_cast<size_t>(n_super));
-  panel.scales.reserve(static_cast<size_t>(n_super) * 16);
-  size_t offsets[kTileRows];
-  RowOffsets(stride, valid, offsets);
-  HWY_ALIGN uint8_t values[kTileRows][quant::q6_k_elems];
-  size_t value_offsets[kTileRows];
-  for (int r = 0; r < kTileRows; ++r) value_offsets[r] = static_cast<size_t>(r) * quant::q6_k_elems;
-  for (int64_t b = 0; b < n_super; ++b) {
-    HWY_ALIGN uint16_t d[kTileRows];
-    HWY_ALIGN int32_t scale[16][kTileRows];  // [sub-block of 16][row]
-    for (int r = 0; r < kTileRows; ++r) {
-      const uint8_t* block = rows + offsets[r] + b * quant::q6_k_bytes;
-      __m256i q[8];
-      Q6_KStreams(block, q);
-      for (int p = 0; p < 8; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(values[r] + 32 * p), q[p]);
-      std::memcpy(&d[r], block + quant::q6_k_d_offset, 2);
-      const auto* sc = reinterpret_cast<const int8_t*>(block + quant::q6_k_scales_offset);
-      for (int i = 0; i < 16; ++i) scale[i][r] = sc[i];
-    }
-    __m512i* out = panel.bytes.data() + b * 64;
-    for (int p = 0; p < 8; ++p) TransposeRows(values[0] + 32 * p, value_offsets, out + p * 8);
-    panel.factor.data()[b] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
-    for (int i = 0; i < 16; ++i) panel.scales.data()[b * 16 + i] = _mm512_load_si512(scale[i]);
-  }
-}
-
 // 4 bytes broadcast to every lane straight from memory (a load, or vpdpbusd's {1to16} operand):
 // through a general register the broadcast costs a cross-domain move and was the tiles' bottleneck.
 HWY_INLINE SQUEEZEKV_VNNI __m512i Broadcast32(const void* p) {
@@ -252,114 +144,258 @@ HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512
   for (int k = 0; k < T; ++k) acc[k] = _mm512_add_ps(acc[k], _mm512_add_ps(half[0][k], half[1][k]));
 }
 
+// What the tiles need of each weight type: its unit (a block, or a K-quant super-block), how a
+// run of units is packed, its tile, how the two accumulators make the dot, its widest tile (Q8_0's
+// registers fit 8 tokens, the others' 4) and the units of a streamed panel (about 300 bytes a row;
+// Q4_0's must be runs of 8 blocks, its trees).
+//
 // Each tile adds a panel of n units to T tokens' accumulators a0, a1 (zero at the start of a
 // row, carried from one panel to the next when a row is streamed through several), in the order of
 // the type's row kernel; combine turns them into the dots. The panel starts at the tokens' 32-value
 // block x0.
+struct Q8_0Tiles {
+  static constexpr int64_t kUnitCols = quant::q8_0_elems, kUnitBytes = quant::q8_0_bytes, kStreamUnits = 8;
+  static constexpr int kMaxTokens = 8;
 
-// Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
-// number of blocks keep the parity.
-template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ8_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
-                                        __m512* a1) {
-  const auto* const bytes_ptr = panel.bytes.data();
-  const auto* const factor_ptr = panel.factor.data();
-  auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
-    __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + x0 + j);
-    BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q8_0_elems, s);
-    const __m512 d = factor_ptr[j];
-    for (int k = 0; k < T; ++k) {
-      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])), acc[k]);
+  // Q8_0 weights are signed; the panel holds w + 128 (unsigned, for vpdpbusd's unsigned side) and
+  // the tiles subtract 128 * (sum of the token's block) to undo it, exactly, in integers.
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                             Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
+    panel.factor.reserve(static_cast<size_t>(n_blocks));
+    size_t offsets[kTileRows];
+    RowOffsets(stride, valid, offsets);
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t j = 0; j < n_blocks; ++j) {
+      const uint8_t* block = rows + j * quant::q8_0_bytes;
+      __m512i* out = panel.bytes.data() + j * 8;
+      TransposeRows(block + 2, offsets, out);
+      for (int g = 0; g < 8; ++g) out[g] = _mm512_xor_si512(out[g], flip);
+      HWY_ALIGN uint16_t d[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) std::memcpy(&d[r], block + offsets[r], 2);
+      panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
     }
-  };
-  int64_t j = 0;
-  for (; j + 2 <= n_blocks; j += 2) {
-    block(j, a0);
-    block(j + 1, a1);
   }
-  if (j < n_blocks) block(j, a0);
-}
 
-// Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel (a
-// streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
-// 4 (-8 instead of -128 times the block sum; exact).
-template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ4_0(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
-                                        __m512*) {
-  const auto* const bytes_ptr = panel.bytes.data();
-  const auto* const factor_ptr = panel.factor.data();
-  auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-    __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), 4);
-    BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q4_0_elems, s);
-    const __m512 d = factor_ptr[j];
-    for (int k = 0; k < T; ++k) {
-      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
+  // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
+  // number of blocks keep the parity.
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
+                                             __m512* a0, __m512* a1) {
+    const auto* const bytes_ptr = panel.bytes.data();
+    const auto* const factor_ptr = panel.factor.data();
+    auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
+      __m512i s[T];
+      for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + x0 + j);
+      BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q8_0_elems, s);
+      const __m512 d = factor_ptr[j];
+      for (int k = 0; k < T; ++k) {
+        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])), acc[k]);
+      }
+    };
+    int64_t j = 0;
+    for (; j + 2 <= n_blocks; j += 2) {
+      block(j, a0);
+      block(j + 1, a1);
     }
-  };
-  int64_t j = 0;
-  for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
-  for (; j < n_blocks; ++j) {
-    __m512 p[T];
-    product(j, p);
-    for (int k = 0; k < T; ++k) a0[k] = _mm512_add_ps(a0[k], p[k]);
+    if (j < n_blocks) block(j, a0);
   }
-}
 
-// Q4_K: the scales' term into a0, the mins' into a1 (the dot is a0 - a1).
-template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ4_K(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
-                                        __m512* a1) {
-  const auto* const bytes_ptr = panel.bytes.data();
-  const auto* const factor_ptr = panel.factor.data();
-  const auto* const factor_min_ptr = panel.factor_min.data();
-  auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-    __m512i s[T];
-    for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
-    BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * 32, s);
-    const __m512 factor = factor_ptr[j];
-    for (int k = 0; k < T; ++k) {
-      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor, _mm512_set1_ps(x[k].scale[x0 + j])));
-    }
-  };
-  // The mins' term needs no weight bytes: its own pass, so that each pass holds few registers.
-  auto min_product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-    const __m512 factor_min = factor_min_ptr[j];
-    for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(factor_min, _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
-  };
-  const int64_t n_sub = n_super * 8;
-  for (int64_t j = 0; j < n_sub; j += 8) AddTreeOf8<T>(product, j, a0);
-  for (int64_t j = 0; j < n_sub; j += 8) AddTreeOf8<T>(min_product, j, a1);
-}
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
+};
 
-// Q6_K: per x block, the dots of its two 16-column halves (each started at -32 * the half's
-// activation sum), times the halves' int8 scales, summed in integers: the row kernel's exact dot.
-template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void TileQ6_K(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
-                                        __m512*) {
-  const auto* const bytes_ptr = panel.bytes.data();
-  const auto* const factor_ptr = panel.factor.data();
-  const auto* const scales_ptr = panel.scales.data();
-  const int64_t n_blocks = n_super * 8;
-  auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-    const __m512i* w = bytes_ptr + j * 8;
-    __m512i lo[T], hi[T];
-    for (int k = 0; k < T; ++k) {
-      lo[k] = Broadcast32(x[k].q6_k_offset + 2 * (x0 + j));
-      hi[k] = Broadcast32(x[k].q6_k_offset + 2 * (x0 + j) + 1);
+struct Q4_0Tiles {
+  static constexpr int64_t kUnitCols = quant::q4_0_elems, kUnitBytes = quant::q4_0_bytes, kStreamUnits = 16;
+  static constexpr int kMaxTokens = 4;
+
+  // Q4_0: each row's block decoded to 32 code bytes (0..15) in a small buffer, then regrouped; the
+  // tiles add -8 * (the token's block sum).
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                             Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
+    panel.factor.reserve(static_cast<size_t>(n_blocks));
+    size_t offsets[kTileRows], code_offsets[kTileRows];
+    RowOffsets(stride, valid, offsets);
+    for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
+    HWY_ALIGN uint8_t codes[kTileRows][32];
+    for (int64_t j = 0; j < n_blocks; ++j) {
+      const uint8_t* block = rows + j * quant::q4_0_bytes;
+      HWY_ALIGN uint16_t d[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), Q4_0Codes(block + offsets[r]));
+        std::memcpy(&d[r], block + offsets[r], 2);
+      }
+      TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
+      panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
     }
-    BlockHalfDots<T>(w, x, (x0 + j) * 32, 0, lo);
-    BlockHalfDots<T>(w, x, (x0 + j) * 32, 4, hi);
-    const __m512i scale_lo = scales_ptr[2 * j], scale_hi = scales_ptr[2 * j + 1];
-    const __m512 d = factor_ptr[j / 8];
-    for (int k = 0; k < T; ++k) {
-      const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo[k], scale_lo), _mm512_mullo_epi32(hi[k], scale_hi));
-      p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
+  }
+
+  // Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel (a
+  // streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
+  // 4 (-8 instead of -128 times the block sum; exact).
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
+                                             __m512* a0, __m512*) {
+    const auto* const bytes_ptr = panel.bytes.data();
+    const auto* const factor_ptr = panel.factor.data();
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+      __m512i s[T];
+      for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), 4);
+      BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q4_0_elems, s);
+      const __m512 d = factor_ptr[j];
+      for (int k = 0; k < T; ++k) {
+        p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
+      }
+    };
+    int64_t j = 0;
+    for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
+    for (; j < n_blocks; ++j) {
+      __m512 p[T];
+      product(j, p);
+      for (int k = 0; k < T; ++k) a0[k] = _mm512_add_ps(a0[k], p[k]);
     }
-  };
-  for (int64_t j = 0; j < n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
-}
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
+};
+
+struct Q4_KTiles {
+  static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = quant::q4_k_bytes, kStreamUnits = 2;
+  static constexpr int kMaxTokens = 4;
+
+  // Q4_K nibbles are unsigned already; the panel holds them one per byte. Its factors are computed
+  // as the row kernel computes them (d times the 6-bit value, each rounded once).
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_super,
+                                             Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
+    panel.factor.reserve(static_cast<size_t>(n_super) * 8);
+    panel.factor_min.reserve(static_cast<size_t>(n_super) * 8);
+    size_t offsets[kTileRows];
+    RowOffsets(stride, valid, offsets);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n_super; ++b) {
+      const uint8_t* block = rows + b * quant::q4_k_bytes;
+      __m512i* out = panel.bytes.data() + b * 64;
+      for (int pair = 0; pair < 4; ++pair) {  // 32 bytes: sub-block 2 * pair low, 2 * pair + 1 high
+        __m512i packed[8];
+        TransposeRows(block + quant::q4_k_qs_offset + 32 * pair, offsets, packed);
+        for (int g = 0; g < 8; ++g) {
+          out[(2 * pair) * 8 + g] = _mm512_and_si512(packed[g], low4);
+          out[(2 * pair + 1) * 8 + g] = _mm512_and_si512(_mm512_srli_epi16(packed[g], 4), low4);
+        }
+      }
+      HWY_ALIGN float factor[8][kTileRows], factor_min[8][kTileRows];
+      for (int r = 0; r < kTileRows; ++r) {
+        const uint8_t* row_block = block + offsets[r];
+        const float d = LoadHalf(row_block), dmin = LoadHalf(row_block + 2);
+        uint8_t scale[8], min[8];
+        quant::q4_k_unpack_scales(row_block + quant::q4_k_scales_offset, scale, min);
+        for (int s = 0; s < 8; ++s) {
+          factor[s][r] = d * static_cast<float>(scale[s]);
+          factor_min[s][r] = dmin * static_cast<float>(min[s]);
+        }
+      }
+      for (int s = 0; s < 8; ++s) {
+        panel.factor.data()[b * 8 + s] = _mm512_load_ps(factor[s]);
+        panel.factor_min.data()[b * 8 + s] = _mm512_load_ps(factor_min[s]);
+      }
+    }
+  }
+
+  // Q4_K: the scales' term into a0, the mins' into a1 (the dot is a0 - a1).
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0,
+                                             __m512* a0, __m512* a1) {
+    const auto* const bytes_ptr = panel.bytes.data();
+    const auto* const factor_ptr = panel.factor.data();
+    const auto* const factor_min_ptr = panel.factor_min.data();
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+      __m512i s[T];
+      for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
+      BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * 32, s);
+      const __m512 factor = factor_ptr[j];
+      for (int k = 0; k < T; ++k) {
+        p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor, _mm512_set1_ps(x[k].scale[x0 + j])));
+      }
+    };
+    // The mins' term needs no weight bytes: its own pass, so that each pass holds few registers.
+    auto min_product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+      const __m512 factor_min = factor_min_ptr[j];
+      for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(factor_min, _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
+    };
+    const int64_t n_sub = n_super * 8;
+    for (int64_t j = 0; j < n_sub; j += 8) AddTreeOf8<T>(product, j, a0);
+    for (int64_t j = 0; j < n_sub; j += 8) AddTreeOf8<T>(min_product, j, a1);
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_sub_ps(a0, a1); }
+};
+
+struct Q6_KTiles {
+  static constexpr int64_t kUnitCols = quant::q6_k_elems, kUnitBytes = quant::q6_k_bytes, kStreamUnits = 1;
+  static constexpr int kMaxTokens = 4;
+
+  // Q6_K: each row's super-block is first rebuilt as 256 bytes (0..63) by the row kernel's own
+  // Q6_KStreams, then regrouped; the -32 offset is undone in integers by the tile.
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_super,
+                                             Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
+    panel.factor.reserve(static_cast<size_t>(n_super));
+    panel.scales.reserve(static_cast<size_t>(n_super) * 16);
+    size_t offsets[kTileRows];
+    RowOffsets(stride, valid, offsets);
+    HWY_ALIGN uint8_t values[kTileRows][quant::q6_k_elems];
+    size_t value_offsets[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) value_offsets[r] = static_cast<size_t>(r) * quant::q6_k_elems;
+    for (int64_t b = 0; b < n_super; ++b) {
+      HWY_ALIGN uint16_t d[kTileRows];
+      HWY_ALIGN int32_t scale[16][kTileRows];  // [sub-block of 16][row]
+      for (int r = 0; r < kTileRows; ++r) {
+        const uint8_t* block = rows + offsets[r] + b * quant::q6_k_bytes;
+        __m256i q[8];
+        Q6_KStreams(block, q);
+        for (int p = 0; p < 8; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(values[r] + 32 * p), q[p]);
+        std::memcpy(&d[r], block + quant::q6_k_d_offset, 2);
+        const auto* sc = reinterpret_cast<const int8_t*>(block + quant::q6_k_scales_offset);
+        for (int i = 0; i < 16; ++i) scale[i][r] = sc[i];
+      }
+      __m512i* out = panel.bytes.data() + b * 64;
+      for (int p = 0; p < 8; ++p) TransposeRows(values[0] + 32 * p, value_offsets, out + p * 8);
+      panel.factor.data()[b] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+      for (int i = 0; i < 16; ++i) panel.scales.data()[b * 16 + i] = _mm512_load_si512(scale[i]);
+    }
+  }
+
+  // Q6_K: per x block, the dots of its two 16-column halves (each started at -32 * the half's
+  // activation sum), times the halves' int8 scales, summed in integers: the row kernel's exact dot.
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0,
+                                             __m512* a0, __m512*) {
+    const auto* const bytes_ptr = panel.bytes.data();
+    const auto* const factor_ptr = panel.factor.data();
+    const auto* const scales_ptr = panel.scales.data();
+    const int64_t n_blocks = n_super * 8;
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+      const __m512i* w = bytes_ptr + j * 8;
+      __m512i lo[T], hi[T];
+      for (int k = 0; k < T; ++k) {
+        lo[k] = Broadcast32(x[k].q6_k_offset + 2 * (x0 + j));
+        hi[k] = Broadcast32(x[k].q6_k_offset + 2 * (x0 + j) + 1);
+      }
+      BlockHalfDots<T>(w, x, (x0 + j) * 32, 0, lo);
+      BlockHalfDots<T>(w, x, (x0 + j) * 32, 4, hi);
+      const __m512i scale_lo = scales_ptr[2 * j], scale_hi = scales_ptr[2 * j + 1];
+      const __m512 d = factor_ptr[j / 8];
+      for (int k = 0; k < T; ++k) {
+        const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo[k], scale_lo), _mm512_mullo_epi32(hi[k], scale_hi));
+        p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
+      }
+    };
+    for (int64_t j = 0; j < n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
+};
 
 // Every token of the call against the panel, T tokens at a time; tile(k, tokens, result) runs one
 // tile of k = std::integral_constant<int, T> tokens.
@@ -386,66 +422,6 @@ HWY_INLINE SQUEEZEKV_VNNI void EveryToken(Tile tile, const detail::MatmulInput& 
   t = TokenTiles<2>(tile, in, t, n, y, n_rows, r0, valid);
   TokenTiles<1>(tile, in, t, n, y, n_rows, r0, valid);
 }
-
-// What the tiles need of each weight type: its unit (a block, or a K-quant super-block), how a
-// run of units is packed, its tile, how the two accumulators make the dot, its widest tile (Q8_0's
-// registers fit 8 tokens, the others' 4) and the units of a streamed panel (about 300 bytes a row;
-// Q4_0's must be runs of 8 blocks, its trees).
-struct Q8_0Tiles {
-  static constexpr int64_t kUnitCols = quant::q8_0_elems, kUnitBytes = quant::q8_0_bytes, kStreamUnits = 8;
-  static constexpr int kMaxTokens = 8;
-  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n, Panel& p) {
-    PackQ8_0(rows, stride, valid, n, p);
-  }
-  template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
-                                             __m512* a1) {
-    TileQ8_0<T>(p, n, x, x0, a0, a1);
-  }
-  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
-};
-
-struct Q4_0Tiles {
-  static constexpr int64_t kUnitCols = quant::q4_0_elems, kUnitBytes = quant::q4_0_bytes, kStreamUnits = 16;
-  static constexpr int kMaxTokens = 4;
-  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n, Panel& p) {
-    PackQ4_0(rows, stride, valid, n, p);
-  }
-  template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
-                                             __m512* a1) {
-    TileQ4_0<T>(p, n, x, x0, a0, a1);
-  }
-  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
-};
-
-struct Q4_KTiles {
-  static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = quant::q4_k_bytes, kStreamUnits = 2;
-  static constexpr int kMaxTokens = 4;
-  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n, Panel& p) {
-    PackQ4_K(rows, stride, valid, n, p);
-  }
-  template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
-                                             __m512* a1) {
-    TileQ4_K<T>(p, n, x, x0, a0, a1);
-  }
-  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_sub_ps(a0, a1); }
-};
-
-struct Q6_KTiles {
-  static constexpr int64_t kUnitCols = quant::q6_k_elems, kUnitBytes = quant::q6_k_bytes, kStreamUnits = 1;
-  static constexpr int kMaxTokens = 4;
-  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n, Panel& p) {
-    PackQ6_K(rows, stride, valid, n, p);
-  }
-  template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& p, int64_t n, const TokenQ8* x, int64_t x0, __m512* a0,
-                                             __m512* a1) {
-    TileQ6_K<T>(p, n, x, x0, a0, a1);
-  }
-  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
-};
 
 // Calls of at most kStreamedMaxTokens tokens (a server's batched decode step) stream each 16 rows
 // through small panels of Kind::kStreamUnits units (a few KiB, in L1) that every token uses
