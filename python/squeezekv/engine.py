@@ -23,9 +23,13 @@ class Model:
         self._info = native.info()
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike]) -> "Model":
-        """Raises FormatError (an OSError and a ValueError) naming what is missing or malformed."""
-        return cls(_native.Model.load(os.fspath(path)))
+    def load(cls, path: Union[str, os.PathLike], repack: bool = True) -> "Model":
+        """Raises FormatError (an OSError and a ValueError) naming what is missing or malformed.
+
+        repack: regroup Q8_0 matrices at load for CPUs with AVX-512 VNNI (same results, faster
+        batches and prompts, still one resident copy of the weights); False reads the file in place.
+        """
+        return cls(_native.Model.load(os.fspath(path), bool(repack)))
 
     @property
     def info(self) -> dict:
@@ -91,5 +95,5 @@ class Model:
                 f"head_dim {self.head_dim})")
 
 
-def load_model(path: Union[str, os.PathLike]) -> Model:
-    return Model.load(path)
+def load_model(path: Union[str, os.PathLike], repack: bool = True) -> Model:
+    return Model.load(path, repack)

@@ -37,6 +37,7 @@ py::dict model_info(const Model& model) {
   d["vocab"] = c.vocab;
   d["context_length"] = c.context_length;
   d["n_params"] = model.n_params();
+  d["repacked_bytes"] = model.repacked_bytes();
   return d;
 }
 
@@ -110,8 +111,9 @@ py::list run_perplexity(const Model& model, const std::vector<int32_t>& tokens,
 
 void bind_engine(py::module_& m) {
   py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-      .def_static("load", [](const std::string& path) { return std::make_shared<Model>(Model::load(path)); },
-                  py::arg("path"))
+      .def_static("load", [](const std::string& path, bool repack) {
+        return std::make_shared<Model>(Model::load(path, {.repack = repack}));
+      }, py::arg("path"), py::arg("repack") = true)
       .def("info", &model_info)
       .def("tokenize", [](const Model& model, const std::string& text, bool add_bos) {
         return model.tokenizer().encode(text, add_bos);

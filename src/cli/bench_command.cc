@@ -26,6 +26,7 @@ namespace {
 
 struct BenchArgs {
   std::string model_path;
+  bool no_repack = false;
   CacheOptions cache;
   BenchOptions bench;
   std::string output = "md";
@@ -104,8 +105,9 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
                 gb(b.bytes_per_second.max));
   }
   const CpuInfo cpu = cpu_info();
-  std::printf("cpu: %s, %.0f MHz reported; SIMD target %s; int8 dots: %s\n", cpu.model.c_str(), cpu.mhz,
-              cpu.simd_target.c_str(), cpu.int8_dot.c_str());
+  std::printf("cpu: %s, %.0f MHz reported; SIMD target %s; int8 dots: %s; weights repacked at load: %.1f MiB\n",
+              cpu.model.c_str(), cpu.mhz, cpu.simd_target.c_str(), cpu.int8_dot.c_str(),
+              double(facts.repacked_bytes) / (1 << 20));
   std::printf("peak resident memory: %.1f MiB\n\n", double(peak_rss) / (1 << 20));
   std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | time vs 1st cache [min, max] | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
   std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -146,7 +148,8 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
   out["model"] = {{"path", facts.path}, {"name", facts.name}, {"weight_type", facts.weight_type},
                   {"file_bytes", facts.file_bytes}, {"n_params", facts.n_params},
                   {"weight_bytes_per_token", facts.weight_bytes_per_token},
-                  {"matmul_macs_per_token", facts.matmul_macs_per_token}};
+                  {"matmul_macs_per_token", facts.matmul_macs_per_token},
+                  {"repacked_bytes", facts.repacked_bytes}};
   out["peak_rss_bytes"] = peak_rss;
   const CpuInfo cpu = cpu_info();
   out["cpu"] = {{"model", cpu.model}, {"mhz", cpu.mhz}, {"simd_target", cpu.simd_target}, {"int8_dot", cpu.int8_dot}};
@@ -187,7 +190,7 @@ void run(BenchArgs& a) {
   for (int n : a.bench.depths) require(n <= (1 << 20), "depth", n, "must be <= 1048576");
   for (int n : a.bench.threads) require(n <= 256, "threads", n, "must be <= 256");
   a.bench.caches = cache_configs(a.cache);
-  const Model model = Model::load(a.model_path);
+  const Model model = Model::load(a.model_path, {.repack = !a.no_repack});
   const ModelFacts facts = model_facts(model, a.model_path);
   const bool tty = isatty(STDERR_FILENO) != 0;
   auto progress = [tty](const std::string& line) {
@@ -210,6 +213,7 @@ void register_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "prompt and generation speed, like llama-bench, with any cache");
   BenchOptions& b = args->bench;
   cmd->add_option("-m,--model", args->model_path, "GGUF model file")->required();
+  add_repack_flag(*cmd, args->no_repack);
   cmd->add_option("-p,--n-prompt", b.n_prompt, "prompt tokens per pp test (comma list; 0 = none)")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("-n,--n-gen", b.n_gen, "generated tokens per tg test (comma list; 0 = none)")

@@ -41,7 +41,7 @@ std::string join(const std::vector<int>& v) {
 void run(GenerateArgs& a) {
   KVCacheConfig config = a.cache.resolve();
   if (!a.prompt_file.empty()) a.prompt = read_text_file(a.prompt_file, "--file");
-  const Model model = Model::load(a.model.model_path);
+  const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
   auto cache = engine.make_cache(config);

@@ -22,7 +22,7 @@ std::string dims(const GgufTensor& t) {
 }
 
 void run(const InfoArgs& a) {
-  const Model model = Model::load(a.model.model_path);
+  const Model model = Model::load(a.model.model_path, {.repack = false});  // it computes nothing
   const ModelConfig& c = model.config();
   const GgufFile& f = model.file();
   // A full f16 cache at the model's context length, for the memory estimate.

@@ -16,11 +16,15 @@ struct ModelOptions {
   int threads = 0;  // 0 = every core
   int n_batch = 512;
   int n_ctx = 0;    // 0 = the command's default
+  bool no_repack = false;
 
   std::unique_ptr<ThreadPool> make_pool() const;
+  LoadOptions load_options() const { return {.repack = !no_repack}; }
 };
 
 void add_model_options(CLI::App& app, ModelOptions& options, bool with_batch = true);
+// --no-repack, for a command that declares -m itself.
+void add_repack_flag(CLI::App& app, bool& no_repack);
 
 // What the commands that score a text file share: -f, -c (default 512) and --chunks.
 struct TextEvalOptions {

@@ -40,7 +40,7 @@ void run(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a crash
 
-  const Model model = Model::load(a.model.model_path);
+  const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   serve::HttpOptions http = a.http;
   serve::RequestLimits& limits = http.limits;

@@ -138,7 +138,7 @@ void run(SweepArgs& a) {
   const std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
   // Opened before the sweep runs, so that an unwritable path fails at once.
   OutputFile json_out("--json", a.json_path), csv_out("--csv", a.csv_path);
-  const Model model = Model::load(a.model.model_path);
+  const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
   const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);

@@ -419,6 +419,17 @@ GgufFile GgufFile::open(const std::string& path) {
   return f;
 }
 
+void GgufFile::release_pages(const void* begin, size_t bytes) const {
+  if (!mapped_ || bytes == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(begin), end = start + bytes;
+  const uintptr_t first = (start + page - 1) / page * page, last = end / page * page;
+  const auto lo = reinterpret_cast<uintptr_t>(base_), hi = lo + size_;
+  require(start >= lo && end <= hi, "release range", start - lo, "lies outside the mapped file");
+  // Advice only: on failure the pages merely stay resident.
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 GgufFile GgufFile::from_bytes(std::span<const uint8_t> bytes, std::string name) {
   GgufFile f;
   f.path_ = std::move(name);

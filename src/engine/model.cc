@@ -1,5 +1,6 @@
 #include "squeezekv/engine/model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "squeezekv/base/errors.h"
@@ -49,9 +50,52 @@ int positive(const GgufFile& file, const std::string& key, std::optional<uint32_
   return int(*value);
 }
 
+// The repacked layout of w, built about a MiB of rows at a time; the file's pages of each range
+// repacked so far are released at once, so that the load never holds both copies of more than a
+// piece. Null when w cannot be repacked here.
+RepackedBuffer repack_releasing_pages(const GgufFile& file, const WeightMatrix& w) {
+  if (!can_repack(w)) return nullptr;
+  RepackedBuffer buffer = allocate_repacked(w);
+  const size_t stride = row_bytes(w.type, w.n_cols);
+  const int64_t groups = (w.n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows;
+  const int64_t piece = std::max<int64_t>(1, int64_t(1 << 20) / int64_t(stride * kRepackedGroupRows));
+  for (int64_t g = 0; g < groups; g += piece) {
+    const int64_t g1 = std::min(groups, g + piece);
+    repack_groups(w, g, g1, buffer.get());
+    const int64_t rows_done = std::min(w.n_rows, g1 * kRepackedGroupRows);
+    file.release_pages(w.data, static_cast<size_t>(rows_done) * stride);
+  }
+  return buffer;
+}
+
 }  // namespace
 
-Model Model::load(const std::string& path) {
+void Model::repack_weights() {
+  auto repack = [&](WeightMatrix& w) {
+    RepackedBuffer buffer = repack_releasing_pages(file_, w);
+    if (!buffer) return;
+    w.repacked = buffer.get();
+    repacked_sizes_.push_back(squeezekv::repacked_bytes(w));
+    repacked_.push_back(std::move(buffer));
+  };
+  repack(token_embd_);
+  if (config_.tied_embeddings) {
+    output_.repacked = token_embd_.repacked;
+  } else {
+    repack(output_);
+  }
+  for (LayerWeights& l : layers_) {
+    for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) repack(*w);
+  }
+}
+
+uint64_t Model::repacked_bytes() const {
+  uint64_t n = 0;
+  for (const uint64_t bytes : repacked_sizes_) n += bytes;
+  return n;
+}
+
+Model Model::load(const std::string& path, const LoadOptions& options) {
   GgufFile file = GgufFile::open(path);
   Tokenizer tokenizer(file);
   Model model(std::move(file), std::move(tokenizer));
@@ -143,6 +187,7 @@ Model Model::load(const std::string& path) {
                         "block_count: the tensors must match the header");
     }
   }
+  if (options.repack) model.repack_weights();
   return model;
 }
 
@@ -150,6 +195,7 @@ void Model::embed(int32_t token, float* out) const {
   if (token < 0 || token >= config_.vocab) {  // the message only on failure: embed runs per token
     require(false, "token", token, "out of range [0, " + std::to_string(config_.vocab) + ")");
   }
+  if (token_embd_.repacked != nullptr) return dequantize_repacked_row(token_embd_, token, out);
   const size_t row = row_bytes(token_embd_.type, token_embd_.n_cols);
   dequantize_row(token_embd_.type, static_cast<const std::byte*>(token_embd_.data) + size_t(token) * row,
                  out, token_embd_.n_cols);

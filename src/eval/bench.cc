@@ -113,6 +113,7 @@ ModelFacts model_facts(const Model& model, const std::string& path) {
   f.name = model.config().name;
   f.n_params = model.n_params();
   f.file_bytes = model.weight_bytes();
+  f.repacked_bytes = model.repacked_bytes();
   const ModelConfig& c = model.config();
   std::map<std::string, uint64_t> type_bytes;  // the dominant matrix type names the model
   auto matrix = [&](const WeightMatrix& w) {

@@ -55,6 +55,7 @@ class AlignedBuffer {
 
 struct Panel {
   AlignedBuffer<__m512i> bytes;
+  AlignedBuffer<__m256i> halves;  // Q8_0: per block, the 16 rows' fp16 d (as a repacked matrix holds it)
   AlignedBuffer<__m512> factor;
   AlignedBuffer<__m512> factor_min;
   AlignedBuffer<__m512i> scales;  // Q6_K: per x block, the int8 scales of its two halves per row
@@ -158,37 +159,50 @@ struct Q8_0Tiles {
   static constexpr int kMaxTokens = 8;
 
   // Q8_0 weights are signed; the panel holds w + 128 (unsigned, for vpdpbusd's unsigned side) and
-  // the tiles subtract 128 * (sum of the token's block) to undo it, exactly, in integers.
-  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
-                                             Panel& panel) {
-    panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
-    panel.factor.reserve(static_cast<size_t>(n_blocks));
+  // the tiles subtract 128 * (sum of the token's block) to undo it, exactly, in integers. pack_to
+  // writes a repacked matrix's group too (repacked_weights.h).
+  static HWY_INLINE SQUEEZEKV_VNNI void pack_to(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                                __m512i* bytes, __m256i* halves) {
     size_t offsets[kTileRows];
     RowOffsets(stride, valid, offsets);
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t j = 0; j < n_blocks; ++j) {
       const uint8_t* block = rows + j * quant::q8_0_bytes;
-      __m512i* out = panel.bytes.data() + j * 8;
+      __m512i* out = bytes + j * 8;
       TransposeRows(block + 2, offsets, out);
       for (int g = 0; g < 8; ++g) out[g] = _mm512_xor_si512(out[g], flip);
       HWY_ALIGN uint16_t d[kTileRows];
       for (int r = 0; r < kTileRows; ++r) std::memcpy(&d[r], block + offsets[r], 2);
-      panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+      halves[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(d));
     }
   }
+
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                             Panel& panel) {
+    pack_to(rows, stride, valid, n_blocks, panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8),
+            panel.halves.reserve(static_cast<size_t>(n_blocks)));
+  }
+
+  // What a tile reads: a panel's, or a repacked matrix's group's, codes and scales.
+  struct View {
+    const __m512i* bytes;
+    const __m256i* halves;
+    View offset(int64_t blocks) const { return {bytes + blocks * 8, halves + blocks}; }
+  };
+  static View view(const Panel& panel) { return {panel.bytes.data(), panel.halves.data()}; }
 
   // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
   // number of blocks keep the parity.
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
                                              __m512* a0, __m512* a1) {
-    const auto* const bytes_ptr = panel.bytes.data();
-    const auto* const factor_ptr = panel.factor.data();
+    const auto* const bytes_ptr = panel.bytes;
+    const auto* const halves_ptr = panel.halves;
     auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
       __m512i s[T];
       for (int k = 0; k < T; ++k) s[k] = Broadcast32(x[k].q8_0_offset + x0 + j);
       BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q8_0_elems, s);
-      const __m512 d = factor_ptr[j];
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(halves_ptr + j));
       for (int k = 0; k < T; ++k) {
         acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])), acc[k]);
       }
@@ -230,14 +244,17 @@ struct Q4_0Tiles {
     }
   }
 
+  using View = const Panel*;
+  static View view(const Panel& panel) { return &panel; }
+
   // Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel (a
   // streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
   // 4 (-8 instead of -128 times the block sum; exact).
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
                                              __m512* a0, __m512*) {
-    const auto* const bytes_ptr = panel.bytes.data();
-    const auto* const factor_ptr = panel.factor.data();
+    const auto* const bytes_ptr = panel->bytes.data();
+    const auto* const factor_ptr = panel->factor.data();
     auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
       __m512i s[T];
       for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), 4);
@@ -302,13 +319,16 @@ struct Q4_KTiles {
     }
   }
 
+  using View = const Panel*;
+  static View view(const Panel& panel) { return &panel; }
+
   // Q4_K: the scales' term into a0, the mins' into a1 (the dot is a0 - a1).
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0,
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_super, const TokenQ8* x, int64_t x0,
                                              __m512* a0, __m512* a1) {
-    const auto* const bytes_ptr = panel.bytes.data();
-    const auto* const factor_ptr = panel.factor.data();
-    const auto* const factor_min_ptr = panel.factor_min.data();
+    const auto* const bytes_ptr = panel->bytes.data();
+    const auto* const factor_ptr = panel->factor.data();
+    const auto* const factor_min_ptr = panel->factor_min.data();
     auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
       __m512i s[T];
       for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
@@ -366,14 +386,17 @@ struct Q6_KTiles {
     }
   }
 
+  using View = const Panel*;
+  static View view(const Panel& panel) { return &panel; }
+
   // Q6_K: per x block, the dots of its two 16-column halves (each started at -32 * the half's
   // activation sum), times the halves' int8 scales, summed in integers: the row kernel's exact dot.
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(const Panel& panel, int64_t n_super, const TokenQ8* x, int64_t x0,
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_super, const TokenQ8* x, int64_t x0,
                                              __m512* a0, __m512*) {
-    const auto* const bytes_ptr = panel.bytes.data();
-    const auto* const factor_ptr = panel.factor.data();
-    const auto* const scales_ptr = panel.scales.data();
+    const auto* const bytes_ptr = panel->bytes.data();
+    const auto* const factor_ptr = panel->factor.data();
+    const auto* const scales_ptr = panel->scales.data();
     const int64_t n_blocks = n_super * 8;
     auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
       const __m512i* w = bytes_ptr + j * 8;
@@ -438,7 +461,7 @@ static_assert(Q8_0Tiles::kStreamUnits % 2 == 0 && Q4_0Tiles::kStreamUnits % 8 ==
 // Tiles of T of the tokens from t on against a panel of n units from block x0; returns the next
 // token.
 template <class Kind, int T>
-HWY_INLINE SQUEEZEKV_VNNI int64_t PanelTiles(const Panel& panel, int64_t n, const TokenQ8* tokens, int64_t x0,
+HWY_INLINE SQUEEZEKV_VNNI int64_t PanelTiles(typename Kind::View panel, int64_t n, const TokenQ8* tokens, int64_t x0,
                                              int64_t t, int64_t n_tok, __m512* a0, __m512* a1) {
   for (; t + T <= n_tok; t += T) {
     __m512 b0[T], b1[T];
@@ -455,24 +478,16 @@ HWY_INLINE SQUEEZEKV_VNNI int64_t PanelTiles(const Panel& panel, int64_t n, cons
   return t;
 }
 
-template <class Kind>
-HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(const uint8_t* rows, size_t stride, int valid, int64_t n_units,
-                                            const TokenQ8* tokens, int64_t n_tok, Panel& panel, float* y,
-                                            int64_t n_rows, int64_t r0, __mmask16 mask) {
+// source(u0, n): the view of units [u0, u0 + n) of the 16 rows (packed then, or repacked already),
+// in pieces of kUnits.
+template <class Kind, int64_t kUnits, class Source>
+HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(Source source, int64_t n_units, const TokenQ8* tokens, int64_t n_tok,
+                                            float* y, int64_t n_rows, int64_t r0, __mmask16 mask) {
   __m512 a0[kStreamedMaxTokens], a1[kStreamedMaxTokens];
   for (int64_t t = 0; t < n_tok; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
-  for (int64_t u0 = 0; u0 < n_units; u0 += Kind::kStreamUnits) {
-    const int64_t u1 = std::min(n_units, u0 + Kind::kStreamUnits), n = u1 - u0;
-    // The next panel's lines, asked of L2 first so that they arrive while this one is packed and used
-    // (measured on Q8_0: into L1, two panels ahead, or a line per block as it is packed were slower).
-    const int64_t next_end = std::min(n_units, u1 + Kind::kStreamUnits);
-    for (int r = 0; r < valid && u1 < n_units; ++r) {
-      const auto* next = reinterpret_cast<const char*>(rows + static_cast<size_t>(r) * stride);
-      for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) {
-        _mm_prefetch(next + b, _MM_HINT_T1);
-      }
-    }
-    Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, n, panel);
+  for (int64_t u0 = 0; u0 < n_units; u0 += kUnits) {
+    const int64_t n = std::min(n_units, u0 + kUnits) - u0;
+    const typename Kind::View panel = source(u0, n);
     const int64_t x0 = u0 * (Kind::kUnitCols / detail::activation_block);
     int64_t t = 0;
     if constexpr (Kind::kMaxTokens == 8) t = PanelTiles<Kind, 8>(panel, n, tokens, x0, t, n_tok, a0, a1);
@@ -483,12 +498,30 @@ HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(const uint8_t* rows, size_t stride, 
   for (int64_t t = 0; t < n_tok; ++t) _mm512_mask_storeu_ps(y + t * n_rows + r0, mask, Kind::combine(a0[t], a1[t]));
 }
 
+// Every token of the call against the whole view of the 16 rows, in tiles.
+template <class Kind>
+HWY_INLINE SQUEEZEKV_VNNI void WholeRows(typename Kind::View panel, int64_t n_units, const detail::MatmulInput& in,
+                                         int64_t n, float* y, int64_t n_rows, int64_t r0, __mmask16 mask) {
+  auto tile = [&](auto k, const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA {
+    constexpr int T = decltype(k)::value;
+    __m512 a0[T], a1[T];
+    for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+    Kind::template tile<T>(panel, n_units, x, 0, a0, a1);
+    for (int i = 0; i < T; ++i) out[i] = Kind::combine(a0[i], a1[i]);
+  };
+  EveryToken<Kind::kMaxTokens>(tile, in, n, y, n_rows, r0, mask);
+}
+
 // Whether rows of `type` take the tiles for a call of n_tok tokens.
 // AVX512-VNNI is asked of the CPU here too rather than trusted to Highway's target check.
-HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
+HWY_INLINE bool HasVnni() {
   static const bool has_vnni = __builtin_cpu_supports("avx512vnni");
-  if (type == TensorType::q8_0) return has_vnni && n_tok >= kTileMinTokensQ8_0;
-  return has_vnni && n_tok >= kTileMinTokens &&
+  return has_vnni;
+}
+
+HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
+  if (type == TensorType::q8_0) return HasVnni() && n_tok >= kTileMinTokensQ8_0;
+  return HasVnni() && n_tok >= kTileMinTokens &&
          (type == TensorType::q4_0 || type == TensorType::q4_k || type == TensorType::q6_k);
 }
 
@@ -505,19 +538,78 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
     const uint8_t* rows = base + static_cast<size_t>(r0) * stride;
-    if (streamed) {
-      StreamedRows<Kind>(rows, stride, valid, n_units, tokens, in.n_tok, panel, y, w.n_rows, r0, mask);
+    if (!streamed) {
+      Kind::pack(rows, stride, valid, n_units, panel);
+      WholeRows<Kind>(Kind::view(panel), n_units, in, n, y, w.n_rows, r0, mask);
       continue;
     }
-    Kind::pack(rows, stride, valid, n_units, panel);
-    auto tile = [&](auto k, const TokenQ8* x, __m512* out) SQUEEZEKV_VNNI_LAMBDA {
-      constexpr int T = decltype(k)::value;
-      __m512 a0[T], a1[T];
-      for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
-      Kind::template tile<T>(panel, n_units, x, 0, a0, a1);
-      for (int i = 0; i < T; ++i) out[i] = Kind::combine(a0[i], a1[i]);
+    auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
+      // The next panel's lines, asked of L2 first so that they arrive while this one is packed and
+      // used (measured on Q8_0: into L1, two panels ahead, or a line per block as it is packed were
+      // slower).
+      const int64_t u1 = u0 + count, next_end = std::min(n_units, u1 + Kind::kStreamUnits);
+      for (int r = 0; r < valid && u1 < n_units; ++r) {
+        const auto* next = reinterpret_cast<const char*>(rows + static_cast<size_t>(r) * stride);
+        for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) {
+          _mm_prefetch(next + b, _MM_HINT_T1);
+        }
+      }
+      Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, count, panel);
+      return Kind::view(panel);
     };
-    EveryToken<Kind::kMaxTokens>(tile, in, n, y, w.n_rows, r0, mask);
+    StreamedRows<Kind, Kind::kStreamUnits>(source, n_units, tokens, in.n_tok, y, w.n_rows, r0, mask);
+  }
+}
+
+// Rows of a repacked Q8_0 matrix (repacked_weights.h), for calls of any number of tokens: the
+// views point into the matrix itself, so no call packs anything.
+constexpr int64_t kRepackedStreamBlocks = 4;
+static_assert(kRepackedStreamBlocks % 2 == 0, "streamed Q8_0 pieces must keep the row kernels' order");
+SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
+                                            int64_t row_end, float* HWY_RESTRICT y) {
+  const int64_t n = w.n_cols, n_blocks = n / quant::q8_0_elems;
+  const size_t group_bytes = repacked_group_bytes(n);
+  const bool streamed = in.n_tok <= kStreamedMaxTokens;
+  TokenQ8 tokens[kStreamedMaxTokens];
+  for (int64_t t = 0; streamed && t < in.n_tok; ++t) tokens[t] = token_q8(*in.quantized, t, n);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
+    const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
+    const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
+    const auto* group = static_cast<const uint8_t*>(w.repacked) + static_cast<size_t>(r0 / kTileRows) * group_bytes;
+    const Q8_0Tiles::View whole{reinterpret_cast<const __m512i*>(group),
+                                reinterpret_cast<const __m256i*>(group + n_blocks * 512)};
+    if (!streamed) {
+      WholeRows<Q8_0Tiles>(whole, n_blocks, in, n, y, w.n_rows, r0, mask);
+      continue;
+    }
+    // Pieces of 4 blocks, the lines of the one two pieces ahead asked of L2 (1B Q8_0, `bench -p 8,16`:
+    // pp16 ~150 without the prefetch, ~180 with pieces of 8, ~200 with 4; pieces of 2 or 16, one
+    // piece ahead or four, or into L1 were slower).
+    auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
+      const int64_t p0 = std::min(n_blocks, u0 + 2 * count), p1 = std::min(n_blocks, p0 + count);
+      const auto* codes = reinterpret_cast<const char*>(whole.bytes + p0 * 8);
+      for (int64_t b = 0; b < (p1 - p0) * 512; b += 64) _mm_prefetch(codes + b, _MM_HINT_T1);
+      const auto* halves = reinterpret_cast<const char*>(whole.halves + p0);
+      for (int64_t b = 0; b < (p1 - p0) * 32; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
+      return whole.offset(u0);
+    };
+    StreamedRows<Q8_0Tiles, kRepackedStreamBlocks>(source, n_blocks, tokens, in.n_tok, y, w.n_rows, r0, mask);
+  }
+}
+
+// Groups [g0, g1) of w's repacked layout (repacked_weights.h) into out.
+SQUEEZEKV_VNNI void RepackQ8_0Groups(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.n_cols);
+  const int64_t n_blocks = w.n_cols / quant::q8_0_elems;
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t r0 = g * kTileRows;
+    const int valid = static_cast<int>(std::min(kTileRows, w.n_rows - r0));
+    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
+    Q8_0Tiles::pack_to(base + static_cast<size_t>(r0) * stride, stride, valid, n_blocks,
+                       reinterpret_cast<__m512i*>(group), reinterpret_cast<__m256i*>(group + n_blocks * 512));
+    const size_t used = static_cast<size_t>(n_blocks) * 544;
+    std::memset(group + used, 0, group_bytes - used);  // the padding to a whole line: defined bytes
   }
 }
 

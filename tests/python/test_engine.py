@@ -23,6 +23,16 @@ def test_greedy_generate_golden(model):
     assert out["full_bytes"] == 5 * 4 * (5 + 7) * 8 * 2 * 2  # layers, KV heads, rows, D, K+V, fp16
 
 
+def test_repack_is_an_option_that_changes_no_token():
+    from conftest import MODEL_PATH
+    in_place = squeezekv.Model.load(MODEL_PATH, repack=False)
+    assert in_place.info["repacked_bytes"] == 0
+    out = in_place.generate("Once upon a time", n_predict=8, temperature=0.0)
+    assert out["tokens"] == [432, 383, 286, 261, 376, 298, 315, 421]
+    # stories260K is F32: only Q8_0 matrices are repacked, so the default repacks nothing here.
+    assert squeezekv.Model.load(MODEL_PATH).info["repacked_bytes"] == 0
+
+
 def test_generate_with_an_evicting_cache(model):
     config = squeezekv.KVCacheConfig(method="squeeze", squeeze_budget=8, squeeze_n_sink=2)
     out = model.generate("Once upon a time", config, n_predict=32, temperature=0.0)

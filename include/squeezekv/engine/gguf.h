@@ -158,6 +158,11 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(std::string_view name) const;  // nullptr when absent
 
+  // Drops the mapped pages wholly inside [begin, begin + bytes) from this process's resident memory
+  // (madvise MADV_DONTNEED; they are read again from the file if touched). For a range whose
+  // contents live elsewhere now (a repacked matrix). Nothing for a file held in memory.
+  void release_pages(const void* begin, size_t bytes) const;
+
  private:
   friend class GgufParser;
   GgufFile() = default;

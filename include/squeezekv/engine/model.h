@@ -12,6 +12,7 @@
 #include "squeezekv/engine/tokenizer.h"
 #include "squeezekv/ops/matmul.h"
 #include "squeezekv/ops/model_ops.h"
+#include "squeezekv/ops/repacked_weights.h"
 
 namespace squeezekv {
 
@@ -42,11 +43,18 @@ struct LayerWeights {
   WeightMatrix w_gate, w_up, w_down;           // [ffn, dim] x2, [dim, ffn]
 };
 
+struct LoadOptions {
+  // Repack the Q8_0 matrices for this CPU's tiles when it has them (repacked_weights.h): the same
+  // results, faster batches and prompts, and still one resident copy of the weights (the file's
+  // pages are released as each range is repacked). Costs a read of those matrices at load.
+  bool repack = true;
+};
+
 class Model {
  public:
   // Opens and checks the file: FormatError naming the key or tensor (and the shape or type
   // expected) for anything missing, malformed or unsupported.
-  static Model load(const std::string& path);
+  static Model load(const std::string& path, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
@@ -60,9 +68,13 @@ class Model {
   void embed(int32_t token, float* out) const;
   uint64_t n_params() const;        // elements over all tensors
   uint64_t weight_bytes() const;    // bytes of tensor data in the file
+  // Matrices repacked at load, and their bytes (0 when nothing was: LoadOptions, or the CPU).
+  size_t repacked_matrices() const { return repacked_.size(); }
+  uint64_t repacked_bytes() const;
 
  private:
   Model(GgufFile file, Tokenizer tokenizer) : file_(std::move(file)), tokenizer_(std::move(tokenizer)) {}
+  void repack_weights();
 
   GgufFile file_;
   Tokenizer tokenizer_;
@@ -70,6 +82,8 @@ class Model {
   WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
+  std::vector<RepackedBuffer> repacked_;  // what the matrices' `repacked` point into
+  std::vector<uint64_t> repacked_sizes_;
 };
 
 }  // namespace squeezekv

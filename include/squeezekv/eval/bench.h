@@ -80,6 +80,7 @@ struct ModelFacts {
   uint64_t weight_bytes_per_token = 0;
   uint64_t matmul_macs_per_token = 0;
   uint64_t output_macs = 0;  // the output projection's share, which a prompt computes for its last token only
+  uint64_t repacked_bytes = 0;  // matrices repacked at load (Model::repacked_bytes)
 };
 
 ModelFacts model_facts(const Model& model, const std::string& path);

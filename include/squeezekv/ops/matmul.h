@@ -29,6 +29,9 @@ struct WeightMatrix {
   TensorType type = TensorType::f32;
   int64_t n_rows = 0;
   int64_t n_cols = 0;  // a multiple of block_layout(type).block_elems
+  // Optional: the same rows in the tiles' layout (repacked_weights.h), read instead of data by the
+  // targets that can; results are the same bit for bit either way. Not owned.
+  const void* repacked = nullptr;
 };
 
 // y[r] = dot(row r of w, x) for r < n_rows; x has n_cols floats and must not overlap y. Rows are

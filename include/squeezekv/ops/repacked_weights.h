@@ -1,0 +1,52 @@
+// Q8_0 weights repacked at load for the AVX-512 VNNI tiles (llama.cpp calls the same idea its CPU
+// "repack"). In GGUF a block's 32 bytes belong to one row; the tiles want the same 4 columns of 16
+// rows in one 512-bit vector, and without a repacked copy they regroup every 16 rows on every call
+// (about a third of a small batch's time: `ops_bench` matmul 16 tokens). A repacked matrix is a
+// second layout of the same rows, not a second resident copy: the loader releases the mapped pages
+// of each range it has repacked (Model::load), and every result is bit for bit the one computed
+// from the GGUF rows, so a target that cannot read the layout simply reads WeightMatrix::data.
+//
+// Layout, per group of 16 rows (the last group repeats its last row into the missing lanes):
+// for each 32-column block j, 8 vectors of 64 bytes (vector v, lane r: row r's columns 4v..4v+3,
+// each byte w + 128), then for each block the 16 rows' fp16 scales (32 bytes). Groups are
+// repacked_group_bytes apart.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "squeezekv/ops/matmul.h"
+
+namespace squeezekv {
+
+inline constexpr int64_t kRepackedGroupRows = 16;
+
+// Bytes of one 16-row group of a matrix with n_cols columns (a multiple of 64, so that every
+// group starts on a cache line).
+size_t repacked_group_bytes(int64_t n_cols);
+// Bytes of the whole repacked matrix.
+size_t repacked_bytes(const WeightMatrix& w);
+
+// Whether this CPU and build repack w: Q8_0 on a target with 512-bit VNNI tiles.
+bool can_repack(const WeightMatrix& w);
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using RepackedBuffer = std::unique_ptr<uint8_t[], FreeDeleter>;
+
+// An uninitialised buffer of repacked_bytes(w), 64-byte aligned. InvalidArgument if !can_repack(w).
+RepackedBuffer allocate_repacked(const WeightMatrix& w);
+
+// Writes groups [group_begin, group_end) of w's repacked layout into out (a buffer of
+// repacked_bytes(w)); reads only those groups' rows. InvalidArgument for a bad range or when
+// !can_repack(w).
+void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out);
+
+// Row `row` of a repacked matrix (w.repacked set), dequantised into out[0..n_cols): the same
+// floats as dequantize_row of the GGUF row.
+void dequantize_repacked_row(const WeightMatrix& w, int64_t row, float* out);
+
+}  // namespace squeezekv

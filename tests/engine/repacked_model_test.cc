@@ -1,0 +1,74 @@
+// A model whose Q8_0 matrices are repacked at load (LoadOptions::repack, the default) computes the
+// same logits, bit for bit, as the same file read in place, tied or untied embeddings, prompt
+// (tiles) and decode (one token) alike, with and without a pool.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "squeezekv/engine/engine.h"
+#include "squeezekv/engine/random_model.h"
+#include "squeezekv/ops/model_ops.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+namespace {
+
+// The logits of a 21-token prompt (all rows) and of 8 greedy steps after it.
+std::vector<std::vector<float>> run(const Model& model, ThreadPool* pool) {
+  Engine engine(model, pool);
+  KVCacheConfig config;
+  config.method = "full";
+  auto cache = engine.make_cache(config);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back(3 + (i * 37) % 500);
+  std::vector<std::vector<float>> out(1);
+  engine.forward(prompt, *cache, Logits::all, out.back());
+  for (int step = 0; step < 8; ++step) {
+    const std::vector<float>& last = out.back();
+    const int vocab = model.config().vocab;
+    const auto token = int32_t(argmax(last.data() + last.size() - size_t(vocab), vocab));
+    out.emplace_back();
+    engine.forward(std::span(&token, 1), *cache, Logits::last, out.back());
+  }
+  return out;
+}
+
+TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied embeddings" : "output.weight");
+    RandomModelSpec spec;
+    spec.dim = 256;
+    spec.ffn_dim = 512;
+    spec.vocab = 520;  // not a multiple of 16: the output matrix's last group is partial
+    spec.weight_type = TensorType::q8_0;
+    spec.tied_embeddings = tied;
+    const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_repacked_model_test.gguf").string();
+    write_random_model(path, spec);
+    const Model in_place = Model::load(path, {.repack = false});
+    const Model repacked = Model::load(path);
+    std::filesystem::remove(path);
+    EXPECT_EQ(in_place.repacked_matrices(), 0u);
+    if (!can_repack(repacked.layer(0).wq)) {
+      GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+    }
+    // 7 matrices per layer and the embedding (shared with the output when tied).
+    EXPECT_EQ(repacked.repacked_matrices(), size_t(7 * spec.n_layers + (tied ? 1 : 2)));
+    EXPECT_EQ(repacked.output().repacked != nullptr, true);
+    EXPECT_GT(repacked.repacked_bytes(), 0u);
+    std::vector<float> a(size_t(spec.dim)), b(size_t(spec.dim));
+    for (const int32_t token : {0, 17, 519}) {
+      in_place.embed(token, a.data());
+      repacked.embed(token, b.data());
+      ASSERT_EQ(a, b) << "token " << token;
+    }
+    ThreadPool pool(2);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      EXPECT_EQ(run(repacked, p), run(in_place, p));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace squeezekv

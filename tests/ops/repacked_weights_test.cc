@@ -1,0 +1,170 @@
+// Repacked Q8_0 matrices (repacked_weights.h): products read from the repacked layout equal, bit
+// for bit, those read from the GGUF rows, for every token count, row counts that leave a partial
+// group, 1 and 2 threads and every target; rows read back exactly; sizes and bad input.
+#include "squeezekv/ops/repacked_weights.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ops/hwy_targets.h"
+#include "ops/test_matrix.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/ops/model_ops.h"
+#include "squeezekv/ops/thread_pool.h"
+
+namespace squeezekv {
+namespace {
+
+using testing::make_matrix;
+using testing::random_x;
+using testing::TestMatrix;
+
+int64_t groups_of(const WeightMatrix& w) { return (w.n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows; }
+
+// A repacked copy of m, built in `pieces` calls of repack_groups, whose own `data` is a copy of m's
+// rows that poison() zeroes: a product that read the GGUF rows instead of the repacked ones would
+// then be wrong.
+struct Repacked {
+  RepackedBuffer buffer;
+  std::vector<uint8_t> rows;
+  WeightMatrix view;
+
+  Repacked(const TestMatrix& m, int64_t pieces) : buffer(allocate_repacked(m.view)), rows(m.bytes) {
+    view = m.view;
+    view.data = rows.data();
+    const int64_t groups = groups_of(view);
+    for (int64_t p = 0; p < pieces; ++p) repack_groups(view, groups * p / pieces, groups * (p + 1) / pieces, buffer.get());
+    view.repacked = buffer.get();
+  }
+  void poison() { std::fill(rows.begin(), rows.end(), uint8_t{0}); }
+};
+
+bool skip_without_repacking() {
+  if (can_repack(WeightMatrix{nullptr, TensorType::q8_0, 16, 32})) return false;
+  return true;
+}
+
+TEST(ops_repacked_weights, ProductsEqualThoseOfTheGgufRows) {
+  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+  ThreadPool pool2(2);
+  uint32_t seed = 1;
+  // 3 blocks (no run of 8), 17 (runs and a tail), 32: every token count a call can have (1 and 2
+  // are the row kernels' calls, 3-16 the streamed ones, above 16 whole groups).
+  for (const int64_t n_cols : {96, 544, 1024}) {
+    for (const int64_t n_rows : {1, 15, 16, 17, 70}) {
+      const TestMatrix m = make_matrix(TensorType::q8_0, n_rows, n_cols, ++seed);
+      Repacked repacked(m, 3);
+      for (const int64_t n_tok : {1, 2, 3, 4, 8, 9, 15, 16, 17, 31, 40}) {
+        SCOPED_TRACE("cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) + " tokens " +
+                     std::to_string(n_tok));
+        const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
+        testing::for_each_target([&] {
+          std::vector<float> expected(static_cast<size_t>(n_tok * n_rows));  // each target its own
+          matmul(m.view, x.data(), n_tok, expected.data(), nullptr);
+          const bool reads_repacked = can_repack(repacked.view);
+          std::vector<uint8_t> saved;
+          if (reads_repacked) {
+            saved = repacked.rows;
+            repacked.poison();
+          }
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+            std::vector<float> y(expected.size());
+            matmul(repacked.view, x.data(), n_tok, y.data(), pool);
+            ASSERT_EQ(y, expected);
+          }
+          if (reads_repacked) repacked.rows = saved;
+        });
+      }
+    }
+  }
+}
+
+// The fused entry points of the engine (q/k/v in one region, gate/up with SwiGLU) on repacked
+// matrices, split across a pool.
+TEST(ops_repacked_weights, FusedProductsEqualThoseOfTheGgufRows) {
+  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+  ThreadPool pool2(2);
+  const int64_t n_cols = 1024;
+  const TestMatrix gate = make_matrix(TensorType::q8_0, 301, n_cols, 7), up = make_matrix(TensorType::q8_0, 301, n_cols, 8);
+  Repacked gate_r(gate, 1), up_r(up, 2);
+  gate_r.poison();
+  up_r.poison();
+  for (const int64_t n_tok : {1, 5, 16, 33}) {
+    SCOPED_TRACE("tokens " + std::to_string(n_tok));
+    const std::vector<float> x = random_x(n_tok * n_cols, 9);
+    const size_t n = static_cast<size_t>(n_tok * 301);
+    std::vector<float> g(n), u(n), expected_g(n), expected_u(n);
+    const MatmulOutput plain[2] = {{&gate.view, expected_g.data()}, {&up.view, expected_u.data()}};
+    matmul_many(plain, x.data(), n_tok, nullptr);
+    const MatmulOutput repacked[2] = {{&gate_r.view, g.data()}, {&up_r.view, u.data()}};
+    matmul_many(repacked, x.data(), n_tok, &pool2);
+    EXPECT_EQ(g, expected_g);
+    EXPECT_EQ(u, expected_u);
+    swiglu(expected_g.data(), expected_u.data(), static_cast<int64_t>(n), expected_g.data());
+    std::vector<float> fused(n), scratch(n);
+    matmul_swiglu(gate_r.view, up_r.view, x.data(), n_tok, fused.data(), scratch.data(), &pool2);
+    EXPECT_EQ(fused, expected_g);
+  }
+}
+
+TEST(ops_repacked_weights, RowsReadBackAsTheGgufRows) {
+  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+  for (const int64_t n_rows : {1, 17, 40}) {
+    const TestMatrix m = make_matrix(TensorType::q8_0, n_rows, 96, static_cast<uint32_t>(n_rows));
+    Repacked repacked(m, 1);
+    repacked.poison();
+    std::vector<float> row(96);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      dequantize_repacked_row(repacked.view, r, row.data());
+      ASSERT_EQ(0, std::memcmp(row.data(), m.dequantized.data() + r * 96, 96 * sizeof(float))) << "row " << r;
+    }
+  }
+}
+
+// Groups written one call at a time, in any order, give the same bytes as one call.
+TEST(ops_repacked_weights, PiecesGiveTheSameBytes) {
+  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+  const TestMatrix m = make_matrix(TensorType::q8_0, 70, 544, 3);
+  Repacked whole(m, 1);
+  RepackedBuffer pieces = allocate_repacked(m.view);
+  for (int64_t g = groups_of(m.view) - 1; g >= 0; --g) repack_groups(m.view, g, g + 1, pieces.get());
+  EXPECT_EQ(0, std::memcmp(whole.buffer.get(), pieces.get(), repacked_bytes(m.view)));
+}
+
+TEST(ops_repacked_weights, SizesAreWholeGroupsOfWholeCacheLines) {
+  // 17 columns' worth of blocks: 3 blocks x (512 + 32) = 1632 bytes, rounded up to 1664.
+  EXPECT_EQ(repacked_group_bytes(96), 1664u);
+  EXPECT_EQ(repacked_group_bytes(2048), 64u * 544u);
+  EXPECT_EQ(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 17, 96}), 2u * 1664u);
+  EXPECT_EQ(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 16, 2048}), 64u * 544u);
+  EXPECT_THROW(repacked_group_bytes(48), InvalidArgument);
+  EXPECT_THROW(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 0, 32}), InvalidArgument);
+}
+
+TEST(ops_repacked_weights, BadInputIsRefused) {
+  const TestMatrix q4 = make_matrix(TensorType::q4_k, 16, 256, 1);
+  EXPECT_FALSE(can_repack(q4.view));
+  EXPECT_THROW(allocate_repacked(q4.view), InvalidArgument);
+  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the rest needs repacking";
+  const TestMatrix m = make_matrix(TensorType::q8_0, 20, 64, 2);
+  RepackedBuffer buffer = allocate_repacked(m.view);
+  EXPECT_THROW(repack_groups(m.view, 0, 3, buffer.get()), InvalidArgument);  // 2 groups
+  EXPECT_THROW(repack_groups(m.view, 2, 1, buffer.get()), InvalidArgument);
+  EXPECT_THROW(repack_groups(m.view, -1, 1, buffer.get()), InvalidArgument);
+  EXPECT_THROW(repack_groups(m.view, 0, 1, nullptr), InvalidArgument);
+  std::vector<float> row(64);
+  EXPECT_THROW(dequantize_repacked_row(m.view, 0, row.data()), InvalidArgument);  // not repacked
+  WeightMatrix view = m.view;
+  view.repacked = buffer.get();
+  repack_groups(view, 0, 2, buffer.get());
+  EXPECT_THROW(dequantize_repacked_row(view, 20, row.data()), InvalidArgument);
+  EXPECT_THROW(dequantize_repacked_row(view, -1, row.data()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace squeezekv
