@@ -191,6 +191,24 @@ struct Q8_0Tiles {
   };
   static View view(const Panel& panel) { return {panel.bytes.data(), panel.halves.data()}; }
 
+  // Repacked (repacked_weights.h): per 16 rows, every block's codes as pack_to writes them, then
+  // every block's fp16 d; a call's views point straight into it.
+  static constexpr int64_t kRepackedStreamUnits = 4;
+  static HWY_INLINE SQUEEZEKV_VNNI void repack_to(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                                  uint8_t* group) {
+    pack_to(rows, stride, valid, n_blocks, reinterpret_cast<__m512i*>(group),
+            reinterpret_cast<__m256i*>(group + n_blocks * 512));
+  }
+  static HWY_INLINE View repacked_view(const uint8_t* group, int64_t n_blocks, int64_t u0, int64_t, Panel&) {
+    return View{reinterpret_cast<const __m512i*>(group), reinterpret_cast<const __m256i*>(group + n_blocks * 512)}
+        .offset(u0);
+  }
+  static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t n_blocks, int64_t u0, int64_t u1) {
+    for (int64_t b = u0 * 512; b < u1 * 512; b += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
+    const auto* halves = reinterpret_cast<const char*>(group + n_blocks * 512);
+    for (int64_t b = u0 * 32; b < u1 * 32; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
+  }
+
   // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
   // number of blocks keep the parity.
   template <int T>
@@ -349,6 +367,108 @@ struct Q4_KTiles {
   }
 
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_sub_ps(a0, a1); }
+};
+
+// Repacked Q4_K (repacked_weights.h), per super-block of 16 rows: its 128 qs bytes regrouped as
+// the panel regroups them but still two nibbles a byte (32 vectors: per pair of sub-blocks, 8),
+// the rows' d and dmin (16 fp16 each), then the 12 packed scale bytes as 3 dwords (3 vectors, lane
+// = row): 2304 bytes, the 16 rows' own 16 x 144. Its tile reads the matrix itself: the nibbles are
+// split and the 6-bit scales and mins decoded in registers, 16 rows at a time, with no panel (on
+// Zen 4 a 512-bit store costs two cycles: writing the split bytes to a panel cost more than the
+// products for one token). The arithmetic and its order are Q4_KTiles'.
+struct Q4_KRepackedTiles {
+  static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = 32 * 64 + 64 + 3 * 64;
+  static constexpr int kMaxTokens = 4;
+  static constexpr int64_t kRepackedStreamUnits = 2;
+  using View = const uint8_t*;
+
+  static HWY_INLINE SQUEEZEKV_VNNI void repack_to(const uint8_t* rows, size_t stride, int valid, int64_t n_super,
+                                                  uint8_t* group) {
+    size_t offsets[kTileRows];
+    RowOffsets(stride, valid, offsets);
+    for (int64_t b = 0; b < n_super; ++b) {
+      const uint8_t* block = rows + b * quant::q4_k_bytes;
+      uint8_t* out = group + b * kUnitBytes;
+      for (int pair = 0; pair < 4; ++pair) {
+        TransposeRows(block + quant::q4_k_qs_offset + 32 * pair, offsets, reinterpret_cast<__m512i*>(out) + pair * 8);
+      }
+      auto* halves = reinterpret_cast<uint16_t*>(out + 32 * 64);
+      auto* words = reinterpret_cast<uint32_t*>(out + 32 * 64 + 64);
+      for (int r = 0; r < kTileRows; ++r) {
+        std::memcpy(&halves[r], block + offsets[r], 2);
+        std::memcpy(&halves[kTileRows + r], block + offsets[r] + 2, 2);
+        for (int k = 0; k < 3; ++k) {
+          std::memcpy(&words[k * kTileRows + r], block + offsets[r] + quant::q4_k_scales_offset + 4 * k, 4);
+        }
+      }
+    }
+  }
+
+  // A super-block's d * scale and dmin * min per sub-block, 16 rows each: q4_k_unpack_scales on
+  // the rows' words at once, then the products Q4_KTiles::pack computes (each rounded once).
+  static HWY_INLINE SQUEEZEKV_VNNI void factors(const uint8_t* unit, __m512* factor, __m512* factor_min) {
+    const auto* halves = reinterpret_cast<const __m256i*>(unit + 32 * 64);
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(halves)), dmin = _mm512_cvtph_ps(_mm256_load_si256(halves + 1));
+    const auto* w = reinterpret_cast<const __m512i*>(unit + 32 * 64 + 64);
+    const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 1), w2 = _mm512_load_si512(w + 2);
+    const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
+                  low2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+    const __m512i words[4] = {  // the bytes of scales 0-3, scales 4-7, mins 0-3, mins 4-7
+        _mm512_and_si512(w0, low6),
+        _mm512_or_si512(_mm512_and_si512(w2, low4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), low2), 4)),
+        _mm512_and_si512(w1, low6),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), low2), 4))};
+    for (int sub = 0; sub < 8; ++sub) {
+      const int shift = 8 * (sub % 4);
+      const __m512i scale = _mm512_and_si512(_mm512_srli_epi32(words[sub / 4], shift), byte);
+      const __m512i min = _mm512_and_si512(_mm512_srli_epi32(words[2 + sub / 4], shift), byte);
+      factor[sub] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(scale));
+      factor_min[sub] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min));
+    }
+  }
+
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View units, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n_super; ++b) {
+      const uint8_t* unit = units + b * kUnitBytes;
+      __m512 factor[8], factor_min[8];
+      factors(unit, factor, factor_min);
+      const auto* packed = reinterpret_cast<const __m512i*>(unit);
+      const int64_t first = x0 + b * 8;  // the activation block of sub-block 0
+      auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+        __m512i s[T];
+        for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
+        const int64_t column = (first + j) * 32;
+        for (int g = 0; g < 8; ++g) {
+          const __m512i v = _mm512_load_si512(packed + (j / 2) * 8 + g);
+          const __m512i wg = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low4) : _mm512_and_si512(v, low4);
+          for (int k = 0; k < T; ++k) s[k] = _mm512_dpbusd_epi32(s[k], wg, Broadcast32(x[k].q8 + column + 4 * g));
+        }
+        for (int k = 0; k < T; ++k) {
+          p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor[j], _mm512_set1_ps(x[k].scale[first + j])));
+        }
+      };
+      auto min_product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+        for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(factor_min[j], _mm512_set1_ps(x[k].scaled_sum[first + j]));
+      };
+      AddTreeOf8<T>(product, 0, a0);
+      AddTreeOf8<T>(min_product, 0, a1);
+    }
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_sub_ps(a0, a1); }
+
+  static HWY_INLINE View repacked_view(const uint8_t* group, int64_t, int64_t u0, int64_t, Panel&) {
+    return group + u0 * kUnitBytes;
+  }
+  static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t, int64_t u0, int64_t u1) {
+    for (int64_t b = u0 * kUnitBytes; b < u1 * kUnitBytes; b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
+    }
+  }
 };
 
 struct Q6_KTiles {
@@ -561,14 +681,20 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
   }
 }
 
-// Rows of a repacked Q8_0 matrix (repacked_weights.h), for calls of any number of tokens: the
-// views point into the matrix itself, so no call packs anything.
-constexpr int64_t kRepackedStreamBlocks = 4;
-static_assert(kRepackedStreamBlocks % 2 == 0, "streamed Q8_0 pieces must keep the row kernels' order");
-SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
-                                            int64_t row_end, float* HWY_RESTRICT y) {
-  const int64_t n = w.n_cols, n_blocks = n / quant::q8_0_elems;
-  const size_t group_bytes = repacked_group_bytes(n);
+// Rows of a repacked matrix (repacked_weights.h), for calls of any number of tokens: each piece's
+// view points into the matrix (Q8_0) or is unpacked from it in registers (Q4_K), so no call
+// regroups rows. Calls of up to 16 tokens stream each 16 rows in pieces, with the lines of the
+// piece two ahead asked of L2 (1B Q8_0, `bench -p 8,16`: pp16 ~150 without the prefetch, ~180 with
+// pieces of 8 blocks, ~200 with 4; pieces of 2 or 16, one piece ahead or four, or into L1 were
+// slower).
+static_assert(Q8_0Tiles::kRepackedStreamUnits % 2 == 0, "streamed Q8_0 pieces must keep the row kernels' order");
+
+template <class Kind>
+HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in,
+                                                int64_t row_begin, int64_t row_end, Panel& panel,
+                                                float* HWY_RESTRICT y) {
+  const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
+  const size_t group_bytes = repacked_group_bytes(w.type, n);
   const bool streamed = in.n_tok <= kStreamedMaxTokens;
   TokenQ8 tokens[kStreamedMaxTokens];
   for (int64_t t = 0; streamed && t < in.n_tok; ++t) tokens[t] = token_q8(*in.quantized, t, n);
@@ -576,41 +702,45 @@ SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInpu
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
     const auto* group = static_cast<const uint8_t*>(w.repacked) + static_cast<size_t>(r0 / kTileRows) * group_bytes;
-    const Q8_0Tiles::View whole{reinterpret_cast<const __m512i*>(group),
-                                reinterpret_cast<const __m256i*>(group + n_blocks * 512)};
     if (!streamed) {
-      WholeRows<Q8_0Tiles>(whole, n_blocks, in, n, y, w.n_rows, r0, mask);
+      WholeRows<Kind>(Kind::repacked_view(group, n_units, 0, n_units, panel), n_units, in, n, y, w.n_rows, r0, mask);
       continue;
     }
-    // Pieces of 4 blocks, the lines of the one two pieces ahead asked of L2 (1B Q8_0, `bench -p 8,16`:
-    // pp16 ~150 without the prefetch, ~180 with pieces of 8, ~200 with 4; pieces of 2 or 16, one
-    // piece ahead or four, or into L1 were slower).
     auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
-      const int64_t p0 = std::min(n_blocks, u0 + 2 * count), p1 = std::min(n_blocks, p0 + count);
-      const auto* codes = reinterpret_cast<const char*>(whole.bytes + p0 * 8);
-      for (int64_t b = 0; b < (p1 - p0) * 512; b += 64) _mm_prefetch(codes + b, _MM_HINT_T1);
-      const auto* halves = reinterpret_cast<const char*>(whole.halves + p0);
-      for (int64_t b = 0; b < (p1 - p0) * 32; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
-      return whole.offset(u0);
+      const int64_t p0 = std::min(n_units, u0 + 2 * count), p1 = std::min(n_units, p0 + count);
+      Kind::repacked_prefetch(group, n_units, p0, p1);
+      return Kind::repacked_view(group, n_units, u0, count, panel);
     };
-    StreamedRows<Q8_0Tiles, kRepackedStreamBlocks>(source, n_blocks, tokens, in.n_tok, y, w.n_rows, r0, mask);
+    StreamedRows<Kind, Kind::kRepackedStreamUnits>(source, n_units, tokens, in.n_tok, y, w.n_rows, r0, mask);
   }
 }
 
-// Groups [g0, g1) of w's repacked layout (repacked_weights.h) into out.
-SQUEEZEKV_VNNI void RepackQ8_0Groups(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
+SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
+                                 int64_t row_end, float* HWY_RESTRICT y) {
+  thread_local Panel panel;
+  if (w.type == TensorType::q8_0) return RepackedKindRows<Q8_0Tiles>(w, in, row_begin, row_end, panel, y);
+  return RepackedKindRows<Q4_KRepackedTiles>(w, in, row_begin, row_end, panel, y);  // q4_k (can_repack admits no other)
+}
+
+// Groups [g0, g1) of w's repacked layout (repacked_weights.h) into out; the padding after a
+// group's last unit, if any, zeroed (defined bytes).
+template <class Kind>
+HWY_INLINE SQUEEZEKV_VNNI void RepackKindGroups(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
   const auto* base = static_cast<const uint8_t*>(w.data);
-  const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.n_cols);
-  const int64_t n_blocks = w.n_cols / quant::q8_0_elems;
+  const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.type, w.n_cols);
+  const size_t used = row_bytes(w.type, w.n_cols) * kTileRows;
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t r0 = g * kTileRows;
     const int valid = static_cast<int>(std::min(kTileRows, w.n_rows - r0));
     uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
-    Q8_0Tiles::pack_to(base + static_cast<size_t>(r0) * stride, stride, valid, n_blocks,
-                       reinterpret_cast<__m512i*>(group), reinterpret_cast<__m256i*>(group + n_blocks * 512));
-    const size_t used = static_cast<size_t>(n_blocks) * 544;
-    std::memset(group + used, 0, group_bytes - used);  // the padding to a whole line: defined bytes
+    Kind::repack_to(base + static_cast<size_t>(r0) * stride, stride, valid, w.n_cols / Kind::kUnitCols, group);
+    std::memset(group + used, 0, group_bytes - used);
   }
+}
+
+SQUEEZEKV_VNNI void RepackGroupsVnni(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
+  if (w.type == TensorType::q8_0) return RepackKindGroups<Q8_0Tiles>(w, g0, g1, out);
+  return RepackKindGroups<Q4_KRepackedTiles>(w, g0, g1, out);
 }
 
 SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,

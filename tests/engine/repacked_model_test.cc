@@ -1,4 +1,4 @@
-// A model whose Q8_0 matrices are repacked at load (LoadOptions::repack, the default) computes the
+// A model whose Q8_0 and Q4_K matrices are repacked at load (LoadOptions::repack, the default) computes the
 // same logits, bit for bit, as the same file read in place, tied or untied embeddings, prompt
 // (tiles) and decode (one token) alike, with and without a pool.
 #include <gtest/gtest.h>
@@ -35,15 +35,25 @@ std::vector<std::vector<float>> run(const Model& model, ThreadPool* pool) {
   return out;
 }
 
+struct Case {
+  TensorType type;
+  bool k_quant_mix;  // Q4_K_M: Q6_K matrices (not repacked) beside the Q4_K ones
+  bool tied;
+};
+
 TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
-  for (const bool tied : {false, true}) {
-    SCOPED_TRACE(tied ? "tied embeddings" : "output.weight");
+  for (const Case c : {Case{TensorType::q8_0, false, false}, Case{TensorType::q8_0, false, true},
+                       Case{TensorType::q4_k, false, false}, Case{TensorType::q4_k, true, true}}) {
+    SCOPED_TRACE(std::string(tensor_type_name(uint32_t(c.type))) + (c.k_quant_mix ? " mix" : "") +
+                 (c.tied ? ", tied embeddings" : ", output.weight"));
     RandomModelSpec spec;
     spec.dim = 256;
     spec.ffn_dim = 512;
     spec.vocab = 520;  // not a multiple of 16: the output matrix's last group is partial
-    spec.weight_type = TensorType::q8_0;
-    spec.tied_embeddings = tied;
+    spec.weight_type = c.type;
+    spec.k_quant_mix = c.k_quant_mix;
+    spec.tied_embeddings = c.tied;
+    const bool tied = c.tied;
     const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_repacked_model_test.gguf").string();
     write_random_model(path, spec);
     const Model in_place = Model::load(path, {.repack = false});
@@ -53,9 +63,19 @@ TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
     if (!can_repack(repacked.layer(0).wq)) {
       GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
     }
-    // 7 matrices per layer and the embedding (shared with the output when tied).
-    EXPECT_EQ(repacked.repacked_matrices(), size_t(7 * spec.n_layers + (tied ? 1 : 2)));
-    EXPECT_EQ(repacked.output().repacked != nullptr, true);
+    // Every matrix of a repackable type, the embedding once when it is also the output.
+    size_t expected = 0;
+    for (int l = 0; l < spec.n_layers; ++l) {
+      const LayerWeights& w = repacked.layer(l);
+      for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+        EXPECT_EQ(m->repacked != nullptr, can_repack(*m));
+        expected += can_repack(*m);
+      }
+    }
+    expected += can_repack(repacked.token_embedding()) + (!tied && can_repack(repacked.output()));
+    EXPECT_EQ(repacked.repacked_matrices(), expected);
+    EXPECT_GE(repacked.repacked_matrices(), size_t(c.k_quant_mix ? 5 * spec.n_layers : 7 * spec.n_layers));
+    EXPECT_EQ(repacked.output().repacked != nullptr, can_repack(repacked.output()));
     EXPECT_GT(repacked.repacked_bytes(), 0u);
     std::vector<float> a(size_t(spec.dim)), b(size_t(spec.dim));
     for (const int32_t token : {0, 17, 519}) {

@@ -1,4 +1,4 @@
-// Repacked Q8_0 matrices (repacked_weights.h): products read from the repacked layout equal, bit
+// Repacked Q8_0 and Q4_K matrices (repacked_weights.h): products read from the repacked layout equal, bit
 // for bit, those read from the GGUF rows, for every token count, row counts that leave a partial
 // group, 1 and 2 threads and every target; rows read back exactly; sizes and bad input.
 #include "squeezekv/ops/repacked_weights.h"
@@ -44,6 +44,17 @@ struct Repacked {
   void poison() { std::fill(rows.begin(), rows.end(), uint8_t{0}); }
 };
 
+const TensorType kRepackable[] = {TensorType::q8_0, TensorType::q4_k};
+
+std::string name(TensorType type) { return std::string(tensor_type_name(static_cast<uint32_t>(type))); }
+
+// Column counts: Q8_0 3 blocks (no run of 8), 17 (runs and a tail), 32; Q4_K 1, 3 and 9
+// super-blocks (odd counts leave a streamed piece of one).
+std::vector<int64_t> columns(TensorType type) {
+  if (type == TensorType::q8_0) return {96, 544, 1024};
+  return {256, 768, 2304};
+}
+
 bool skip_without_repacking() {
   if (can_repack(WeightMatrix{nullptr, TensorType::q8_0, 16, 32})) return false;
   return true;
@@ -53,15 +64,16 @@ TEST(ops_repacked_weights, ProductsEqualThoseOfTheGgufRows) {
   if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
   ThreadPool pool2(2);
   uint32_t seed = 1;
-  // 3 blocks (no run of 8), 17 (runs and a tail), 32: every token count a call can have (1 and 2
-  // are the row kernels' calls, 3-16 the streamed ones, above 16 whole groups).
-  for (const int64_t n_cols : {96, 544, 1024}) {
+  // Every token count a call can have: 1 to 3 are the row kernels' calls without repacking, up
+  // to 16 streamed pieces, above 16 whole groups.
+  for (const TensorType type : kRepackable) {
+   for (const int64_t n_cols : columns(type)) {
     for (const int64_t n_rows : {1, 15, 16, 17, 70}) {
-      const TestMatrix m = make_matrix(TensorType::q8_0, n_rows, n_cols, ++seed);
+      const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
       Repacked repacked(m, 3);
-      for (const int64_t n_tok : {1, 2, 3, 4, 8, 9, 15, 16, 17, 31, 40}) {
-        SCOPED_TRACE("cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) + " tokens " +
-                     std::to_string(n_tok));
+      for (const int64_t n_tok : {1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 40}) {
+        SCOPED_TRACE(name(type) + " cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) +
+                     " tokens " + std::to_string(n_tok));
         const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
         testing::for_each_target([&] {
           std::vector<float> expected(static_cast<size_t>(n_tok * n_rows));  // each target its own
@@ -81,6 +93,7 @@ TEST(ops_repacked_weights, ProductsEqualThoseOfTheGgufRows) {
         });
       }
     }
+   }
   }
 }
 
@@ -90,12 +103,13 @@ TEST(ops_repacked_weights, FusedProductsEqualThoseOfTheGgufRows) {
   if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
   ThreadPool pool2(2);
   const int64_t n_cols = 1024;
-  const TestMatrix gate = make_matrix(TensorType::q8_0, 301, n_cols, 7), up = make_matrix(TensorType::q8_0, 301, n_cols, 8);
+  for (const TensorType type : kRepackable) {
+  const TestMatrix gate = make_matrix(type, 301, n_cols, 7), up = make_matrix(type, 301, n_cols, 8);
   Repacked gate_r(gate, 1), up_r(up, 2);
   gate_r.poison();
   up_r.poison();
   for (const int64_t n_tok : {1, 5, 16, 33}) {
-    SCOPED_TRACE("tokens " + std::to_string(n_tok));
+    SCOPED_TRACE(name(type) + " tokens " + std::to_string(n_tok));
     const std::vector<float> x = random_x(n_tok * n_cols, 9);
     const size_t n = static_cast<size_t>(n_tok * 301);
     std::vector<float> g(n), u(n), expected_g(n), expected_u(n);
@@ -110,18 +124,24 @@ TEST(ops_repacked_weights, FusedProductsEqualThoseOfTheGgufRows) {
     matmul_swiglu(gate_r.view, up_r.view, x.data(), n_tok, fused.data(), scratch.data(), &pool2);
     EXPECT_EQ(fused, expected_g);
   }
+  }
 }
 
 TEST(ops_repacked_weights, RowsReadBackAsTheGgufRows) {
   if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
-  for (const int64_t n_rows : {1, 17, 40}) {
-    const TestMatrix m = make_matrix(TensorType::q8_0, n_rows, 96, static_cast<uint32_t>(n_rows));
-    Repacked repacked(m, 1);
-    repacked.poison();
-    std::vector<float> row(96);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      dequantize_repacked_row(repacked.view, r, row.data());
-      ASSERT_EQ(0, std::memcmp(row.data(), m.dequantized.data() + r * 96, 96 * sizeof(float))) << "row " << r;
+  for (const TensorType type : kRepackable) {
+    const int64_t n_cols = columns(type)[1];
+    for (const int64_t n_rows : {1, 17, 40}) {
+      SCOPED_TRACE(name(type) + " rows " + std::to_string(n_rows));
+      const TestMatrix m = make_matrix(type, n_rows, n_cols, static_cast<uint32_t>(n_rows));
+      Repacked repacked(m, 1);
+      repacked.poison();
+      std::vector<float> row(static_cast<size_t>(n_cols));
+      for (int64_t r = 0; r < n_rows; ++r) {
+        dequantize_repacked_row(repacked.view, r, row.data());
+        ASSERT_EQ(0, std::memcmp(row.data(), m.dequantized.data() + r * n_cols, row.size() * sizeof(float)))
+            << "row " << r;
+      }
     }
   }
 }
@@ -129,27 +149,35 @@ TEST(ops_repacked_weights, RowsReadBackAsTheGgufRows) {
 // Groups written one call at a time, in any order, give the same bytes as one call.
 TEST(ops_repacked_weights, PiecesGiveTheSameBytes) {
   if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
-  const TestMatrix m = make_matrix(TensorType::q8_0, 70, 544, 3);
-  Repacked whole(m, 1);
-  RepackedBuffer pieces = allocate_repacked(m.view);
-  for (int64_t g = groups_of(m.view) - 1; g >= 0; --g) repack_groups(m.view, g, g + 1, pieces.get());
-  EXPECT_EQ(0, std::memcmp(whole.buffer.get(), pieces.get(), repacked_bytes(m.view)));
+  for (const TensorType type : kRepackable) {
+    SCOPED_TRACE(name(type));
+    const TestMatrix m = make_matrix(type, 70, columns(type)[1], 3);
+    Repacked whole(m, 1);
+    RepackedBuffer pieces = allocate_repacked(m.view);
+    for (int64_t g = groups_of(m.view) - 1; g >= 0; --g) repack_groups(m.view, g, g + 1, pieces.get());
+    EXPECT_EQ(0, std::memcmp(whole.buffer.get(), pieces.get(), repacked_bytes(m.view)));
+  }
 }
 
 TEST(ops_repacked_weights, SizesAreWholeGroupsOfWholeCacheLines) {
   // 17 columns' worth of blocks: 3 blocks x (512 + 32) = 1632 bytes, rounded up to 1664.
-  EXPECT_EQ(repacked_group_bytes(96), 1664u);
-  EXPECT_EQ(repacked_group_bytes(2048), 64u * 544u);
+  EXPECT_EQ(repacked_group_bytes(TensorType::q8_0, 96), 1664u);
+  EXPECT_EQ(repacked_group_bytes(TensorType::q8_0, 2048), 64u * 544u);
   EXPECT_EQ(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 17, 96}), 2u * 1664u);
   EXPECT_EQ(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 16, 2048}), 64u * 544u);
-  EXPECT_THROW(repacked_group_bytes(48), InvalidArgument);
+  // Q4_K: 16 rows x 144 bytes per super-block, already whole lines.
+  EXPECT_EQ(repacked_group_bytes(TensorType::q4_k, 768), 3u * 2304u);
+  EXPECT_EQ(repacked_bytes(WeightMatrix{nullptr, TensorType::q4_k, 33, 256}), 3u * 2304u);
+  EXPECT_THROW(repacked_group_bytes(TensorType::q8_0, 48), InvalidArgument);
+  EXPECT_THROW(repacked_group_bytes(TensorType::q4_k, 128), InvalidArgument);
+  EXPECT_THROW(repacked_group_bytes(TensorType::q6_k, 256), InvalidArgument);
   EXPECT_THROW(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 0, 32}), InvalidArgument);
 }
 
 TEST(ops_repacked_weights, BadInputIsRefused) {
-  const TestMatrix q4 = make_matrix(TensorType::q4_k, 16, 256, 1);
-  EXPECT_FALSE(can_repack(q4.view));
-  EXPECT_THROW(allocate_repacked(q4.view), InvalidArgument);
+  const TestMatrix q6 = make_matrix(TensorType::q6_k, 16, 256, 1);
+  EXPECT_FALSE(can_repack(q6.view));
+  EXPECT_THROW(allocate_repacked(q6.view), InvalidArgument);
   if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the rest needs repacking";
   const TestMatrix m = make_matrix(TensorType::q8_0, 20, 64, 2);
   RepackedBuffer buffer = allocate_repacked(m.view);

@@ -1,15 +1,19 @@
-// Q8_0 weights repacked at load for the AVX-512 VNNI tiles (llama.cpp calls the same idea its CPU
+// Q8_0 and Q4_K weights repacked at load for the AVX-512 VNNI tiles (llama.cpp calls the same idea its CPU
 // "repack"). In GGUF a block's 32 bytes belong to one row; the tiles want the same 4 columns of 16
 // rows in one 512-bit vector, and without a repacked copy they regroup every 16 rows on every call
-// (about a third of a small batch's time: `ops_bench` matmul 16 tokens). A repacked matrix is a
+// (about a third of a small batch's time: `ops_bench` matmul 16 tokens; for Q4_K, whose scales
+// are decoded per row, more). A repacked matrix is a
 // second layout of the same rows, not a second resident copy: the loader releases the mapped pages
 // of each range it has repacked (Model::load), and every result is bit for bit the one computed
 // from the GGUF rows, so a target that cannot read the layout simply reads WeightMatrix::data.
 //
-// Layout, per group of 16 rows (the last group repeats its last row into the missing lanes):
-// for each 32-column block j, 8 vectors of 64 bytes (vector v, lane r: row r's columns 4v..4v+3,
-// each byte w + 128), then for each block the 16 rows' fp16 scales (32 bytes). Groups are
-// repacked_group_bytes apart.
+// Layouts, per group of 16 rows (the last group repeats its last row into the missing lanes),
+// groups repacked_group_bytes apart, each the size of its 16 GGUF rows (rounded up to 64 bytes):
+// - Q8_0: for each 32-column block j, 8 vectors of 64 bytes (vector v, lane r: row r's columns
+//   4v..4v+3, each byte w + 128); then for each block the 16 rows' fp16 scales (32 bytes).
+// - Q4_K: for each 256-column super-block, 32 vectors (per pair p of sub-blocks, vector v, lane
+//   r: row r's qs bytes 32p + 4v..+3, two nibbles each), the 16 rows' fp16 d then dmin (64
+//   bytes), and their 12 scale bytes as 3 dwords (3 vectors, lane r = row r): 2304 bytes.
 #pragma once
 
 #include <cstddef>
@@ -23,13 +27,13 @@ namespace squeezekv {
 
 inline constexpr int64_t kRepackedGroupRows = 16;
 
-// Bytes of one 16-row group of a matrix with n_cols columns (a multiple of 64, so that every
-// group starts on a cache line).
-size_t repacked_group_bytes(int64_t n_cols);
+// Bytes of one 16-row group of a `type` matrix with n_cols columns (a multiple of 64, so that
+// every group starts on a cache line). InvalidArgument for a type without a repacked layout.
+size_t repacked_group_bytes(TensorType type, int64_t n_cols);
 // Bytes of the whole repacked matrix.
 size_t repacked_bytes(const WeightMatrix& w);
 
-// Whether this CPU and build repack w: Q8_0 on a target with 512-bit VNNI tiles.
+// Whether this CPU and build repack w: Q8_0 or Q4_K on a target with 512-bit VNNI tiles.
 bool can_repack(const WeightMatrix& w);
 
 struct FreeDeleter {
