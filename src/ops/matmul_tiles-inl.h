@@ -645,11 +645,12 @@ HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
          (type == TensorType::q4_0 || type == TensorType::q4_k || type == TensorType::q6_k);
 }
 
-template <class Kind>
-HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
-                                        int64_t row_end, Panel& panel, float* HWY_RESTRICT y) {
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  const size_t stride = row_bytes(w.type, w.n_cols);
+// What both kinds of weights share: for each 16 rows, a call of more than 16 tokens takes the
+// whole view whole(r0, valid) and runs every token over it; a smaller call streams the pieces of
+// kUnits units that piece(r0, valid, u0, count) gives.
+template <class Kind, int64_t kUnits, class Whole, class Piece>
+HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
+                                         int64_t row_end, float* HWY_RESTRICT y, Whole whole, Piece piece) {
   const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
   const bool streamed = in.n_tok <= kStreamedMaxTokens;
   TokenQ8 tokens[kStreamedMaxTokens];
@@ -657,35 +658,48 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
-    const uint8_t* rows = base + static_cast<size_t>(r0) * stride;
     if (!streamed) {
-      Kind::pack(rows, stride, valid, n_units, panel);
-      WholeRows<Kind>(Kind::view(panel), n_units, in, n, y, w.n_rows, r0, mask);
+      WholeRows<Kind>(whole(r0, valid), n_units, in, n, y, w.n_rows, r0, mask);
       continue;
     }
-    auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
-      // The next panel's lines, asked of L2 first so that they arrive while this one is packed and
-      // used (measured on Q8_0: into L1, two panels ahead, or a line per block as it is packed were
-      // slower).
-      const int64_t u1 = u0 + count, next_end = std::min(n_units, u1 + Kind::kStreamUnits);
-      for (int r = 0; r < valid && u1 < n_units; ++r) {
-        const auto* next = reinterpret_cast<const char*>(rows + static_cast<size_t>(r) * stride);
-        for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) {
-          _mm_prefetch(next + b, _MM_HINT_T1);
-        }
-      }
-      Kind::pack(rows + u0 * Kind::kUnitBytes, stride, valid, count, panel);
-      return Kind::view(panel);
-    };
-    StreamedRows<Kind, Kind::kStreamUnits>(source, n_units, tokens, in.n_tok, y, w.n_rows, r0, mask);
+    auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA { return piece(r0, valid, u0, count); };
+    StreamedRows<Kind, kUnits>(source, n_units, tokens, in.n_tok, y, w.n_rows, r0, mask);
   }
 }
 
-// Rows of a repacked matrix (repacked_weights.h), for calls of any number of tokens: each piece's
-// view points into the matrix (Q8_0) or is unpacked from it in registers (Q4_K), so no call
-// regroups rows. Calls of up to 16 tokens stream each 16 rows in pieces, with the lines of the
-// piece two ahead asked of L2 (1B Q8_0, `bench -p 8,16`: pp16 ~150 without the prefetch, ~180 with
-// pieces of 8 blocks, ~200 with 4; pieces of 2 or 16, one piece ahead or four, or into L1 were
+// GGUF rows: each view is a panel packed for this call.
+template <class Kind>
+HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
+                                        int64_t row_end, Panel& panel, float* HWY_RESTRICT y) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const size_t stride = row_bytes(w.type, w.n_cols);
+  const int64_t n_units = w.n_cols / Kind::kUnitCols;
+  auto rows = [&](int64_t r0) { return base + static_cast<size_t>(r0) * stride; };
+  auto whole = [&](int64_t r0, int valid) SQUEEZEKV_VNNI_LAMBDA {
+    Kind::pack(rows(r0), stride, valid, n_units, panel);
+    return Kind::view(panel);
+  };
+  auto piece = [&](int64_t r0, int valid, int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
+    // The next panel's lines, asked of L2 first so that they arrive while this one is packed and
+    // used (measured on Q8_0: into L1, two panels ahead, or a line per block as it is packed were
+    // slower).
+    const int64_t u1 = u0 + count, next_end = std::min(n_units, u1 + Kind::kStreamUnits);
+    for (int r = 0; r < valid && u1 < n_units; ++r) {
+      const auto* next = reinterpret_cast<const char*>(rows(r0) + static_cast<size_t>(r) * stride);
+      for (int64_t b = u1 * Kind::kUnitBytes; b < next_end * Kind::kUnitBytes; b += 64) {
+        _mm_prefetch(next + b, _MM_HINT_T1);
+      }
+    }
+    Kind::pack(rows(r0) + u0 * Kind::kUnitBytes, stride, valid, count, panel);
+    return Kind::view(panel);
+  };
+  GroupRows<Kind, Kind::kStreamUnits>(w, in, row_begin, row_end, y, whole, piece);
+}
+
+// Rows of a repacked matrix (repacked_weights.h), for calls of any number of tokens: each view
+// points into the matrix itself, so no call regroups rows. Small calls stream pieces with the lines
+// of the piece two ahead asked of L2 (1B Q8_0, `bench -p 8,16`: pp16 ~150 without the prefetch, ~180
+// with pieces of 8 blocks, ~200 with 4; pieces of 2 or 16, one piece ahead or four, or into L1 were
 // slower).
 static_assert(Q8_0Tiles::kRepackedStreamUnits % 2 == 0, "streamed Q8_0 pieces must keep the row kernels' order");
 
@@ -693,26 +707,18 @@ template <class Kind>
 HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in,
                                                 int64_t row_begin, int64_t row_end, Panel& panel,
                                                 float* HWY_RESTRICT y) {
-  const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
-  const size_t group_bytes = repacked_group_bytes(w.type, n);
-  const bool streamed = in.n_tok <= kStreamedMaxTokens;
-  TokenQ8 tokens[kStreamedMaxTokens];
-  for (int64_t t = 0; streamed && t < in.n_tok; ++t) tokens[t] = token_q8(*in.quantized, t, n);
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
-    const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
-    const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
-    const auto* group = static_cast<const uint8_t*>(w.repacked) + static_cast<size_t>(r0 / kTileRows) * group_bytes;
-    if (!streamed) {
-      WholeRows<Kind>(Kind::repacked_view(group, n_units, 0, n_units, panel), n_units, in, n, y, w.n_rows, r0, mask);
-      continue;
-    }
-    auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
-      const int64_t p0 = std::min(n_units, u0 + 2 * count), p1 = std::min(n_units, p0 + count);
-      Kind::repacked_prefetch(group, n_units, p0, p1);
-      return Kind::repacked_view(group, n_units, u0, count, panel);
-    };
-    StreamedRows<Kind, Kind::kRepackedStreamUnits>(source, n_units, tokens, in.n_tok, y, w.n_rows, r0, mask);
-  }
+  const int64_t n_units = w.n_cols / Kind::kUnitCols;
+  const size_t group_bytes = repacked_group_bytes(w.type, w.n_cols);
+  auto group = [&](int64_t r0) {
+    return static_cast<const uint8_t*>(w.repacked) + static_cast<size_t>(r0 / kTileRows) * group_bytes;
+  };
+  auto whole = [&](int64_t r0, int) { return Kind::repacked_view(group(r0), n_units, 0, n_units, panel); };
+  auto piece = [&](int64_t r0, int, int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
+    const int64_t p0 = std::min(n_units, u0 + 2 * count), p1 = std::min(n_units, p0 + count);
+    Kind::repacked_prefetch(group(r0), n_units, p0, p1);
+    return Kind::repacked_view(group(r0), n_units, u0, count, panel);
+  };
+  GroupRows<Kind, Kind::kRepackedStreamUnits>(w, in, row_begin, row_end, y, whole, piece);
 }
 
 SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
