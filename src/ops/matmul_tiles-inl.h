@@ -154,6 +154,13 @@ HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512
 // row, carried from one panel to the next when a row is streamed through several), in the order of
 // the type's row kernel; combine turns them into the dots. The panel starts at the tokens' 32-value
 // block x0.
+// The kinds whose tiles read the whole panel (Q8_0's read a view of its codes and scales, which a
+// repacked matrix can give too).
+struct PanelView {
+  using View = const Panel*;
+  static View view(const Panel& panel) { return &panel; }
+};
+
 struct Q8_0Tiles {
   static constexpr int64_t kUnitCols = quant::q8_0_elems, kUnitBytes = quant::q8_0_bytes, kStreamUnits = 8;
   static constexpr int kMaxTokens = 8;
@@ -236,7 +243,7 @@ struct Q8_0Tiles {
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
 };
 
-struct Q4_0Tiles {
+struct Q4_0Tiles : PanelView {
   static constexpr int64_t kUnitCols = quant::q4_0_elems, kUnitBytes = quant::q4_0_bytes, kStreamUnits = 16;
   static constexpr int kMaxTokens = 4;
 
@@ -261,9 +268,6 @@ struct Q4_0Tiles {
       panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
     }
   }
-
-  using View = const Panel*;
-  static View view(const Panel& panel) { return &panel; }
 
   // Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel (a
   // streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
@@ -294,7 +298,7 @@ struct Q4_0Tiles {
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
 };
 
-struct Q4_KTiles {
+struct Q4_KTiles : PanelView {
   static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = quant::q4_k_bytes, kStreamUnits = 2;
   static constexpr int kMaxTokens = 4;
 
@@ -336,9 +340,6 @@ struct Q4_KTiles {
       }
     }
   }
-
-  using View = const Panel*;
-  static View view(const Panel& panel) { return &panel; }
 
   // Q4_K: the scales' term into a0, the mins' into a1 (the dot is a0 - a1).
   template <int T>
@@ -471,7 +472,7 @@ struct Q4_KRepackedTiles {
   }
 };
 
-struct Q6_KTiles {
+struct Q6_KTiles : PanelView {
   static constexpr int64_t kUnitCols = quant::q6_k_elems, kUnitBytes = quant::q6_k_bytes, kStreamUnits = 1;
   static constexpr int kMaxTokens = 4;
 
@@ -505,9 +506,6 @@ struct Q6_KTiles {
       for (int i = 0; i < 16; ++i) panel.scales.data()[b * 16 + i] = _mm512_load_si512(scale[i]);
     }
   }
-
-  using View = const Panel*;
-  static View view(const Panel& panel) { return &panel; }
 
   // Q6_K: per x block, the dots of its two 16-column halves (each started at -32 * the half's
   // activation sum), times the halves' int8 scales, summed in integers: the row kernel's exact dot.
