@@ -75,7 +75,6 @@ void Model::repack_weights() {
     RepackedBuffer buffer = repack_releasing_pages(file_, w);
     if (!buffer) return;
     w.repacked = buffer.get();
-    repacked_sizes_.push_back(squeezekv::repacked_bytes(w));
     repacked_.push_back(std::move(buffer));
   };
   repack(token_embd_);
@@ -91,7 +90,12 @@ void Model::repack_weights() {
 
 uint64_t Model::repacked_bytes() const {
   uint64_t n = 0;
-  for (const uint64_t bytes : repacked_sizes_) n += bytes;
+  auto add = [&](const WeightMatrix& w) { n += w.repacked != nullptr ? squeezekv::repacked_bytes(w) : 0; };
+  add(token_embd_);
+  if (!config_.tied_embeddings) add(output_);
+  for (const LayerWeights& l : layers_) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
+  }
   return n;
 }
 

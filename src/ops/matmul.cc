@@ -701,7 +701,7 @@ void RepackGroups(const WeightMatrix& w, int64_t group_begin, int64_t group_end,
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsVnni(w, group_begin, group_end, out);
 #endif
-  (void)w, (void)group_begin, (void)group_end, (void)out;  // repack_groups checks RepacksQ8_0 first
+  (void)w, (void)group_begin, (void)group_end, (void)out;  // repack_groups checks Repacks first
 }
 
 }  // namespace HWY_NAMESPACE
