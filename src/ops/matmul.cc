@@ -659,7 +659,7 @@ void MatmulRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t ro
   const int64_t n = w.n_cols;
   const bool quantized = block_layout(w.type).block_elems > 1;
 #if SQUEEZEKV_VNNI_TILES
-  if (w.repacked != nullptr && (w.type == TensorType::q8_0 || w.type == TensorType::q4_k) && HasVnni()) {
+  if (w.repacked != nullptr && has_repacked_layout(w.type) && HasVnni()) {
     return RepackedRows(w, in, row_begin, row_end, y);
   }
   if (UseTiles(w.type, in.n_tok)) return TiledRows(w, in, row_begin, row_end, y);
@@ -848,13 +848,13 @@ void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float
 void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool* pool) { matmul(w, x, 1, y, pool); }
 
 bool can_repack(const WeightMatrix& w) {
-  return (w.type == TensorType::q8_0 || w.type == TensorType::q4_k) && w.n_rows > 0 && w.n_cols > 0 &&
+  return has_repacked_layout(w.type) && w.n_rows > 0 && w.n_cols > 0 &&
          w.n_cols % block_layout(w.type).block_elems == 0 && HWY_DYNAMIC_DISPATCH(Repacks)();
 }
 
 void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
   require(can_repack(w), "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
-          "cannot be repacked on this CPU (repacking needs Q8_0 or Q4_K and AVX-512 VNNI)");
+          "cannot be repacked on this CPU (repacking needs Q8_0, Q4_K or Q6_K and AVX-512 VNNI)");
   check_shape(w, 1);
   const int64_t n_groups = (w.n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows;
   require(group_begin >= 0 && group_begin <= group_end, "group_begin", group_begin,

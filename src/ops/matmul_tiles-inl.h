@@ -210,6 +210,10 @@ struct Q8_0Tiles {
     return View{reinterpret_cast<const __m512i*>(group), reinterpret_cast<const __m256i*>(group + n_blocks * 512)}
         .offset(u0);
   }
+  using WholeKind = Q8_0Tiles;
+  static HWY_INLINE View whole_view(const uint8_t* group, int64_t n_blocks, Panel& panel) {
+    return repacked_view(group, n_blocks, 0, n_blocks, panel);
+  }
   static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t n_blocks, int64_t u0, int64_t u1) {
     for (int64_t b = u0 * 512; b < u1 * 512; b += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
     const auto* halves = reinterpret_cast<const char*>(group + n_blocks * 512);
@@ -465,6 +469,31 @@ struct Q4_KRepackedTiles {
   static HWY_INLINE View repacked_view(const uint8_t* group, int64_t, int64_t u0, int64_t, Panel&) {
     return group + u0 * kUnitBytes;
   }
+
+  // Calls of more than 16 tokens unpack the 16 rows once into Q4_KTiles' panel (its nibbles split,
+  // its factors decoded) and run its tiles: the unpacking is then shared by every token, where the
+  // fused tile would redo it for every 4.
+  using WholeKind = Q4_KTiles;
+  static HWY_INLINE SQUEEZEKV_VNNI const Panel* whole_view(const uint8_t* group, int64_t n_super, Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
+    panel.factor.reserve(static_cast<size_t>(n_super) * 8);
+    panel.factor_min.reserve(static_cast<size_t>(n_super) * 8);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n_super; ++b) {
+      const uint8_t* unit = group + b * kUnitBytes;
+      const auto* packed = reinterpret_cast<const __m512i*>(unit);
+      __m512i* out = panel.bytes.data() + b * 64;
+      for (int pair = 0; pair < 4; ++pair) {
+        for (int g = 0; g < 8; ++g) {
+          const __m512i v = _mm512_load_si512(packed + pair * 8 + g);
+          out[(2 * pair) * 8 + g] = _mm512_and_si512(v, low4);
+          out[(2 * pair + 1) * 8 + g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+      }
+      factors(unit, panel.factor.data() + b * 8, panel.factor_min.data() + b * 8);
+    }
+    return &panel;
+  }
   static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t, int64_t u0, int64_t u1) {
     for (int64_t b = u0 * kUnitBytes; b < u1 * kUnitBytes; b += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
@@ -536,6 +565,123 @@ struct Q6_KTiles : PanelView {
   }
 
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
+};
+
+// Repacked Q6_K (repacked_weights.h), per super-block of 16 rows a unit of 3328 bytes: the ql bytes
+// regrouped as the panel regroups bytes (4 runs of 32 bytes, 8 vectors each), the qh bytes likewise
+// (2 runs, 16 vectors), the 16 int8 scales as 4 dwords (4 vectors, lane = row); after every unit of
+// the group, the rows' fp16 d (32 bytes per super-block). Its tile rebuilds the 6-bit values from
+// ql and qh in registers, as Q6_KStreams does per row (bytewise, so the regrouping does not change
+// the formula), and sign-extends the scales it needs: Q6_KTiles' arithmetic, with no panel.
+struct Q6_KRepackedTiles {
+  static constexpr int64_t kUnitCols = quant::q6_k_elems, kUnitBytes = 52 * 64;
+  static constexpr int kMaxTokens = 4;
+  static constexpr int64_t kRepackedStreamUnits = 1;
+  struct View {
+    const uint8_t* units;
+    const __m256i* halves;
+  };
+
+  static HWY_INLINE SQUEEZEKV_VNNI void repack_to(const uint8_t* rows, size_t stride, int valid, int64_t n_super,
+                                                  uint8_t* group) {
+    size_t offsets[kTileRows];
+    RowOffsets(stride, valid, offsets);
+    auto* halves = reinterpret_cast<uint16_t*>(group + n_super * kUnitBytes);
+    for (int64_t b = 0; b < n_super; ++b) {
+      const uint8_t* block = rows + b * quant::q6_k_bytes;
+      auto* out = reinterpret_cast<__m512i*>(group + b * kUnitBytes);
+      for (int run = 0; run < 6; ++run) TransposeRows(block + 32 * run, offsets, out + 8 * run);  // ql, then qh
+      auto* words = reinterpret_cast<uint32_t*>(out + 48);
+      for (int r = 0; r < kTileRows; ++r) {
+        for (int k = 0; k < 4; ++k) {
+          std::memcpy(&words[k * kTileRows + r], block + offsets[r] + quant::q6_k_scales_offset + 4 * k, 4);
+        }
+        std::memcpy(&halves[b * kTileRows + r], block + offsets[r] + quant::q6_k_d_offset, 2);
+      }
+    }
+  }
+
+  // Vector g of x block j (elements 32j..32j + 31) of a unit: Q6_KStreams' stream j, regrouped.
+  static HWY_INLINE SQUEEZEKV_VNNI __m512i values(const __m512i* unit, int64_t j, int g) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+    const int64_t h = j / 4, part = j % 4;
+    const __m512i a = _mm512_load_si512(unit + (2 * h + (part & 1)) * 8 + g);  // ql
+    const __m512i high = _mm512_load_si512(unit + 32 + h * 8 + g);            // qh
+    const __m512i low = part < 2 ? _mm512_and_si512(a, low4) : _mm512_and_si512(_mm512_srli_epi16(a, 4), low4);
+    const __m512i top = part == 0   ? _mm512_slli_epi16(high, 4)
+                        : part == 1 ? _mm512_slli_epi16(high, 2)
+                        : part == 2 ? high
+                                    : _mm512_srli_epi16(high, 2);
+    return _mm512_or_si512(low, _mm512_and_si512(top, bits45));
+  }
+
+  // Scale i of the unit's 16 rows (byte i % 4 of word i / 4), sign-extended.
+  static HWY_INLINE SQUEEZEKV_VNNI __m512i scale(const __m512i* unit, int i) {
+    const __m512i word = _mm512_load_si512(unit + 48 + i / 4);
+    return _mm512_srai_epi32(_mm512_slli_epi32(word, 24 - 8 * (i % 4)), 24);
+  }
+
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View view, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512*) {
+    for (int64_t b = 0; b < n_super; ++b) {
+      const auto* unit = reinterpret_cast<const __m512i*>(view.units + b * kUnitBytes);
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(view.halves + b));
+      const int64_t first = x0 + b * 8;  // the activation block of x block 0
+      auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+        __m512i lo[T], hi[T];
+        for (int k = 0; k < T; ++k) {
+          lo[k] = Broadcast32(x[k].q6_k_offset + 2 * (first + j));
+          hi[k] = Broadcast32(x[k].q6_k_offset + 2 * (first + j) + 1);
+        }
+        const int64_t column = (first + j) * 32;
+        for (int g = 0; g < 8; ++g) {
+          const __m512i wg = values(unit, j, g);
+          for (int k = 0; k < T; ++k) {
+            __m512i& s = g < 4 ? lo[k] : hi[k];
+            s = _mm512_dpbusd_epi32(s, wg, Broadcast32(x[k].q8 + column + 4 * g));
+          }
+        }
+        const __m512i scale_lo = scale(unit, static_cast<int>(2 * j)), scale_hi = scale(unit, static_cast<int>(2 * j + 1));
+        for (int k = 0; k < T; ++k) {
+          const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo[k], scale_lo), _mm512_mullo_epi32(hi[k], scale_hi));
+          p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[first + j])));
+        }
+      };
+      AddTreeOf8<T>(product, 0, a0);
+    }
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
+
+  static HWY_INLINE View repacked_view(const uint8_t* group, int64_t n_super, int64_t u0, int64_t, Panel&) {
+    return View{group + u0 * kUnitBytes, reinterpret_cast<const __m256i*>(group + n_super * kUnitBytes) + u0};
+  }
+
+  // Calls of more than 16 tokens rebuild the 16 rows' values once into Q6_KTiles' panel and run its
+  // tiles (as Q4_KRepackedTiles::whole_view).
+  using WholeKind = Q6_KTiles;
+  static HWY_INLINE SQUEEZEKV_VNNI const Panel* whole_view(const uint8_t* group, int64_t n_super, Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
+    panel.factor.reserve(static_cast<size_t>(n_super));
+    panel.scales.reserve(static_cast<size_t>(n_super) * 16);
+    const View view = repacked_view(group, n_super, 0, n_super, panel);
+    for (int64_t b = 0; b < n_super; ++b) {
+      const auto* unit = reinterpret_cast<const __m512i*>(view.units + b * kUnitBytes);
+      for (int j = 0; j < 8; ++j) {
+        for (int g = 0; g < 8; ++g) panel.bytes.data()[b * 64 + j * 8 + g] = values(unit, j, g);
+      }
+      panel.factor.data()[b] = _mm512_cvtph_ps(_mm256_load_si256(view.halves + b));
+      for (int i = 0; i < 16; ++i) panel.scales.data()[b * 16 + i] = scale(unit, i);
+    }
+    return &panel;
+  }
+  static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t n_super, int64_t u0, int64_t u1) {
+    const auto* bytes = reinterpret_cast<const char*>(group);
+    for (int64_t b = u0 * kUnitBytes; b < u1 * kUnitBytes; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T1);
+    const char* halves = bytes + n_super * kUnitBytes;
+    for (int64_t b = u0 * 32; b < u1 * 32; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
+  }
 };
 
 // Every token of the call against the panel, T tokens at a time; tile(k, tokens, result) runs one
@@ -644,9 +790,9 @@ HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
 }
 
 // What both kinds of weights share: for each 16 rows, a call of more than 16 tokens takes the
-// whole view whole(r0, valid) and runs every token over it; a smaller call streams the pieces of
-// kUnits units that piece(r0, valid, u0, count) gives.
-template <class Kind, int64_t kUnits, class Whole, class Piece>
+// whole view whole(r0, valid) of WholeKind and runs every token over it; a smaller call streams
+// the pieces of kUnits units that piece(r0, valid, u0, count) gives.
+template <class Kind, int64_t kUnits, class WholeKind, class Whole, class Piece>
 HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
                                          int64_t row_end, float* HWY_RESTRICT y, Whole whole, Piece piece) {
   const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
@@ -657,7 +803,7 @@ HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::Ma
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
     if (!streamed) {
-      WholeRows<Kind>(whole(r0, valid), n_units, in, n, y, w.n_rows, r0, mask);
+      WholeRows<WholeKind>(whole(r0, valid), n_units, in, n, y, w.n_rows, r0, mask);
       continue;
     }
     auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA { return piece(r0, valid, u0, count); };
@@ -691,7 +837,7 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
     Kind::pack(rows(r0) + u0 * Kind::kUnitBytes, stride, valid, count, panel);
     return Kind::view(panel);
   };
-  GroupRows<Kind, Kind::kStreamUnits>(w, in, row_begin, row_end, y, whole, piece);
+  GroupRows<Kind, Kind::kStreamUnits, Kind>(w, in, row_begin, row_end, y, whole, piece);
 }
 
 // Rows of a repacked matrix (repacked_weights.h), for calls of any number of tokens: each view
@@ -710,20 +856,26 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
   auto group = [&](int64_t r0) {
     return static_cast<const uint8_t*>(w.repacked) + static_cast<size_t>(r0 / kTileRows) * group_bytes;
   };
-  auto whole = [&](int64_t r0, int) { return Kind::repacked_view(group(r0), n_units, 0, n_units, panel); };
+  auto whole = [&](int64_t r0, int) SQUEEZEKV_VNNI_LAMBDA { return Kind::whole_view(group(r0), n_units, panel); };
   auto piece = [&](int64_t r0, int, int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
     const int64_t p0 = std::min(n_units, u0 + 2 * count), p1 = std::min(n_units, p0 + count);
     Kind::repacked_prefetch(group(r0), n_units, p0, p1);
     return Kind::repacked_view(group(r0), n_units, u0, count, panel);
   };
-  GroupRows<Kind, Kind::kRepackedStreamUnits>(w, in, row_begin, row_end, y, whole, piece);
+  GroupRows<Kind, Kind::kRepackedStreamUnits, typename Kind::WholeKind>(w, in, row_begin, row_end, y, whole, piece);
 }
 
 SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
                                  int64_t row_end, float* HWY_RESTRICT y) {
   thread_local Panel panel;
-  if (w.type == TensorType::q8_0) return RepackedKindRows<Q8_0Tiles>(w, in, row_begin, row_end, panel, y);
-  return RepackedKindRows<Q4_KRepackedTiles>(w, in, row_begin, row_end, panel, y);  // q4_k (can_repack admits no other)
+  switch (w.type) {
+    case TensorType::q8_0:
+      return RepackedKindRows<Q8_0Tiles>(w, in, row_begin, row_end, panel, y);
+    case TensorType::q6_k:
+      return RepackedKindRows<Q6_KRepackedTiles>(w, in, row_begin, row_end, panel, y);
+    default:  // q4_k (can_repack admits no other)
+      return RepackedKindRows<Q4_KRepackedTiles>(w, in, row_begin, row_end, panel, y);
+  }
 }
 
 // Groups [g0, g1) of w's repacked layout (repacked_weights.h) into out; the padding after a
@@ -743,8 +895,14 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackKindGroups(const WeightMatrix& w, int64_t g
 }
 
 SQUEEZEKV_VNNI void RepackGroupsVnni(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
-  if (w.type == TensorType::q8_0) return RepackKindGroups<Q8_0Tiles>(w, g0, g1, out);
-  return RepackKindGroups<Q4_KRepackedTiles>(w, g0, g1, out);
+  switch (w.type) {
+    case TensorType::q8_0:
+      return RepackKindGroups<Q8_0Tiles>(w, g0, g1, out);
+    case TensorType::q6_k:
+      return RepackKindGroups<Q6_KRepackedTiles>(w, g0, g1, out);
+    default:  // q4_k
+      return RepackKindGroups<Q4_KRepackedTiles>(w, g0, g1, out);
+  }
 }
 
 SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,

@@ -13,11 +13,11 @@
 namespace squeezekv {
 namespace {
 
-// Per 16 rows: Q8_0 block codes (8 vectors) and fp16 d; Q4_K super-block (see the tiles' header).
+// Per 16 rows: Q8_0 block codes (8 vectors) and fp16 d; Q4_K and Q6_K super-blocks (see the
+// tiles' header).
 constexpr size_t kQ8_0CodeBytes = 8 * 64, kQ8_0HalfBytes = 2 * kRepackedGroupRows;
 constexpr size_t kQ4_KUnitBytes = 32 * 64 + 64 + 3 * 64, kQ4_KHalves = 32 * 64, kQ4_KWords = kQ4_KHalves + 64;
-
-bool repackable_type(TensorType type) { return type == TensorType::q8_0 || type == TensorType::q4_k; }
+constexpr size_t kQ6_KUnitBytes = 52 * 64, kQ6_KWords = 48 * 64;
 
 // Block j of row `lane` of a Q8_0 group, as GGUF stores it (34 bytes).
 void q8_0_block(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, uint8_t* block) {
@@ -36,11 +36,22 @@ void q4_k_block(const uint8_t* group, int64_t j, size_t lane, uint8_t* block) {
   for (size_t i = 0; i < 128; ++i) block[quant::q4_k_qs_offset + i] = unit[(i / 4) * 64 + 4 * lane + i % 4];
 }
 
+// Super-block j of row `lane` of a Q6_K group, as GGUF stores it (210 bytes).
+void q6_k_block(const uint8_t* group, int64_t n_super, int64_t j, size_t lane, uint8_t* block) {
+  const uint8_t* unit = group + static_cast<size_t>(j) * kQ6_KUnitBytes;
+  for (size_t i = 0; i < 192; ++i) {  // ql then qh: 6 runs of 32 bytes, 8 vectors each
+    block[i] = unit[(i / 32 * 8 + i % 32 / 4) * 64 + 4 * lane + i % 4];
+  }
+  for (size_t k = 0; k < 4; ++k) std::memcpy(block + quant::q6_k_scales_offset + 4 * k, unit + kQ6_KWords + k * 64 + 4 * lane, 4);
+  std::memcpy(block + quant::q6_k_d_offset,
+              group + static_cast<size_t>(n_super) * kQ6_KUnitBytes + static_cast<size_t>(j) * 32 + 2 * lane, 2);
+}
+
 }  // namespace
 
 size_t repacked_group_bytes(TensorType type, int64_t n_cols) {
-  require(repackable_type(type), "weight type", tensor_type_name(static_cast<uint32_t>(type)),
-          "has no repacked layout (Q8_0 and Q4_K have)");
+  require(has_repacked_layout(type), "weight type", tensor_type_name(static_cast<uint32_t>(type)),
+          "has no repacked layout (Q8_0, Q4_K and Q6_K have)");
   const int64_t elems = block_layout(type).block_elems;
   if (n_cols <= 0 || n_cols % elems != 0) {
     require(false, "n_cols", n_cols, "must be a positive multiple of " + std::to_string(elems));
@@ -61,7 +72,7 @@ size_t repacked_bytes(const WeightMatrix& w) {
 
 RepackedBuffer allocate_repacked(const WeightMatrix& w) {
   require(can_repack(w), "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
-          "cannot be repacked on this CPU (repacking needs Q8_0 or Q4_K and AVX-512 VNNI)");
+          "cannot be repacked on this CPU (repacking needs Q8_0, Q4_K or Q6_K and AVX-512 VNNI)");
   const size_t bytes = repacked_bytes(w);  // a multiple of 64, as aligned_alloc asks
   auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   require(p != nullptr, "repacked bytes", bytes, "could not be allocated");
@@ -77,12 +88,14 @@ void dequantize_repacked_row(const WeightMatrix& w, int64_t row, float* out) {
   const auto lane = static_cast<size_t>(row % kRepackedGroupRows);
   const auto* group = static_cast<const uint8_t*>(w.repacked) +
                       static_cast<size_t>(row / kRepackedGroupRows) * repacked_group_bytes(w.type, w.n_cols);
-  uint8_t block[quant::q4_k_bytes];  // one GGUF block of the row, rebuilt
+  uint8_t block[quant::q6_k_bytes];  // one GGUF block of the row, rebuilt (Q6_K's is the largest)
   for (int64_t j = 0; j < n_units; ++j) {
     if (w.type == TensorType::q8_0) {
       q8_0_block(group, n_units, j, lane, block);
-    } else {
+    } else if (w.type == TensorType::q4_k) {
       q4_k_block(group, j, lane, block);
+    } else {
+      q6_k_block(group, n_units, j, lane, block);
     }
     dequantize_row(w.type, block, out + j * elems, elems);
   }

@@ -1,4 +1,4 @@
-// Repacked Q8_0 and Q4_K matrices (repacked_weights.h): products read from the repacked layout equal, bit
+// Repacked Q8_0, Q4_K and Q6_K matrices (repacked_weights.h): products read from the repacked layout equal, bit
 // for bit, those read from the GGUF rows, for every token count, row counts that leave a partial
 // group, 1 and 2 threads and every target; rows read back exactly; sizes and bad input.
 #include "squeezekv/ops/repacked_weights.h"
@@ -44,12 +44,12 @@ struct Repacked {
   void poison() { std::fill(rows.begin(), rows.end(), uint8_t{0}); }
 };
 
-const TensorType kRepackable[] = {TensorType::q8_0, TensorType::q4_k};
+const TensorType kRepackable[] = {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k};
 
 std::string name(TensorType type) { return std::string(tensor_type_name(static_cast<uint32_t>(type))); }
 
-// Column counts: Q8_0 3 blocks (no run of 8), 17 (runs and a tail), 32; Q4_K 1, 3 and 9
-// super-blocks (odd counts leave a streamed piece of one).
+// Column counts: Q8_0 3 blocks (no run of 8), 17 (runs and a tail), 32; the K-quants 1, 3 and 9
+// super-blocks (odd counts leave a streamed piece of one; Q6_K's odd counts pad the group).
 std::vector<int64_t> columns(TensorType type) {
   if (type == TensorType::q8_0) return {96, 544, 1024};
   return {256, 768, 2304};
@@ -168,16 +168,19 @@ TEST(ops_repacked_weights, SizesAreWholeGroupsOfWholeCacheLines) {
   // Q4_K: 16 rows x 144 bytes per super-block, already whole lines.
   EXPECT_EQ(repacked_group_bytes(TensorType::q4_k, 768), 3u * 2304u);
   EXPECT_EQ(repacked_bytes(WeightMatrix{nullptr, TensorType::q4_k, 33, 256}), 3u * 2304u);
+  // Q6_K: 16 x 210 = 3360 bytes per super-block, 52.5 lines: odd counts are padded.
+  EXPECT_EQ(repacked_group_bytes(TensorType::q6_k, 256), 3392u);
+  EXPECT_EQ(repacked_group_bytes(TensorType::q6_k, 512), 2u * 3360u);
   EXPECT_THROW(repacked_group_bytes(TensorType::q8_0, 48), InvalidArgument);
   EXPECT_THROW(repacked_group_bytes(TensorType::q4_k, 128), InvalidArgument);
-  EXPECT_THROW(repacked_group_bytes(TensorType::q6_k, 256), InvalidArgument);
+  EXPECT_THROW(repacked_group_bytes(TensorType::q4_0, 256), InvalidArgument);
   EXPECT_THROW(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 0, 32}), InvalidArgument);
 }
 
 TEST(ops_repacked_weights, BadInputIsRefused) {
-  const TestMatrix q6 = make_matrix(TensorType::q6_k, 16, 256, 1);
-  EXPECT_FALSE(can_repack(q6.view));
-  EXPECT_THROW(allocate_repacked(q6.view), InvalidArgument);
+  const TestMatrix q4 = make_matrix(TensorType::q4_0, 16, 256, 1);
+  EXPECT_FALSE(can_repack(q4.view));
+  EXPECT_THROW(allocate_repacked(q4.view), InvalidArgument);
   if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the rest needs repacking";
   const TestMatrix m = make_matrix(TensorType::q8_0, 20, 64, 2);
   RepackedBuffer buffer = allocate_repacked(m.view);

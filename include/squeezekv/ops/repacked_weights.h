@@ -1,11 +1,11 @@
-// Q8_0 and Q4_K weights repacked at load for the AVX-512 VNNI tiles (llama.cpp calls the same idea its CPU
-// "repack"). In GGUF a block's 32 bytes belong to one row; the tiles want the same 4 columns of 16
-// rows in one 512-bit vector, and without a repacked copy they regroup every 16 rows on every call
-// (about a third of a small batch's time: `ops_bench` matmul 16 tokens; for Q4_K, whose scales
-// are decoded per row, more). A repacked matrix is a
-// second layout of the same rows, not a second resident copy: the loader releases the mapped pages
-// of each range it has repacked (Model::load), and every result is bit for bit the one computed
-// from the GGUF rows, so a target that cannot read the layout simply reads WeightMatrix::data.
+// Q8_0, Q4_K and Q6_K weights repacked at load for the AVX-512 VNNI tiles (llama.cpp calls the
+// same idea its CPU "repack"). In GGUF a block's 32 bytes belong to one row; the tiles want the
+// same 4 columns of 16 rows in one 512-bit vector, and without a repacked copy they regroup every
+// 16 rows on every call (about a third of a small batch's time: `ops_bench` matmul 16 tokens; more
+// for the K-quants, whose scales are decoded row by row). A repacked matrix is a second layout of
+// the same rows, not a second resident copy: the loader releases the mapped pages of each range
+// it has repacked (Model::load), and every result is bit for bit the one computed from the GGUF
+// rows, so a target that cannot read the layout simply reads WeightMatrix::data.
 //
 // Layouts, per group of 16 rows (the last group repeats its last row into the missing lanes),
 // groups repacked_group_bytes apart, each the size of its 16 GGUF rows (rounded up to 64 bytes):
@@ -14,6 +14,10 @@
 // - Q4_K: for each 256-column super-block, 32 vectors (per pair p of sub-blocks, vector v, lane
 //   r: row r's qs bytes 32p + 4v..+3, two nibbles each), the 16 rows' fp16 d then dmin (64
 //   bytes), and their 12 scale bytes as 3 dwords (3 vectors, lane r = row r): 2304 bytes.
+// - Q6_K: for each 256-column super-block a unit of 3328 bytes: its ql bytes in 4 runs of 32 and
+//   its qh bytes in 2 (8 vectors a run, vector v, lane r: row r's bytes 4v..4v+3 of the run), its
+//   16 int8 scales as 4 dwords (4 vectors); after the group's last unit, each super-block's 16 fp16
+//   d (32 bytes).
 #pragma once
 
 #include <cstddef>
@@ -27,13 +31,18 @@ namespace squeezekv {
 
 inline constexpr int64_t kRepackedGroupRows = 16;
 
+// The types with a repacked layout.
+inline bool has_repacked_layout(TensorType type) {
+  return type == TensorType::q8_0 || type == TensorType::q4_k || type == TensorType::q6_k;
+}
+
 // Bytes of one 16-row group of a `type` matrix with n_cols columns (a multiple of 64, so that
 // every group starts on a cache line). InvalidArgument for a type without a repacked layout.
 size_t repacked_group_bytes(TensorType type, int64_t n_cols);
 // Bytes of the whole repacked matrix.
 size_t repacked_bytes(const WeightMatrix& w);
 
-// Whether this CPU and build repack w: Q8_0 or Q4_K on a target with 512-bit VNNI tiles.
+// Whether this CPU and build repack w: Q8_0, Q4_K or Q6_K on a target with 512-bit VNNI tiles.
 bool can_repack(const WeightMatrix& w);
 
 struct FreeDeleter {
