@@ -1,8 +1,9 @@
 // matvec throughput per weight type: SIMD with 1 and 2 threads next to the scalar twin, on the
 // 2048x2048 and 8192x2048 (rows x cols) shapes of a small Llama's attention and FFN matrices.
 // bytes_per_second counts weight bytes read, so it compares directly with memory bandwidth.
-// matmul: the same shapes against 8 and 16 tokens (a server's batched decode step) and 128 (a
-// prompt chunk), reported as int8 GOP/s (two per
+// matmul: the same shapes against 1 token, 8 and 16 (a server's batched decode step) and 128 (a
+// prompt chunk), from the GGUF rows and (/repacked) from the repacked layout, reported as int8
+// GOP/s (two per
 // multiply-add), next to int8_peak: the machine's vpdpbusd throughput measured by a loop of
 // independent instructions (AVX512-VNNI CPUs only), the ceiling of the prompt tiles.
 // kv/ and kivi/: one decode step's reads of one KV head at the 1B model's shape (4096 cached rows,
@@ -25,6 +26,7 @@
 #include "squeezekv/ops/kivi_rows.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/matmul.h"
+#include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/tensor_type.h"
 #include "squeezekv/ops/thread_pool.h"
 
@@ -71,9 +73,25 @@ void bm_matvec(benchmark::State& state, TensorType type, int64_t n_rows, int thr
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes.size()));
 }
 
-void bm_matmul(benchmark::State& state, TensorType type, int64_t n_rows, int64_t n_tok, int threads) {
+// The repacked layout of weights(type, n_rows) (repacked_weights.h), built once.
+const uint8_t* repacked(TensorType type, int64_t n_rows) {
+  static std::map<std::pair<TensorType, int64_t>, RepackedBuffer> cache;
+  auto [it, inserted] = cache.try_emplace({type, n_rows});
+  if (inserted) {
+    const WeightMatrix w{weights(type, n_rows).data(), type, n_rows, n_cols};
+    it->second = allocate_repacked(w);
+    repack_groups(w, 0, (n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows, it->second.get());
+  }
+  return it->second.get();
+}
+
+void bm_matmul(benchmark::State& state, TensorType type, int64_t n_rows, int64_t n_tok, int threads, bool repack) {
   const std::vector<uint8_t>& bytes = weights(type, n_rows);
-  const WeightMatrix w{bytes.data(), type, n_rows, n_cols};
+  WeightMatrix w{bytes.data(), type, n_rows, n_cols};
+  if (repack) {
+    if (!can_repack(w)) return state.SkipWithError("this CPU has no AVX-512 VNNI: nothing is repacked");
+    w.repacked = repacked(type, n_rows);
+  }
   std::vector<float> x(static_cast<size_t>(n_cols * n_tok)), y(static_cast<size_t>(n_rows * n_tok));
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
@@ -241,15 +259,19 @@ const bool registered = [] {
     for (const int64_t n_rows : {int64_t{2048}, int64_t{8192}}) {
       const std::string shape = std::string(tensor_type_name(static_cast<uint32_t>(type))) + "/" +
                                 std::to_string(n_rows) + "x" + std::to_string(n_cols);
-      // 8 and 16 tokens: a server's batched decode step (Q8_0 streams its panel there).
-      for (const int64_t n_tok : {int64_t{8}, int64_t{16}, int64_t{128}}) {
-        for (const int threads : {1, 2}) {
-          benchmark::RegisterBenchmark(
-              ("matmul/" + shape + "/tokens:" + std::to_string(n_tok) + "/threads:" + std::to_string(threads)).c_str(),
-              bm_matmul, type, n_rows, n_tok, threads)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime()
-              ->MinTime(0.2);
+      // 1 token: decode; 8 and 16: a server's batched decode step (streamed pieces); 128: a
+      // prompt chunk. /repacked: the same weights repacked as the loader does on VNNI CPUs.
+      for (const bool repack : {false, true}) {
+        for (const int64_t n_tok : {int64_t{1}, int64_t{8}, int64_t{16}, int64_t{128}}) {
+          for (const int threads : {1, 2}) {
+            benchmark::RegisterBenchmark(("matmul/" + shape + (repack ? "/repacked" : "") + "/tokens:" +
+                                          std::to_string(n_tok) + "/threads:" + std::to_string(threads))
+                                             .c_str(),
+                                         bm_matmul, type, n_rows, n_tok, threads, repack)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime()
+                ->MinTime(0.2);
+          }
         }
       }
     }

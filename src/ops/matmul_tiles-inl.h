@@ -658,15 +658,16 @@ struct Q6_KRepackedTiles {
     return View{group + u0 * kUnitBytes, reinterpret_cast<const __m256i*>(group + n_super * kUnitBytes) + u0};
   }
 
-  // Calls of more than 16 tokens rebuild the 16 rows' values once into Q6_KTiles' panel and run its
-  // tiles (as Q4_KRepackedTiles::whole_view).
-  using WholeKind = Q6_KTiles;
-  static HWY_INLINE SQUEEZEKV_VNNI const Panel* whole_view(const uint8_t* group, int64_t n_super, Panel& panel) {
-    panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
-    panel.factor.reserve(static_cast<size_t>(n_super));
-    panel.scales.reserve(static_cast<size_t>(n_super) * 16);
-    const View view = repacked_view(group, n_super, 0, n_super, panel);
-    for (int64_t b = 0; b < n_super; ++b) {
+  // Super-blocks [u0, u0 + count) of the 16 rows rebuilt into Q6_KTiles' panel, whose tiles then
+  // share the rebuilding across their tokens: for 4 tokens or more the fused tile, which redoes it
+  // for every 4, is slower (`ops_bench` matmul/Q6_K/.../repacked/tokens:16).
+  static HWY_INLINE SQUEEZEKV_VNNI const Panel* unpack(const uint8_t* group, int64_t n_super, int64_t u0,
+                                                       int64_t count, Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(count) * 64);
+    panel.factor.reserve(static_cast<size_t>(count));
+    panel.scales.reserve(static_cast<size_t>(count) * 16);
+    const View view = repacked_view(group, n_super, u0, count, panel);
+    for (int64_t b = 0; b < count; ++b) {
       const auto* unit = reinterpret_cast<const __m512i*>(view.units + b * kUnitBytes);
       for (int j = 0; j < 8; ++j) {
         for (int g = 0; g < 8; ++g) panel.bytes.data()[b * 64 + j * 8 + g] = values(unit, j, g);
@@ -676,11 +677,32 @@ struct Q6_KRepackedTiles {
     }
     return &panel;
   }
+  using WholeKind = Q6_KTiles;
+  static HWY_INLINE SQUEEZEKV_VNNI const Panel* whole_view(const uint8_t* group, int64_t n_super, Panel& panel) {
+    return unpack(group, n_super, 0, n_super, panel);
+  }
   static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t n_super, int64_t u0, int64_t u1) {
     const auto* bytes = reinterpret_cast<const char*>(group);
     for (int64_t b = u0 * kUnitBytes; b < u1 * kUnitBytes; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T1);
     const char* halves = bytes + n_super * kUnitBytes;
     for (int64_t b = u0 * 32; b < u1 * 32; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
+  }
+};
+
+// Repacked Q6_K for calls of 4 to 16 tokens: each streamed piece rebuilt into the panel
+// (Q6_KRepackedTiles::unpack), then Q6_KTiles' own tiles.
+struct Q6_KPanelPieces : Q6_KTiles {
+  static constexpr int64_t kRepackedStreamUnits = 1;
+  using WholeKind = Q6_KTiles;
+  static HWY_INLINE SQUEEZEKV_VNNI View repacked_view(const uint8_t* group, int64_t n_super, int64_t u0,
+                                                      int64_t count, Panel& panel) {
+    return Q6_KRepackedTiles::unpack(group, n_super, u0, count, panel);
+  }
+  static HWY_INLINE SQUEEZEKV_VNNI View whole_view(const uint8_t* group, int64_t n_super, Panel& panel) {
+    return Q6_KRepackedTiles::whole_view(group, n_super, panel);
+  }
+  static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t n_super, int64_t u0, int64_t u1) {
+    Q6_KRepackedTiles::repacked_prefetch(group, n_super, u0, u1);
   }
 };
 
@@ -872,6 +894,7 @@ SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInpu
     case TensorType::q8_0:
       return RepackedKindRows<Q8_0Tiles>(w, in, row_begin, row_end, panel, y);
     case TensorType::q6_k:
+      if (in.n_tok >= kTileMinTokens) return RepackedKindRows<Q6_KPanelPieces>(w, in, row_begin, row_end, panel, y);
       return RepackedKindRows<Q6_KRepackedTiles>(w, in, row_begin, row_end, panel, y);
     default:  // q4_k (can_repack admits no other)
       return RepackedKindRows<Q4_KRepackedTiles>(w, in, row_begin, row_end, panel, y);
