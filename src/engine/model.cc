@@ -84,7 +84,7 @@ void Model::repack_weights() {
     repack(output_);
   }
   for (LayerWeights& l : layers_) {
-    for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) repack(*w);
+    for (WeightMatrix* w : l.matrices()) repack(*w);
   }
 }
 
@@ -94,7 +94,7 @@ uint64_t Model::repacked_bytes() const {
   add(token_embd_);
   if (!config_.tied_embeddings) add(output_);
   for (const LayerWeights& l : layers_) {
-    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
+    for (const WeightMatrix* w : l.matrices()) add(*w);
   }
   return n;
 }

@@ -123,7 +123,7 @@ ModelFacts model_facts(const Model& model, const std::string& path) {
   };
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
-    for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) matrix(*m);
+    for (const WeightMatrix* m : w.matrices()) matrix(*m);
     f.weight_bytes_per_token += 4 * (w.attn_norm.size() + w.ffn_norm.size() + w.bq.size() + w.bk.size() + w.bv.size());
   }
   f.weight_bytes_per_token += matrix_bytes(model.output()) + 4 * model.output_norm().size();

@@ -15,6 +15,7 @@
 #include "hwy/cache_control.h"
 #include "ops/activation_q8.h"
 #include "ops/quant_formats.h"
+#include "ops/repacked_layout.h"
 #include "squeezekv/ops/matmul.h"
 #include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/tensor_type.h"

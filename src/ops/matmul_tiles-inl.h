@@ -204,10 +204,11 @@ struct Q8_0Tiles {
   static HWY_INLINE SQUEEZEKV_VNNI void repack_to(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
                                                   uint8_t* group) {
     pack_to(rows, stride, valid, n_blocks, reinterpret_cast<__m512i*>(group),
-            reinterpret_cast<__m256i*>(group + n_blocks * 512));
+            reinterpret_cast<__m256i*>(group + n_blocks * repacked::kQ8_0CodeBytes));
   }
   static HWY_INLINE View repacked_view(const uint8_t* group, int64_t n_blocks, int64_t u0, int64_t, Panel&) {
-    return View{reinterpret_cast<const __m512i*>(group), reinterpret_cast<const __m256i*>(group + n_blocks * 512)}
+    return View{reinterpret_cast<const __m512i*>(group),
+                reinterpret_cast<const __m256i*>(group + n_blocks * repacked::kQ8_0CodeBytes)}
         .offset(u0);
   }
   using WholeKind = Q8_0Tiles;
@@ -215,9 +216,10 @@ struct Q8_0Tiles {
     return repacked_view(group, n_blocks, 0, n_blocks, panel);
   }
   static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t n_blocks, int64_t u0, int64_t u1) {
-    for (int64_t b = u0 * 512; b < u1 * 512; b += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
-    const auto* halves = reinterpret_cast<const char*>(group + n_blocks * 512);
-    for (int64_t b = u0 * 32; b < u1 * 32; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
+    constexpr int64_t kCode = repacked::kQ8_0CodeBytes, kHalf = repacked::kQ8_0HalfBytes;
+    for (int64_t b = u0 * kCode; b < u1 * kCode; b += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
+    const auto* halves = reinterpret_cast<const char*>(group + n_blocks * kCode);
+    for (int64_t b = u0 * kHalf; b < u1 * kHalf; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
   }
 
   // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
@@ -306,6 +308,17 @@ struct Q4_KTiles : PanelView {
   static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = quant::q4_k_bytes, kStreamUnits = 2;
   static constexpr int kMaxTokens = 4;
 
+  // 8 vectors of a pair of sub-blocks' regrouped qs bytes into the panel's 16: the low nibbles
+  // (the first sub-block), then the high ones.
+  static HWY_INLINE SQUEEZEKV_VNNI void SplitNibbles(const __m512i* packed, __m512i* out) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int g = 0; g < 8; ++g) {
+      const __m512i v = _mm512_load_si512(packed + g);
+      out[g] = _mm512_and_si512(v, low4);
+      out[8 + g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+  }
+
   // Q4_K nibbles are unsigned already; the panel holds them one per byte. Its factors are computed
   // as the row kernel computes them (d times the 6-bit value, each rounded once).
   static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_super,
@@ -315,17 +328,13 @@ struct Q4_KTiles : PanelView {
     panel.factor_min.reserve(static_cast<size_t>(n_super) * 8);
     size_t offsets[kTileRows];
     RowOffsets(stride, valid, offsets);
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_super; ++b) {
       const uint8_t* block = rows + b * quant::q4_k_bytes;
       __m512i* out = panel.bytes.data() + b * 64;
       for (int pair = 0; pair < 4; ++pair) {  // 32 bytes: sub-block 2 * pair low, 2 * pair + 1 high
         __m512i packed[8];
         TransposeRows(block + quant::q4_k_qs_offset + 32 * pair, offsets, packed);
-        for (int g = 0; g < 8; ++g) {
-          out[(2 * pair) * 8 + g] = _mm512_and_si512(packed[g], low4);
-          out[(2 * pair + 1) * 8 + g] = _mm512_and_si512(_mm512_srli_epi16(packed[g], 4), low4);
-        }
+        SplitNibbles(packed, out + pair * 16);
       }
       HWY_ALIGN float factor[8][kTileRows], factor_min[8][kTileRows];
       for (int r = 0; r < kTileRows; ++r) {
@@ -382,7 +391,7 @@ struct Q4_KTiles : PanelView {
 // Zen 4 a 512-bit store costs two cycles: writing the split bytes to a panel cost more than the
 // products for one token). The arithmetic and its order are Q4_KTiles'.
 struct Q4_KRepackedTiles {
-  static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = 32 * 64 + 64 + 3 * 64;
+  static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = repacked::kQ4_KUnitBytes;
   static constexpr int kMaxTokens = 4;
   static constexpr int64_t kRepackedStreamUnits = 2;
   using View = const uint8_t*;
@@ -397,8 +406,8 @@ struct Q4_KRepackedTiles {
       for (int pair = 0; pair < 4; ++pair) {
         TransposeRows(block + quant::q4_k_qs_offset + 32 * pair, offsets, reinterpret_cast<__m512i*>(out) + pair * 8);
       }
-      auto* halves = reinterpret_cast<uint16_t*>(out + 32 * 64);
-      auto* words = reinterpret_cast<uint32_t*>(out + 32 * 64 + 64);
+      auto* halves = reinterpret_cast<uint16_t*>(out + repacked::kQ4_KHalves);
+      auto* words = reinterpret_cast<uint32_t*>(out + repacked::kQ4_KWords);
       for (int r = 0; r < kTileRows; ++r) {
         std::memcpy(&halves[r], block + offsets[r], 2);
         std::memcpy(&halves[kTileRows + r], block + offsets[r] + 2, 2);
@@ -412,9 +421,9 @@ struct Q4_KRepackedTiles {
   // A super-block's d * scale and dmin * min per sub-block, 16 rows each: q4_k_unpack_scales on
   // the rows' words at once, then the products Q4_KTiles::pack computes (each rounded once).
   static HWY_INLINE SQUEEZEKV_VNNI void factors(const uint8_t* unit, __m512* factor, __m512* factor_min) {
-    const auto* halves = reinterpret_cast<const __m256i*>(unit + 32 * 64);
+    const auto* halves = reinterpret_cast<const __m256i*>(unit + repacked::kQ4_KHalves);
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(halves)), dmin = _mm512_cvtph_ps(_mm256_load_si256(halves + 1));
-    const auto* w = reinterpret_cast<const __m512i*>(unit + 32 * 64 + 64);
+    const auto* w = reinterpret_cast<const __m512i*>(unit + repacked::kQ4_KWords);
     const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 1), w2 = _mm512_load_si512(w + 2);
     const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
                   low2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
@@ -478,18 +487,11 @@ struct Q4_KRepackedTiles {
     panel.bytes.reserve(static_cast<size_t>(n_super) * 64);
     panel.factor.reserve(static_cast<size_t>(n_super) * 8);
     panel.factor_min.reserve(static_cast<size_t>(n_super) * 8);
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_super; ++b) {
       const uint8_t* unit = group + b * kUnitBytes;
       const auto* packed = reinterpret_cast<const __m512i*>(unit);
       __m512i* out = panel.bytes.data() + b * 64;
-      for (int pair = 0; pair < 4; ++pair) {
-        for (int g = 0; g < 8; ++g) {
-          const __m512i v = _mm512_load_si512(packed + pair * 8 + g);
-          out[(2 * pair) * 8 + g] = _mm512_and_si512(v, low4);
-          out[(2 * pair + 1) * 8 + g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        }
-      }
+      for (int pair = 0; pair < 4; ++pair) Q4_KTiles::SplitNibbles(packed + pair * 8, out + pair * 16);
       factors(unit, panel.factor.data() + b * 8, panel.factor_min.data() + b * 8);
     }
     return &panel;
@@ -574,7 +576,7 @@ struct Q6_KTiles : PanelView {
 // ql and qh in registers, as Q6_KStreams does per row (bytewise, so the regrouping does not change
 // the formula), and sign-extends the scales it needs: Q6_KTiles' arithmetic, with no panel.
 struct Q6_KRepackedTiles {
-  static constexpr int64_t kUnitCols = quant::q6_k_elems, kUnitBytes = 52 * 64;
+  static constexpr int64_t kUnitCols = quant::q6_k_elems, kUnitBytes = repacked::kQ6_KUnitBytes;
   static constexpr int kMaxTokens = 4;
   static constexpr int64_t kRepackedStreamUnits = 1;
   struct View {
@@ -591,7 +593,7 @@ struct Q6_KRepackedTiles {
       const uint8_t* block = rows + b * quant::q6_k_bytes;
       auto* out = reinterpret_cast<__m512i*>(group + b * kUnitBytes);
       for (int run = 0; run < 6; ++run) TransposeRows(block + 32 * run, offsets, out + 8 * run);  // ql, then qh
-      auto* words = reinterpret_cast<uint32_t*>(out + 48);
+      auto* words = reinterpret_cast<uint32_t*>(out + repacked::kQ6_KWords / 64);
       for (int r = 0; r < kTileRows; ++r) {
         for (int k = 0; k < 4; ++k) {
           std::memcpy(&words[k * kTileRows + r], block + offsets[r] + quant::q6_k_scales_offset + 4 * k, 4);
@@ -606,7 +608,7 @@ struct Q6_KRepackedTiles {
     const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
     const int64_t h = j / 4, part = j % 4;
     const __m512i a = _mm512_load_si512(unit + (2 * h + (part & 1)) * 8 + g);  // ql
-    const __m512i high = _mm512_load_si512(unit + 32 + h * 8 + g);            // qh
+    const __m512i high = _mm512_load_si512(unit + repacked::kQ6_KQh / 64 + h * 8 + g);
     const __m512i low = part < 2 ? _mm512_and_si512(a, low4) : _mm512_and_si512(_mm512_srli_epi16(a, 4), low4);
     const __m512i top = part == 0   ? _mm512_slli_epi16(high, 4)
                         : part == 1 ? _mm512_slli_epi16(high, 2)
@@ -617,7 +619,7 @@ struct Q6_KRepackedTiles {
 
   // Scale i of the unit's 16 rows (byte i % 4 of word i / 4), sign-extended.
   static HWY_INLINE SQUEEZEKV_VNNI __m512i scale(const __m512i* unit, int i) {
-    const __m512i word = _mm512_load_si512(unit + 48 + i / 4);
+    const __m512i word = _mm512_load_si512(unit + repacked::kQ6_KWords / 64 + i / 4);
     return _mm512_srai_epi32(_mm512_slli_epi32(word, 24 - 8 * (i % 4)), 24);
   }
 

@@ -7,17 +7,14 @@
 #include <string>
 
 #include "ops/quant_formats.h"
+#include "ops/repacked_layout.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/base/fp16.h"
 
 namespace squeezekv {
 namespace {
 
-// Per 16 rows: Q8_0 block codes (8 vectors) and fp16 d; Q4_K and Q6_K super-blocks (see the
-// tiles' header).
-constexpr size_t kQ8_0CodeBytes = 8 * 64, kQ8_0HalfBytes = 2 * kRepackedGroupRows;
-constexpr size_t kQ4_KUnitBytes = 32 * 64 + 64 + 3 * 64, kQ4_KHalves = 32 * 64, kQ4_KWords = kQ4_KHalves + 64;
-constexpr size_t kQ6_KUnitBytes = 52 * 64, kQ6_KWords = 48 * 64;
+using namespace repacked;
 
 // Block j of row `lane` of a Q8_0 group, as GGUF stores it (34 bytes).
 void q8_0_block(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, uint8_t* block) {

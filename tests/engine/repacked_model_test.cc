@@ -68,7 +68,7 @@ TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
     size_t expected = 0;
     for (int l = 0; l < spec.n_layers; ++l) {
       const LayerWeights& w = repacked.layer(l);
-      for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+      for (const WeightMatrix* m : w.matrices()) {
         EXPECT_EQ(m->repacked != nullptr, can_repack(*m));
         expected += can_repack(*m);
       }

@@ -4,6 +4,7 @@
 // `qwen2` (q/k/v biases, NeoX-style RoPE).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv;               // qwen2 biases, empty for llama
   WeightMatrix wq, wk, wv, wo;                 // [n_heads*hd, dim], [n_kv*hd, dim] x2, [dim, n_heads*hd]
   WeightMatrix w_gate, w_up, w_down;           // [ffn, dim] x2, [dim, ffn]
+
+  // The seven matrices, for code that treats them alike (repacking, byte counts).
+  std::array<const WeightMatrix*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
+  std::array<WeightMatrix*, 7> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };
 
 struct LoadOptions {
