@@ -8,7 +8,7 @@
 // independent instructions (AVX512-VNNI CPUs only), the ceiling of the prompt tiles.
 // kv/ and kivi/: one decode step's reads of one KV head at the 1B model's shape (4096 cached rows,
 // head_dim 64, a GQA group of 4 query heads; 1 for the latency-bound case): the key dots and the
-// weighted value sum over f16 rows (row_dots_group, rows_weighted_sum_group) next to the same over
+// weighted value sum over f16, q8_0 and q4_0 rows (row_dots_group, rows_weighted_sum_group) next to the same over
 // KIVI codes of 2 and 4 bits in groups of G = 32 (kivi_key_group_dots once per key group,
 // kivi_values_weighted_sum_group over every row). bytes_per_second counts the stored bytes read.
 #include <benchmark/benchmark.h>
@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/ops/kivi_rows.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/matmul.h"
@@ -123,31 +124,36 @@ std::vector<float> row_weights(size_t n_q) {
   return w;
 }
 
-void bm_f16_row_dots(benchmark::State& state, size_t n_q) {
-  std::vector<uint16_t> rows(kRows * kHeadDim);
-  store_rows(normal_floats(rows.size(), 3).data(), rows.data(), KVType::f16, rows.size(), kHeadDim);
+// kRows rows of `type` (f16, q8_0, q4_0), stored from normal floats.
+std::vector<std::byte> kv_rows_of(KVType type, uint32_t seed) {
+  std::vector<std::byte> rows(kRows * kv_row_bytes(type, kHeadDim));
+  store_rows(normal_floats(kRows * kHeadDim, seed).data(), rows.data(), type, kRows * kHeadDim, kHeadDim);
+  return rows;
+}
+
+void bm_kv_row_dots(benchmark::State& state, KVType type, size_t n_q) {
+  const std::vector<std::byte> rows = kv_rows_of(type, 3);
   const std::vector<float> q = normal_floats(n_q * kHeadDim, 5);
   std::vector<float> out(n_q * kRows);
   for (auto _ : state) {
-    row_dots_group(q.data(), n_q, kHeadDim, rows.data(), KVType::f16, kRows, kHeadDim, out.data(), kRows);
+    row_dots_group(q.data(), n_q, kHeadDim, rows.data(), type, kRows, kHeadDim, out.data(), kRows);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size() * 2));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size()));
 }
 
-void bm_f16_weighted_sum(benchmark::State& state, size_t n_q) {
-  std::vector<uint16_t> rows(kRows * kHeadDim);
-  store_rows(normal_floats(rows.size(), 4).data(), rows.data(), KVType::f16, rows.size(), kHeadDim);
+void bm_kv_weighted_sum(benchmark::State& state, KVType type, size_t n_q) {
+  const std::vector<std::byte> rows = kv_rows_of(type, 4);
   const std::vector<float> w = row_weights(n_q);
   std::vector<float> out(n_q * kHeadDim);
   for (auto _ : state) {
     std::fill(out.begin(), out.end(), 0.0f);
-    rows_weighted_sum_group(w.data(), n_q, kRows, rows.data(), KVType::f16, kRows, kHeadDim, out.data(), kHeadDim);
+    rows_weighted_sum_group(w.data(), n_q, kRows, rows.data(), type, kRows, kHeadDim, out.data(), kHeadDim);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size() * 2));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size()));
 }
 
 void bm_kivi_key_dots(benchmark::State& state, int bits, size_t n_q) {
@@ -279,9 +285,12 @@ const bool registered = [] {
   for (const size_t n_q : {size_t{1}, size_t{4}}) {
     const std::string shape = "/rows:" + std::to_string(kRows) + "/head_dim:" + std::to_string(kHeadDim) +
                               "/queries:" + std::to_string(n_q);
-    benchmark::RegisterBenchmark(("kv/row_dots_group/f16" + shape).c_str(), bm_f16_row_dots, n_q)->MinTime(0.2);
-    benchmark::RegisterBenchmark(("kv/rows_weighted_sum_group/f16" + shape).c_str(), bm_f16_weighted_sum, n_q)
-        ->MinTime(0.2);
+    for (const KVType type : {KVType::f16, KVType::q8_0, KVType::q4_0}) {
+      const std::string name = to_string(type) + shape;
+      benchmark::RegisterBenchmark(("kv/row_dots_group/" + name).c_str(), bm_kv_row_dots, type, n_q)->MinTime(0.2);
+      benchmark::RegisterBenchmark(("kv/rows_weighted_sum_group/" + name).c_str(), bm_kv_weighted_sum, type, n_q)
+          ->MinTime(0.2);
+    }
     for (const int bits : {2, 4}) {
       const std::string b = std::to_string(bits) + "bit";
       benchmark::RegisterBenchmark(("kivi/key_dots/" + b + shape).c_str(), bm_kivi_key_dots, bits, n_q)->MinTime(0.2);

@@ -74,11 +74,16 @@ void HeadStore::kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_
       }
     }
   }
-  // Rows in fp16 (open groups, pinned sinks): their own dots, over any group value.
-  for (int t = 0; t < key_tail_.size(); ++t) {
-    const int s = key_tail_.owner(t);
+  // Rows in fp16 (open groups, pinned sinks): the whole pool's dots in one call (a row's dot does
+  // not depend on its neighbours), each live row's then written over its slot's group value.
+  const auto n_tail = size_t(key_tail_.size());
+  if (n_tail == 0) return;
+  float* dots = scratch(n_q * n_tail);
+  row_dots_group(q, n_q, ld_q, key_tail_.row(0), KVType::f16, n_tail, hd, dots, n_tail);
+  for (size_t t = 0; t < n_tail; ++t) {
+    const int s = key_tail_.owner(int(t));
     if (s < 0 || size_t(s) >= n_rows) continue;
-    row_dots_group(q, n_q, ld_q, key_tail_.row(t), KVType::f16, 1, hd, out + size_t(s), ld);
+    for (size_t i = 0; i < n_q; ++i) out[i * ld + size_t(s)] = dots[i * n_tail + t];
   }
 }
 
@@ -135,11 +140,18 @@ void HeadStore::add_weighted_values(const float* w, size_t n_w, size_t ld_w, siz
   // nothing for them, and the fp16 pass adds their values.
   kivi_values_weighted_sum_group(w, n_w, ld_w, reinterpret_cast<const uint8_t*>(values_.data()), value_bits_,
                                  size_t(kivi_.group), hd, n_rows, out, ld_out);
-  for (int t = 0; t < value_tail_.size(); ++t) {
-    const int s = value_tail_.owner(t);
+  // The fp16 pool in one call: each pool row weighted by its slot's weights (free rows and rows
+  // past n_rows by 0, which the kernel skips), added in pool order as row by row would.
+  const auto n_tail = size_t(value_tail_.size());
+  if (n_tail == 0) return;
+  float* weights = scratch(n_w * n_tail);
+  std::fill(weights, weights + n_w * n_tail, 0.0f);
+  for (size_t t = 0; t < n_tail; ++t) {
+    const int s = value_tail_.owner(int(t));
     if (s < 0 || size_t(s) >= n_rows) continue;
-    rows_weighted_sum_group(w + s, n_w, ld_w, value_tail_.row(t), KVType::f16, 1, hd, out, ld_out);
+    for (size_t i = 0; i < n_w; ++i) weights[i * n_tail + t] = w[i * ld_w + size_t(s)];
   }
+  rows_weighted_sum_group(weights, n_w, n_tail, value_tail_.row(0), KVType::f16, n_tail, hd, out, ld_out);
 }
 
 void HeadStore::settle_kivi() {

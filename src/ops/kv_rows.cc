@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -37,6 +38,79 @@ HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
 }
 
 #include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
+
+// Dot products end in a horizontal sum of a vector's lanes; one per (row, query) costs more than
+// the row's multiply-adds. LaneSums adds up N vectors at once into the N lanes of one vector
+// (lane k = the sum of vector k's lanes): log2(N) levels, each pairing vectors by a blend, a
+// lane permutation and an add. Every lane's sum is the same balanced tree over its vector's lanes
+// in lane order ((v0 + v1) + (v2 + v3)) + ..., whichever vectors it is summed with, so a row's dot
+// does not depend on the rows beside it in a block.
+template <class D>
+struct LaneSums {
+  static constexpr size_t kLanes = hn::MaxLanes(D());
+  static constexpr size_t kLevels = kLanes >= 16 ? 4 : kLanes >= 8 ? 3 : kLanes >= 4 ? 2 : kLanes >= 2 ? 1 : 0;
+  hn::Mask<D> upper[4];             // lanes whose level bit is set
+  using Indices = decltype(hn::IndicesFromVec(D(), hn::Zero(hn::RebindToUnsigned<D>())));
+  Indices partner[4];               // lane i <- lane i ^ level bit
+
+  explicit LaneSums(D d) {
+    const hn::RebindToUnsigned<D> du;
+    const auto iota = hn::Iota(du, 0);
+    for (size_t k = 0; k < kLevels; ++k) {
+      const auto bit = hn::Set(du, uint32_t{1} << k);
+      upper[k] = hn::RebindMask(d, hn::TestBit(iota, bit));
+      partner[k] = hn::IndicesFromVec(d, hn::Xor(iota, bit));
+    }
+  }
+  // v[0..kLanes) in, destroyed; returns the vector of their lane sums.
+  HWY_INLINE hn::Vec<D> operator()(hn::Vec<D>* v) const {
+    // Unrolled whole, so that v stays in registers.
+#pragma GCC unroll 4
+    for (size_t k = 0; k < kLevels; ++k) {
+      const size_t count = kLanes >> k;
+#pragma GCC unroll 8
+      for (size_t i = 0; i < count / 2; ++i) {
+        const auto a = v[2 * i], b = v[2 * i + 1];
+        v[i] = hn::Add(hn::IfThenElse(upper[k], b, a), hn::TableLookupLanes(hn::IfThenElse(upper[k], a, b), partner[k]));
+      }
+    }
+    return v[0];
+  }
+};
+
+// f(r) for r < count: with a constant count (std::integral_constant), unrolled with r constant,
+// so that the code indexing registers by r keeps them in registers; else a plain loop.
+template <class Count, class F>
+HWY_INLINE void ForEachRow(Count count, const F& f) {
+  if constexpr (std::is_integral_v<Count>) {
+    for (size_t r = 0; r < count; ++r) f(r);
+  } else {
+    [&]<size_t... r>(std::index_sequence<r...>) { (f(std::integral_constant<size_t, r>()), ...); }
+    (std::make_index_sequence<Count::value>());
+  }
+}
+
+// Dots of G queries with every row, kLanes / G = R rows a block: block_dot(acc, j, count) adds
+// the lanes of query g's dot with row j + r to acc[g * R + r] for r < count; one LaneSums per block
+// then writes out[g * ld_out + j + r]. Full blocks pass count as a constant, so the row loop
+// unrolls and the accumulators stay in registers; the last, shorter block leaves the missing rows'
+// vectors zero.
+template <size_t G, class D, class BlockDot>
+HWY_INLINE void DotsInLaneBlocks(D d, size_t n_rows, float* out, size_t ld_out, const BlockDot& block_dot) {
+  constexpr size_t N = LaneSums<D>::kLanes, R = N / G;
+  static_assert(R >= 1, "a block holds at least one row per query");
+  const LaneSums<D> sums(d);
+  HWY_ALIGN float lanes[N];
+  for (size_t j = 0; j < n_rows; j += R) {
+    const size_t here = std::min(R, n_rows - j);
+    hn::Vec<D> acc[N];
+    for (size_t k = 0; k < N; ++k) acc[k] = hn::Zero(d);
+    if (here == R) block_dot(acc, j, std::integral_constant<size_t, R>());
+    else block_dot(acc, j, here);
+    hn::Store(sums(acc), d, lanes);
+    for (size_t g = 0; g < G; ++g) std::copy(lanes + g * R, lanes + g * R + here, out + g * ld_out + j);
+  }
+}
 
 // ---- Block formats (q8_0, q4_0), decoded in registers ----
 // A kernel over quantized rows walks each row block by block; a vector of N lanes never crosses a
@@ -68,41 +142,46 @@ HWY_INLINE void Q4Codes(D d, const uint8_t* p, hn::Vec<D>& lo, hn::Vec<D>& hi) {
   hi = hn::ConvertTo(d, hn::Sub(hn::ShiftRight<4>(b), eight));
 }
 
-// out[g * ld_out] = dot(q + g * ld_q, row) for g < G: per block, the codes' dot with the query
-// (one code vector serves the G queries), scaled once by the block's d.
-template <size_t G, class D>
-HWY_INLINE void QDotRow(D d, const float* q, size_t ld_q, const uint8_t* row, KVType type, size_t dim,
-                        size_t B, float* out, size_t ld_out) {
+// A block's fp16 scale d, broadcast (the target's f16 conversion: vcvtph2ps where it has F16C;
+// the same value as fp16_to_f32).
+template <class D>
+HWY_INLINE hn::Vec<D> BlockScale(D d, const uint8_t* blk) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  return hn::Set(d, hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(blk)))));
+}
+
+// acc[g * R + r] += the lanes of dot(q + g * ld_q, row r) for g < G, r < count (rows rb bytes
+// apart): block by block, each code vector decoded and scaled by its block's d once (as the scalar
+// twin dequantizes) serves the G queries.
+template <size_t G, size_t R, bool kQ8, class D, class Count>
+HWY_INLINE void QDotRows(D d, const float* q, size_t ld_q, const uint8_t* rows, size_t rb, Count count,
+                         size_t dim, size_t B, hn::Vec<D>* acc) {
   const size_t N = hn::Lanes(d);
-  const bool q8 = type == KVType::q8_0;
-  const size_t block_bytes = q8 ? 2 + B : 2 + B / 2;
+  const size_t block_bytes = kQ8 ? 2 + B : 2 + B / 2;
   const size_t half = B / 2;
-  hn::Vec<D> acc[G];
-  for (size_t g = 0; g < G; ++g) acc[g] = hn::Zero(d);
   for (size_t b = 0; b < dim / B; ++b) {
-    const uint8_t* blk = row + b * block_bytes;
     const float* qb = q + b * B;
-    hn::Vec<D> sub[G];
-    for (size_t g = 0; g < G; ++g) sub[g] = hn::Zero(d);
-    if (q8) {
-      for (size_t w = 0; w < B; w += N) {
-        const auto x = Q8Codes(d, blk + 2 + w);
-        for (size_t g = 0; g < G; ++g) sub[g] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w), x, sub[g]);
-      }
-    } else {
-      for (size_t w = 0; w < half; w += N) {
-        hn::Vec<D> lo, hi;
-        Q4Codes(d, blk + 2 + w, lo, hi);
-        for (size_t g = 0; g < G; ++g) {
-          sub[g] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w), lo, sub[g]);
-          sub[g] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w + half), hi, sub[g]);
+    ForEachRow(count, [&](auto r) {
+      const uint8_t* blk = rows + r * rb + b * block_bytes;
+      const auto scale = BlockScale(d, blk);
+      for (size_t w = 0; w < (kQ8 ? B : half); w += N) {
+        if constexpr (kQ8) {
+          const auto x = hn::Mul(Q8Codes(d, blk + 2 + w), scale);
+          for (size_t g = 0; g < G; ++g) acc[g * R + r] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w), x, acc[g * R + r]);
+        } else {
+          hn::Vec<D> lo, hi;
+          Q4Codes(d, blk + 2 + w, lo, hi);
+          lo = hn::Mul(lo, scale);
+          hi = hn::Mul(hi, scale);
+          for (size_t g = 0; g < G; ++g) {
+            acc[g * R + r] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w), lo, acc[g * R + r]);
+            acc[g * R + r] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w + half), hi, acc[g * R + r]);
+          }
         }
       }
-    }
-    const auto scale = hn::Set(d, kvq::block_scale(blk));
-    for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(scale, sub[g], acc[g]);
+    });
   }
-  for (size_t g = 0; g < G; ++g) out[g * ld_out] = hn::GetLane(hn::SumOfLanes(d, acc[g]));
 }
 
 template <class D>
@@ -112,79 +191,105 @@ void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* ro
   const auto* base = static_cast<const uint8_t*>(rows);
   InBlocksOfFour(n_q, [&](auto block, size_t g) {
     constexpr size_t G = decltype(block)::value;
-    for (size_t j = 0; j < n_rows; ++j) {
-      QDotRow<G>(d, q + g * ld_q, ld_q, base + j * rb, type, dim, B, out + g * ld_out + j, ld_out);
+    if constexpr (LaneSums<D>::kLanes >= 4) {
+      constexpr size_t R = LaneSums<D>::kLanes / G;
+      if (type == KVType::q8_0) {
+        DotsInLaneBlocks<G>(d, n_rows, out + g * ld_out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
+          QDotRows<G, R, true>(d, q + g * ld_q, ld_q, base + j * rb, rb, count, dim, B, acc);
+        });
+      } else {
+        DotsInLaneBlocks<G>(d, n_rows, out + g * ld_out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
+          QDotRows<G, R, false>(d, q + g * ld_q, ld_q, base + j * rb, rb, count, dim, B, acc);
+        });
+      }
+    } else {  // one or two lanes: a row at a time
+      for (size_t j = 0; j < n_rows; ++j) {
+        hn::Vec<D> acc[G];
+        for (size_t i = 0; i < G; ++i) acc[i] = hn::Zero(d);
+        const std::integral_constant<size_t, 1> one;
+        if (type == KVType::q8_0) QDotRows<G, 1, true>(d, q + g * ld_q, ld_q, base + j * rb, rb, one, dim, B, acc);
+        else QDotRows<G, 1, false>(d, q + g * ld_q, ld_q, base + j * rb, rb, one, dim, B, acc);
+        for (size_t i = 0; i < G; ++i) out[(g + i) * ld_out + j] = hn::GetLane(hn::SumOfLanes(d, acc[i]));
+      }
     }
   });
 }
 
-// out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j: per block and lane range the G
-// accumulators stay in registers over every row; a row's weight is folded into its block scale.
-template <size_t G, class D>
-HWY_INLINE void QWeightedSumPass(D d, const float* w, size_t ld_w, const void* rows, KVType type,
-                                 size_t n_rows, size_t dim, const float* scales, float* out, size_t ld_out) {
+// out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j over block b's elements of vectors
+// [v0, v0 + kVecs) (v0 even): their G x kVecs accumulators stay in registers over every row; each
+// code vector is scaled by its d once (as the scalar twin dequantizes) and serves the G queries.
+template <size_t G, size_t kVecs, class D>
+HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_t* base, size_t rb, KVType type,
+                                  size_t n_rows, size_t B, size_t b, size_t v0, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
-  const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
   const bool q8 = type == KVType::q8_0;
   const size_t block_bytes = q8 ? 2 + B : 2 + B / 2;
   const size_t half = B / 2;
-  const auto* base = static_cast<const uint8_t*>(rows);
-  auto all_zero = [&](size_t j) {
+  // Lane offsets of the block's kVecs vectors: q8_0 w = 0, N, ...; q4_0 the low nibbles' elements
+  // w then the high ones' w + half, per byte vector.
+  hn::Vec<D> acc[G][kVecs];
+  auto offset = [&](size_t v) { return q8 ? (v0 + v) * N : ((v0 + v) / 2) * N + (v % 2) * half; };
+  for (size_t g = 0; g < G; ++g) {
+    for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::LoadU(d, out + g * ld_out + b * B + offset(v));
+  }
+  for (size_t j = 0; j < n_rows; ++j) {
+    bool any = false;
+    for (size_t g = 0; g < G; ++g) any = any || w[g * ld_w + j] != 0.0f;
+    if (!any) continue;
+    const uint8_t* blk = base + j * rb + b * block_bytes;
+    const auto scale = BlockScale(d, blk);
+    hn::Vec<D> x[kVecs];
+    for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
+    for (size_t v = 0; v < kVecs; v += q8 ? 1 : 2) {
+      if (q8) {
+        x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
+      } else if constexpr (kVecs >= 2) {
+        Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
+        x[v] = hn::Mul(x[v], scale);
+        x[v + 1] = hn::Mul(x[v + 1], scale);
+      }
+    }
     for (size_t g = 0; g < G; ++g) {
-      if (w[g * ld_w + j] != 0.0f) return false;
+      const auto wg = hn::Set(d, w[g * ld_w + j]);
+      for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::MulAdd(wg, x[v], acc[g][v]);
     }
-    return true;
-  };
-  for (size_t b = 0; b < dim / B; ++b) {
-    const size_t width = q8 ? B : half;
-    for (size_t i = 0; i < width; i += N) {
-      const size_t e = b * B + i;
-      hn::Vec<D> lo[G], hi[G];
-      for (size_t g = 0; g < G; ++g) {
-        lo[g] = hn::LoadU(d, out + g * ld_out + e);
-        hi[g] = q8 ? hn::Zero(d) : hn::LoadU(d, out + g * ld_out + e + half);
-      }
-      for (size_t j = 0; j < n_rows; ++j) {
-        if (all_zero(j)) continue;
-        const uint8_t* blk = base + j * rb + b * block_bytes;
-        const float s = scales[j * (dim / B) + b];
-        if (q8) {
-          const auto x = Q8Codes(d, blk + 2 + i);
-          for (size_t g = 0; g < G; ++g) lo[g] = hn::MulAdd(hn::Set(d, w[g * ld_w + j] * s), x, lo[g]);
-        } else {
-          hn::Vec<D> xl, xh;
-          Q4Codes(d, blk + 2 + i, xl, xh);
-          for (size_t g = 0; g < G; ++g) {
-            const auto ws = hn::Set(d, w[g * ld_w + j] * s);
-            lo[g] = hn::MulAdd(ws, xl, lo[g]);
-            hi[g] = hn::MulAdd(ws, xh, hi[g]);
-          }
-        }
-      }
-      for (size_t g = 0; g < G; ++g) {
-        hn::StoreU(lo[g], d, out + g * ld_out + e);
-        if (!q8) hn::StoreU(hi[g], d, out + g * ld_out + e + half);
-      }
-    }
+  }
+  for (size_t g = 0; g < G; ++g) {
+    for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[g][v], d, out + g * ld_out + b * B + offset(v));
   }
 }
 
 template <class D>
 void QWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
                         size_t n_rows, size_t dim, float* out, size_t ld_out) {
-  // Every block's fp16 scale decoded once per call (the passes read each once per lane range).
-  // The buffer only grows (geometrically): no allocation per decode step once warm.
-  thread_local std::vector<float> scales;
-  const size_t B = kv_block_size(type, dim), nb = dim / B, rb = kv_row_bytes(type, dim);
-  const size_t block_bytes = type == KVType::q8_0 ? 2 + B : 2 + B / 2;
-  if (scales.size() < n_rows * nb) scales.resize(std::max(n_rows * nb, 2 * scales.size()));
+  const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
+  // Vectors per block: q8_0 B / N code vectors; q4_0 B / (2N) byte vectors, each two
+  // (WithQuantTag's lanes divide the block), in passes of at most 8 (a block of B = 32 with 16
+  // lanes: one pass of 2).
+  const size_t vecs = B / hn::Lanes(d);
   const auto* base = static_cast<const uint8_t*>(rows);
-  for (size_t j = 0; j < n_rows; ++j) {
-    for (size_t b = 0; b < nb; ++b) scales[j * nb + b] = kvq::block_scale(base + j * rb + b * block_bytes);
-  }
   InBlocksOfFour(n_w, [&](auto block, size_t g) {
-    QWeightedSumPass<decltype(block)::value>(d, w + g * ld_w, ld_w, rows, type, n_rows, dim, scales.data(),
-                                             out + g * ld_out, ld_out);
+    constexpr size_t G = decltype(block)::value;
+    const float* wg = w + g * ld_w;
+    float* og = out + g * ld_out;
+    for (size_t b = 0; b < dim / B; ++b) {
+      for (size_t v0 = 0; v0 < vecs;) {
+        const size_t left = vecs - v0;
+        if (left >= 8) {
+          QWeightedSumBlock<G, 8>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
+          v0 += 8;
+        } else if (left >= 4) {
+          QWeightedSumBlock<G, 4>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
+          v0 += 4;
+        } else if (left >= 2) {
+          QWeightedSumBlock<G, 2>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
+          v0 += 2;
+        } else {  // q8_0 only: q4_0's count is even
+          QWeightedSumBlock<G, 1>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
+          v0 += 1;
+        }
+      }
+    }
   });
 }
 
@@ -243,49 +348,15 @@ void LoadRows(const void* src, KVType type, float* dst, size_t n, size_t dim) {
   for (; i < n; ++i) dst[i] = LoadOne(src, type, i);
 }
 
-// Four rows per pass so each query vector load serves four dot products.
-template <class D>
-void RowDotsT(D d, const float* q, const void* rows, KVType type, size_t n_rows, size_t dim,
-              float* out) {
-  const size_t N = hn::Lanes(d);
-  const size_t vec_end = dim - dim % N;
-  size_t j = 0;
-  for (; j + 4 <= n_rows; j += 4) {
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-    for (size_t i = 0; i < vec_end; i += N) {
-      const auto qv = hn::LoadU(d, q + i);
-      a0 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 0) * dim + i), a0);
-      a1 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 1) * dim + i), a1);
-      a2 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 2) * dim + i), a2);
-      a3 = hn::MulAdd(qv, LoadRow(d, rows, type, (j + 3) * dim + i), a3);
-    }
-    float s[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)),
-                  hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
-    for (size_t i = vec_end; i < dim; ++i) {
-      for (size_t r = 0; r < 4; ++r) s[r] += q[i] * LoadOne(rows, type, (j + r) * dim + i);
-    }
-    std::copy(s, s + 4, out + j);
-  }
-  for (; j < n_rows; ++j) {
-    auto acc = hn::Zero(d);
-    for (size_t i = 0; i < vec_end; i += N) {
-      acc = hn::MulAdd(hn::LoadU(d, q + i), LoadRow(d, rows, type, j * dim + i), acc);
-    }
-    float s = hn::GetLane(hn::SumOfLanes(d, acc));
-    for (size_t i = vec_end; i < dim; ++i) s += q[i] * LoadOne(rows, type, j * dim + i);
-    out[j] = s;
-  }
-}
+void RowDotsGroup(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
+                  size_t n_rows, size_t dim, float* out, size_t ld_out);
 
 void RowDots(const float* q, const void* rows, KVType type, size_t n_rows, size_t dim,
              float* out) {
   if (kv_quantized(type)) {
     return WithQuantTag(type, dim, [&](auto dq) { QRowDotsGroupT(dq, q, 1, dim, rows, type, n_rows, dim, out, 1); });
   }
-  const hn::ScalableTag<float> d;
-  // Short rows (e.g. head_dim 8 on a 16-lane target) use narrower vectors instead of scalars.
-  if (dim < hn::Lanes(d)) return RowDotsT(hn::CappedTag<float, 8>(), q, rows, type, n_rows, dim, out);
-  RowDotsT(d, q, rows, type, n_rows, dim, out);
+  RowDotsGroup(q, 1, dim, rows, type, n_rows, dim, out, 1);  // one query: the group kernel's bits
 }
 
 template <class D>
@@ -320,11 +391,26 @@ void WeightedSum(const float* w, const void* rows, KVType type, size_t n_rows, s
   WeightedSumT(d, w, rows, type, n_rows, dim, out);
 }
 
-// Up to 4 queries per pass (4 accumulators, one row load); wider groups take several passes.
+// Up to 4 queries per pass (one row load serves them); wider groups take several passes. When the
+// lanes divide the row, blocks of rows end in one LaneSums instead of a horizontal sum per dot.
 template <size_t G, class D>
 HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* rows, KVType type,
                                  size_t n_rows, size_t dim, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
+  if constexpr (LaneSums<D>::kLanes >= 4) {
+    if (dim % N == 0) {
+      constexpr size_t R = LaneSums<D>::kLanes / G;
+      DotsInLaneBlocks<G>(d, n_rows, out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
+        for (size_t i = 0; i < dim; i += N) {
+          ForEachRow(count, [&](auto r) {
+            const auto row = LoadRow(d, rows, type, (j + r) * dim + i);
+            for (size_t g = 0; g < G; ++g) acc[g * R + r] = hn::MulAdd(hn::LoadU(d, q + g * ld_q + i), row, acc[g * R + r]);
+          });
+        }
+      });
+      return;
+    }
+  }
   const size_t vec_end = dim - dim % N;
   for (size_t j = 0; j < n_rows; ++j) {
     hn::Vec<D> acc[G];
@@ -532,19 +618,37 @@ void RowDotsRotated(const float* q, size_t n_q, size_t ld_q, const void* rows, K
 
 // x *= scale first (in the same pass as the maximum; scale 1 leaves every bit as it is).
 bool MaskedSoftmax(float* x, const uint8_t* mask, size_t n, float scale) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (size_t j = 0; j < n; ++j) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  // The mask's bytes as a lane mask (its N bytes widened).
+  auto kept = [&](size_t j) { return hn::RebindMask(d, hn::Ne(hn::PromoteTo(du, hn::LoadU(d8, mask + j)), hn::Zero(du))); };
+  // Scale and maximum in one pass (the maximum is exact in any order: the same bits as a scalar pass).
+  const auto vscale = hn::Set(d, scale);
+  auto vmax = hn::Set(d, -kInf);
+  size_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto v = hn::Mul(hn::LoadU(d, x + j), vscale);
+    hn::StoreU(v, d, x + j);
+    vmax = hn::IfThenElse(kept(j), hn::Max(v, vmax), vmax);  // (x86: a NaN v keeps vmax, as std::max)
+  }
+  float mx = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (; j < n; ++j) {
     x[j] *= scale;
     if (mask[j]) mx = std::max(mx, x[j]);
   }
-  if (mx == -std::numeric_limits<float>::infinity()) {
+  if (mx == -kInf) {
     std::fill(x, x + n, 0.0f);
     return false;
   }
-  for (size_t j = 0; j < n; ++j) x[j] = mask[j] ? x[j] - mx : -std::numeric_limits<float>::infinity();
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  size_t j = 0;
+  const auto vmx = hn::Set(d, mx), minus_inf = hn::Set(d, -kInf);
+  for (j = 0; j + N <= n; j += N) {
+    hn::StoreU(hn::IfThenElse(kept(j), hn::Sub(hn::LoadU(d, x + j), vmx), minus_inf), d, x + j);
+  }
+  for (; j < n; ++j) x[j] = mask[j] ? x[j] - mx : -kInf;
+  j = 0;
   auto acc = hn::Zero(d);
   // Exp of -inf is 0, so masked lanes drop out; the lower bound keeps Exp in its valid domain.
   const auto lo = hn::Set(d, -87.0f);

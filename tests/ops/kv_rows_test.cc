@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "hwy_targets.h"
+#include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/ops/model_ops.h"
 #include "test_util.h"
 
@@ -116,6 +118,40 @@ TEST(KVRows, GroupKernelsMatchTheScalarTwinsAndTheSingleKernels) {
       }
     }
   }
+}
+
+// A row's dot is the same bits whatever rows share its call and wherever it sits in the kernel's
+// blocks of rows (the engine relies on it: a batch's queries read prefixes of the rows, KIVI's fp16
+// rows are dotted in one call): every row format, every target, query groups of 1 to 5, calls that
+// start at rows 0 to 5 and single-row calls.
+TEST(KVRows, ARowsDotDoesNotDependOnItsNeighbours) {
+  testing::for_each_target([] {
+    for (KVType type : {KVType::f16, KVType::f32, KVType::q8_0, KVType::q4_0}) {
+      for (size_t dim : {8u, 32u, 64u, 96u, 128u}) {
+        const size_t rows = 37, rb = kv_row_bytes(type, dim);
+        std::vector<std::byte> keys(rows * rb);
+        store_rows(test::normal(rows * dim, dim + 5).data(), keys.data(), type, rows * dim, dim);
+        for (size_t n_q : {1u, 2u, 3u, 4u, 5u}) {
+          const auto q = test::normal(n_q * dim, n_q * 3 + dim);
+          std::vector<float> all(n_q * rows);
+          row_dots_group(q.data(), n_q, dim, keys.data(), type, rows, dim, all.data(), rows);
+          for (size_t first = 1; first <= 5; ++first) {
+            const size_t n = rows - first;
+            std::vector<float> part(n_q * n);
+            row_dots_group(q.data(), n_q, dim, keys.data() + first * rb, type, n, dim, part.data(), n);
+            for (size_t g = 0; g < n_q; ++g) {
+              for (size_t j = 0; j < n; ++j) ASSERT_EQ(part[g * n + j], all[g * rows + first + j]) << to_string(type);
+            }
+          }
+          for (size_t j = 0; j < rows; j += 7) {
+            std::vector<float> one(n_q);
+            row_dots_group(q.data(), n_q, dim, keys.data() + j * rb, type, 1, dim, one.data(), 1);
+            for (size_t g = 0; g < n_q; ++g) ASSERT_EQ(one[g], all[g * rows + j]) << to_string(type) << " row " << j;
+          }
+        }
+      }
+    }
+  });
 }
 
 TEST(KVRows, QueryBlockDotsMatchesTheScalarTwin) {
