@@ -1,13 +1,15 @@
 // A prompt chunk's attention in blocks (Engine::attention_in_blocks, see engine.h).
 //
-// Token by token, each query's logits are dots of one query with every key: a horizontal sum per
-// (query, key). In a chunk of many tokens, each KV head's keys are instead transposed once per
-// layer (f32 [head_dim, slots]), and a block of tokens' queries (their whole GQA groups, about 16
-// queries) goes through query_block_dots, a register-tiled product with one lane per key and no
-// horizontal sums, whose key columns stay in L1 across the block's queries. The softmax, the
-// weighted sum of values and the probabilities fed to the policy are then those of the token path.
-// The logits round differently from the token path's (another order of the same products), so a
-// chunk's results equal the token path's to float rounding, not to the bit.
+// Token by token, each query's logits are dots of one query with every key. In a chunk of many
+// tokens, a block of tokens' queries (their whole GQA groups) instead goes through
+// query_block_dots, a register-tiled product with one lane per key and no horizontal sums, whose
+// key columns stay in L1 across the block's queries. Float keys are transposed once per layer
+// (f32 [head_dim, slots] per KV head); quantized and KIVI keys, which are never decoded whole,
+// are decoded and transposed a tile of 64 rows at a time by each block (64 queries a block, so
+// that each decoded row serves many). The softmax, the weighted sum of values and the
+// probabilities fed to the policy are then those of the token path. The logits round differently
+// from the token path's (another order of the same products), so a chunk's results equal the
+// token path's to float rounding, not to the bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,29 +28,44 @@ constexpr int kMinBlockTokens = 16;
 constexpr size_t kBlockQueries = 16;
 constexpr size_t kMaxTransposedBytes = size_t(64) << 20;
 
+// Quantized keys (q8_0, q4_0, KIVI) are never decoded whole (the storage formats promise no
+// dequantized copy of the cache): each block decodes them a tile of kTileRows rows at a time into
+// its worker's scratch (hd x 64 floats, in L1), transposed, and runs its queries on the tile. A
+// block then holds more queries (kTiledQueries), so that each decoded row serves more of them;
+// its logits (queries x slots) are capped at kMaxTiledLogitBytes per worker.
+constexpr size_t kTileRows = 64;
+constexpr size_t kTiledQueries = 64;
+constexpr size_t kMaxTiledLogitBytes = size_t(16) << 20;
+
 }  // namespace
 
 bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
                                  bool feed, size_t probs_per_head) {
   const ModelConfig& c = model_.config();
   if (!prompt_blocks_ || n < kMinBlockTokens || max_slots == 0) return false;
-  // Quantized keys (q8_0, q4_0, KIVI) keep the token path: the transposed keys would be a
-  // dequantized copy of the cache, which the storage formats promise never to build.
-  if (!kv_float(layer.head(0).key_type())) return false;
+  // Float keys are transposed whole, once per layer; any other format a tile at a time per block
+  // (the caller keeps quantized keys turned back by ranks on the token path).
+  const bool tiled = !kv_float(layer.head(0).key_type());
+  if (tiled && any_rotated) return false;
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
   const auto n_kv = size_t(c.n_kv_heads);
   const size_t ld_kt = (size_t(max_slots) + 31) / 32 * 32;  // query_block_dots: a multiple of 32
-  if (n_kv * hd * ld_kt * sizeof(float) > kMaxTransposedBytes) return false;
   const size_t q_dim = size_t(c.n_heads) * hd;
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
-  if (keys_t_.size() < n_kv * hd * ld_kt) keys_t_.resize(n_kv * hd * ld_kt);
 
   // Per worker: block_tokens x group logit rows of ld_kt, as many masks of ld_kt bytes, then the
-  // block's queries and outputs (block_tokens x group x hd each), and one decoded key row set.
-  const size_t block_tokens = std::max<size_t>(1, kBlockQueries / group);
+  // block's queries and outputs (block_tokens x group x hd each), then the decoded keys: one
+  // layer's f16 keys widened (transposed path), or a tile and a row (tiled path).
+  const size_t block_tokens = std::clamp<size_t>((tiled ? kTiledQueries : kBlockQueries) / group, 1, kTiledQueries);
   const size_t rows = block_tokens * group;
-  const size_t need = rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd + size_t(max_slots) * hd;
+  if (tiled ? rows * ld_kt * sizeof(float) > kMaxTiledLogitBytes
+            : n_kv * hd * ld_kt * sizeof(float) > kMaxTransposedBytes) {
+    return false;
+  }
+  if (!tiled && keys_t_.size() < n_kv * hd * ld_kt) keys_t_.resize(n_kv * hd * ld_kt);
+  const size_t keys_at = rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
+  const size_t need = keys_at + (tiled ? (kTileRows + 1) * hd : size_t(max_slots) * hd);
   for (auto& s : scratch_) {
     if (s.size() < need) s.resize(need);
   }
@@ -65,7 +82,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
     } else if (head.key_type() == KVType::f32) {
       keys = static_cast<const float*>(head.keys());
     } else {
-      float* decoded = scratch_[worker].data() + rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
+      float* decoded = scratch_[worker].data() + keys_at;
       head.load_keys(n_slots, decoded);
       keys = decoded;
     }
@@ -81,11 +98,36 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       for (size_t d = 0; d < hd; ++d) kt[d * ld_kt + slot] = patch[d];
     }
   };
-  if (pool_ != nullptr && n_kv > 1) {
+  if (tiled) {
+    // nothing to prepare: each block decodes its tiles
+  } else if (pool_ != nullptr && n_kv > 1) {
     pool_->parallel_for(n_kv, transpose);
   } else {
     for (size_t g = 0; g < n_kv; ++g) transpose(g, 0);
   }
+
+  // Logit columns [0, hi) of the block's queries from head g's keys decoded kTileRows at a time
+  // (as the token path reads them: the clamped rows' keys patched in); padding columns zeroed.
+  auto tiled_dots = [&](size_t g, const float* queries, size_t n_queries, size_t hi, float* logits, size_t worker) {
+    const HeadStore& head = layer.head(int(g));
+    float* tile = scratch_[worker].data() + keys_at;
+    float* row = tile + kTileRows * hd;
+    for (size_t first = 0; first < hi; first += kTileRows) {
+      const size_t cols = std::min(kTileRows, hi - first);
+      for (size_t j = 0; j < cols; ++j) {
+        head.load_key(int(first + j), row);
+        for (size_t d = 0; d < hd; ++d) tile[d * kTileRows + j] = row[d];
+      }
+      for (size_t d = 0; cols < kTileRows && d < hd; ++d) std::fill(tile + d * kTileRows + cols, tile + (d + 1) * kTileRows, 0.0f);
+      for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
+        const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);
+        if (slot < first || slot >= first + cols) continue;
+        const float* patch = clamp_keys_.data() + (g * clamp_stride_ + j) * hd;
+        for (size_t d = 0; d < hd; ++d) tile[d * kTileRows + (slot - first)] = patch[d];
+      }
+      query_block_dots(queries, n_queries, hd, tile, kTileRows, cols, hd, logits + first, ld_kt);
+    }
+  };
 
   const size_t n_blocks = (size_t(n) + block_tokens - 1) / block_tokens;
   auto task = [&](size_t index, size_t worker) {
@@ -98,7 +140,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
     auto* masks = reinterpret_cast<uint8_t*>(logits + rows * ld_kt);
     float* queries = logits + rows * ld_kt + block_tokens * ld_kt / 4;
     float* outs = queries + rows * hd;
-    int his[kBlockQueries];
+    int his[kTiledQueries];
     int hi_max = 0;
     for (size_t i = 0; i < bt; ++i) {
       const int64_t query_pos = pos0 + int64_t(t0 + i);
@@ -113,8 +155,12 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       const float* q = q_.data() + size_t(row0) * q_dim + (t0 + i) * q_dim + g * group * hd;
       std::memcpy(queries + i * group * hd, q, group * hd * sizeof(float));
     }
-    query_block_dots(queries, bt * group, hd, keys_t_.data() + g * hd * ld_kt, ld_kt, size_t(hi_max), hd, logits,
-                     ld_kt);
+    if (tiled) {
+      tiled_dots(g, queries, bt * group, size_t(hi_max), logits, worker);
+    } else {
+      query_block_dots(queries, bt * group, hd, keys_t_.data() + g * hd * ld_kt, ld_kt, size_t(hi_max), hd, logits,
+                       ld_kt);
+    }
     for (size_t i = 0; i < bt; ++i) {
       for (size_t h = 0; h < group; ++h) {
         float* row = logits + (i * group + h) * ld_kt;

@@ -87,9 +87,11 @@ class Engine {
   // clamped_at >= 0 (PositionRule::span): rows at positions <= clamped_at, turned to position 0
   // in the cache, are read at position clamped_at.
   void attention(LayerCache& cache, int row0, int n, int64_t pos0, bool ranks, int64_t clamped_at);
-  // A prompt chunk's attention in blocks (prompt_attention.cc): each head's keys transposed once
-  // per layer, then a block of tokens' queries against them as one register-tiled product.
-  // False (nothing done) when the chunk is too short or the transposed keys would be too large.
+  // A prompt chunk's attention in blocks (prompt_attention.cc): each head's float keys transposed
+  // once per layer (quantized and KIVI keys a 64-row tile at a time per block), then a block of
+  // tokens' queries against them as one register-tiled product. False (nothing done) when the
+  // chunk is too short, the transposed keys or a block's logits would be too large, or quantized
+  // keys are turned back by ranks (the fused token path turns them).
   bool attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
                            bool feed, size_t probs_per_head);
   // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads: token
