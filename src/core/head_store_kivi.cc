@@ -54,6 +54,43 @@ void HeadStore::load_keys(size_t n_rows, float* out) const {
   for (size_t s = 0; s < n_rows; ++s) load_key(int(s), out + s * hd);
 }
 
+void HeadStore::load_keys_transposed(int first, int count, float* out, size_t ld) const {
+  const auto hd = size_t(head_dim_);
+  float* row = scratch(hd);
+  auto put_row = [&](int j) {
+    for (size_t d = 0; d < hd; ++d) out[d * ld + size_t(j)] = row[d];
+  };
+  if (key_bits_ == 0) {
+    for (int j = 0; j < count; ++j) {
+      load_key(first + j, row);
+      put_row(j);
+    }
+    return;
+  }
+  // KIVI: each quantized group's part in one channel-by-channel decode, then the rows held in
+  // fp16 (and the free slots of open groups, zeros) over it, as load_key reads them.
+  const int G = kivi_.group;
+  for (int j = 0; j < count;) {
+    const int s = first + j, g = s / G;
+    const int run = std::min(count - j, (g + 1) * G - s);
+    if (group_quantized_[size_t(g)]) {
+      const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes();
+      kivi_load_keys_transposed(group, key_bits_, size_t(G), hd, size_t(s - g * G), size_t(run), out + j, ld);
+      for (int i = 0; i < run; ++i) {
+        if (key_tail_of_[size_t(s + i)] < 0) continue;
+        key_tail_.load(key_tail_of_[size_t(s + i)], row);
+        put_row(j + i);
+      }
+    } else {
+      for (int i = 0; i < run; ++i) {
+        load_key(s + i, row);
+        put_row(j + i);
+      }
+    }
+    j += run;
+  }
+}
+
 void HeadStore::kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_rows, float* out,
                               size_t ld) const {
   const auto hd = size_t(head_dim_);

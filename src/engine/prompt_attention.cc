@@ -65,7 +65,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   }
   if (!tiled && keys_t_.size() < n_kv * hd * ld_kt) keys_t_.resize(n_kv * hd * ld_kt);
   const size_t keys_at = rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
-  const size_t need = keys_at + (tiled ? (kTileRows + 1) * hd : size_t(max_slots) * hd);
+  const size_t need = keys_at + (tiled ? kTileRows * hd : size_t(max_slots) * hd);
   for (auto& s : scratch_) {
     if (s.size() < need) s.resize(need);
   }
@@ -111,13 +111,9 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   auto tiled_dots = [&](size_t g, const float* queries, size_t n_queries, size_t hi, float* logits, size_t worker) {
     const HeadStore& head = layer.head(int(g));
     float* tile = scratch_[worker].data() + keys_at;
-    float* row = tile + kTileRows * hd;
     for (size_t first = 0; first < hi; first += kTileRows) {
       const size_t cols = std::min(kTileRows, hi - first);
-      for (size_t j = 0; j < cols; ++j) {
-        head.load_key(int(first + j), row);
-        for (size_t d = 0; d < hd; ++d) tile[d * kTileRows + j] = row[d];
-      }
+      head.load_keys_transposed(int(first), int(cols), tile, kTileRows);
       for (size_t d = 0; cols < kTileRows && d < hd; ++d) std::fill(tile + d * kTileRows + cols, tile + (d + 1) * kTileRows, 0.0f);
       for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
         const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);

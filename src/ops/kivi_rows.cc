@@ -670,6 +670,16 @@ void kivi_load_key(const uint8_t* key_group, int bits, size_t group, size_t head
   }
 }
 
+void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
+                               size_t count, float* out, size_t ld) {
+  const size_t nb = group * size_t(bits) / 8;
+  const uint8_t* runs = key_group + 4 * head_dim;
+  for (size_t d = 0; d < head_dim; ++d) {
+    const float m = kivi::half_at(key_group + 2 * d), s = kivi::half_at(key_group + 2 * (head_dim + d));
+    for (size_t j = 0; j < count; ++j) out[d * ld + j] = m + s * float(kivi::code_at(runs + d * nb, nb, bits, first + j));
+  }
+}
+
 void kivi_quantize_value_row(const float* x, int bits, size_t group, size_t head_dim, uint8_t* dst) {
   if (head_dim == 0) return;
   const size_t gv = kivi_value_group(group, head_dim), nb = gv * size_t(bits) / 8;

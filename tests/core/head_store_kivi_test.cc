@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "squeezekv/core/head_store.h"
+#include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/ops/kivi_rows.h"
 #include "test_util.h"
 
@@ -146,6 +147,34 @@ TEST(HeadStoreKivi, Fp16SinksNeverLeaveFp16) {
   // first holding the sinks in fp16 beside its codes) are quantized; the sinks and slots 48-49 stay.
   EXPECT_EQ(f.head.fp16_values(), 3 + kResidual);
   EXPECT_EQ(f.head.fp16_keys(), 3 + 50 % kGroup);
+}
+
+// load_keys_transposed (the prompt's tiles) reads every slot as load_key does, bit for bit: quantized
+// groups with held rows, fp16 sinks inside a quantized group, open groups with free slots, and
+// ranges that start and end inside groups; and a row format (q8_0) as well.
+TEST(HeadStoreKivi, TransposedKeysEqualLoadKey) {
+  for (const KVType k : {KVType::kivi2, KVType::kivi4, KVType::q8_0}) {
+    Feed f(k, KVType::f16, 2);
+    f.add(45, 31);
+    f.head.evict(5);
+    f.head.evict(40);
+    f.head.evict(43);
+    f.head.apply_evictions();
+    f.add(1, 32);
+    const int n = f.head.n_slots();
+    std::vector<float> key(kDim);
+    for (const auto& [first, count] : {std::pair{0, n}, std::pair{3, 11}, std::pair{13, n - 13}, std::pair{n - 1, 1}}) {
+      const size_t ld = size_t(count) + 3;
+      std::vector<float> tile(kDim * ld, -7.0f);
+      f.head.load_keys_transposed(first, count, tile.data(), ld);
+      for (int j = 0; j < count; ++j) {
+        f.head.load_key(first + j, key.data());
+        for (size_t d = 0; d < kDim; ++d) {
+          ASSERT_EQ(tile[d * ld + size_t(j)], key[d]) << to_string(k) << " slot " << first + j << " channel " << d;
+        }
+      }
+    }
+  }
 }
 
 // The readers equal decoding every row and running the f32 kernels on them.

@@ -93,6 +93,9 @@ class HeadStore {
                            size_t ld_out) const;
   // Keys of slots [0, n_rows) as f32 [n_rows, head_dim] (the prompt's blocked attention).
   void load_keys(size_t n_rows, float* out) const;
+  // Keys of slots [first, first + count) transposed: out[d * ld + j] = channel d of slot first + j
+  // (KIVI groups decoded channel by channel; the prompt's tiles of quantized keys).
+  void load_keys_transposed(int first, int count, float* out, size_t ld) const;
   // Row formats only (not KIVI): the slot array of keys / values as the row kernels read it.
   const void* keys() const { return keys_.data(); }
   const void* values() const { return values_.data(); }

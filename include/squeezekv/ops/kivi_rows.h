@@ -47,6 +47,10 @@ void kivi_quantize_key_group(const float* rows, size_t ld, const uint8_t* includ
 // Row j of a key group decoded (f32 [head_dim]).
 void kivi_load_key(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t j,
                    float* out);
+// Rows [first, first + count) of a key group decoded channel by channel, transposed: out[d * ld +
+// j] = channel d of row first + j (the same values as kivi_load_key).
+void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
+                               size_t count, float* out, size_t ld);
 
 void kivi_quantize_value_row(const float* x, int bits, size_t group, size_t head_dim, uint8_t* dst);
 void kivi_load_value_row(const uint8_t* row, int bits, size_t group, size_t head_dim, float* out);
