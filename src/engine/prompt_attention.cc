@@ -56,7 +56,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
 
   // Per worker: block_tokens x group logit rows of ld_kt, as many masks of ld_kt bytes, then the
   // block's queries and outputs (block_tokens x group x hd each), then the decoded keys: one
-  // layer's f16 keys widened (transposed path), or a tile and a row (tiled path).
+  // layer's f16 keys widened (transposed path), or one tile (tiled path).
   const size_t block_tokens = std::clamp<size_t>((tiled ? kTiledQueries : kBlockQueries) / group, 1, kTiledQueries);
   const size_t rows = block_tokens * group;
   if (tiled ? rows * ld_kt * sizeof(float) > kMaxTiledLogitBytes
@@ -69,6 +69,17 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   for (auto& s : scratch_) {
     if (s.size() < need) s.resize(need);
   }
+
+  // Columns [first, first + cols) of head g's transposed keys (column j at kt + j - first, rows ld
+  // apart): the span rule's clamped rows read through their patch keys, as in the token path.
+  auto patch_clamped = [&](size_t g, float* kt, size_t ld, size_t first, size_t cols) {
+    for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
+      const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);
+      if (slot < first || slot >= first + cols) continue;
+      const float* patch = clamp_keys_.data() + (g * clamp_stride_ + j) * hd;
+      for (size_t d = 0; d < hd; ++d) kt[d * ld + (slot - first)] = patch[d];
+    }
+  };
 
   // Each head's keys, as the token path reads them (turned back to their ranks, or as stored with
   // the clamped rows' keys patched in), transposed; padding columns zeroed. f32 keys (and turned
@@ -92,17 +103,11 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       for (size_t s = 0; s < n_slots; ++s) col[s] = keys[s * hd + d];
       std::fill(col + n_slots, col + ld_kt, 0.0f);
     }
-    for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
-      const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);
-      const float* patch = clamp_keys_.data() + (g * clamp_stride_ + j) * hd;
-      for (size_t d = 0; d < hd; ++d) kt[d * ld_kt + slot] = patch[d];
-    }
+    patch_clamped(g, kt, ld_kt, 0, n_slots);
   };
-  if (tiled) {
-    // nothing to prepare: each block decodes its tiles
-  } else if (pool_ != nullptr && n_kv > 1) {
+  if (!tiled && pool_ != nullptr && n_kv > 1) {
     pool_->parallel_for(n_kv, transpose);
-  } else {
+  } else if (!tiled) {
     for (size_t g = 0; g < n_kv; ++g) transpose(g, 0);
   }
 
@@ -115,12 +120,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       const size_t cols = std::min(kTileRows, hi - first);
       head.load_keys_transposed(int(first), int(cols), tile, kTileRows);
       for (size_t d = 0; cols < kTileRows && d < hd; ++d) std::fill(tile + d * kTileRows + cols, tile + (d + 1) * kTileRows, 0.0f);
-      for (size_t j = 0; clamp_stride_ > 0 && j < clamp_counts_[g]; ++j) {
-        const auto slot = size_t(clamp_slots_[g * clamp_stride_ + j]);
-        if (slot < first || slot >= first + cols) continue;
-        const float* patch = clamp_keys_.data() + (g * clamp_stride_ + j) * hd;
-        for (size_t d = 0; d < hd; ++d) tile[d * kTileRows + (slot - first)] = patch[d];
-      }
+      patch_clamped(g, tile, kTileRows, first, cols);
       query_block_dots(queries, n_queries, hd, tile, kTileRows, cols, hd, logits + first, ld_kt);
     }
   };
