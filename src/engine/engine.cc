@@ -431,8 +431,8 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     head.add_weighted_values(logits, group, ld, size_t(hi), out, hd);
     if (feed) feed_probs(g, t, logits, ld, hi, n_slots, probs_per_head);
   };
-  const bool blocks = !(most_shift > 0 && fused_turn) &&
-                      attention_in_blocks(layer, row0, n, pos0, max_slots, most_shift > 0, feed, probs_per_head);
+  // (attention_in_blocks leaves quantized keys turned back by ranks to the fused token path)
+  const bool blocks = attention_in_blocks(layer, row0, n, pos0, max_slots, most_shift > 0, feed, probs_per_head);
   if (!blocks) {
     const size_t n_tasks = size_t(c.n_kv_heads) * size_t(n);
     const int64_t work = int64_t(c.n_heads) * n * max_slots * c.head_dim;

@@ -151,6 +151,14 @@ HWY_INLINE hn::Vec<D> BlockScale(D d, const uint8_t* blk) {
   return hn::Set(d, hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(blk)))));
 }
 
+// f(std::true_type) for q8_0, f(std::false_type) for q4_0: the block format fixed at compile time
+// in the kernels' inner loops.
+template <class F>
+HWY_INLINE void WithQ8(KVType type, const F& f) {
+  if (type == KVType::q8_0) f(std::true_type());
+  else f(std::false_type());
+}
+
 // acc[g * R + r] += the lanes of dot(q + g * ld_q, row r) for g < G, r < count (rows rb bytes
 // apart): block by block, each code vector decoded and scaled by its block's d once (as the scalar
 // twin dequantizes) serves the G queries.
@@ -191,44 +199,38 @@ void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* ro
   const auto* base = static_cast<const uint8_t*>(rows);
   InBlocksOfFour(n_q, [&](auto block, size_t g) {
     constexpr size_t G = decltype(block)::value;
-    if constexpr (LaneSums<D>::kLanes >= 4) {
-      constexpr size_t R = LaneSums<D>::kLanes / G;
-      if (type == KVType::q8_0) {
+    WithQ8(type, [&](auto q8) {
+      constexpr bool kQ8 = decltype(q8)::value;
+      if constexpr (LaneSums<D>::kLanes >= 4) {
+        constexpr size_t R = LaneSums<D>::kLanes / G;
         DotsInLaneBlocks<G>(d, n_rows, out + g * ld_out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
-          QDotRows<G, R, true>(d, q + g * ld_q, ld_q, base + j * rb, rb, count, dim, B, acc);
+          QDotRows<G, R, kQ8>(d, q + g * ld_q, ld_q, base + j * rb, rb, count, dim, B, acc);
         });
-      } else {
-        DotsInLaneBlocks<G>(d, n_rows, out + g * ld_out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
-          QDotRows<G, R, false>(d, q + g * ld_q, ld_q, base + j * rb, rb, count, dim, B, acc);
-        });
+      } else {  // one or two lanes: a row at a time
+        for (size_t j = 0; j < n_rows; ++j) {
+          hn::Vec<D> acc[G];
+          for (size_t i = 0; i < G; ++i) acc[i] = hn::Zero(d);
+          QDotRows<G, 1, kQ8>(d, q + g * ld_q, ld_q, base + j * rb, rb, std::integral_constant<size_t, 1>(), dim, B, acc);
+          for (size_t i = 0; i < G; ++i) out[(g + i) * ld_out + j] = hn::GetLane(hn::SumOfLanes(d, acc[i]));
+        }
       }
-    } else {  // one or two lanes: a row at a time
-      for (size_t j = 0; j < n_rows; ++j) {
-        hn::Vec<D> acc[G];
-        for (size_t i = 0; i < G; ++i) acc[i] = hn::Zero(d);
-        const std::integral_constant<size_t, 1> one;
-        if (type == KVType::q8_0) QDotRows<G, 1, true>(d, q + g * ld_q, ld_q, base + j * rb, rb, one, dim, B, acc);
-        else QDotRows<G, 1, false>(d, q + g * ld_q, ld_q, base + j * rb, rb, one, dim, B, acc);
-        for (size_t i = 0; i < G; ++i) out[(g + i) * ld_out + j] = hn::GetLane(hn::SumOfLanes(d, acc[i]));
-      }
-    }
+    });
   });
 }
 
 // out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j over block b's elements of vectors
 // [v0, v0 + kVecs) (v0 even): their G x kVecs accumulators stay in registers over every row; each
 // code vector is scaled by its d once (as the scalar twin dequantizes) and serves the G queries.
-template <size_t G, size_t kVecs, class D>
-HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_t* base, size_t rb, KVType type,
-                                  size_t n_rows, size_t B, size_t b, size_t v0, float* out, size_t ld_out) {
+template <size_t G, size_t kVecs, bool kQ8, class D>
+HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_t* base, size_t rb, size_t n_rows,
+                                  size_t B, size_t b, size_t v0, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
-  const bool q8 = type == KVType::q8_0;
-  const size_t block_bytes = q8 ? 2 + B : 2 + B / 2;
+  const size_t block_bytes = kQ8 ? 2 + B : 2 + B / 2;
   const size_t half = B / 2;
   // Lane offsets of the block's kVecs vectors: q8_0 w = 0, N, ...; q4_0 the low nibbles' elements
   // w then the high ones' w + half, per byte vector.
   hn::Vec<D> acc[G][kVecs];
-  auto offset = [&](size_t v) { return q8 ? (v0 + v) * N : ((v0 + v) / 2) * N + (v % 2) * half; };
+  auto offset = [&](size_t v) { return kQ8 ? (v0 + v) * N : ((v0 + v) / 2) * N + (v % 2) * half; };
   for (size_t g = 0; g < G; ++g) {
     for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::LoadU(d, out + g * ld_out + b * B + offset(v));
   }
@@ -240,8 +242,8 @@ HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_
     const auto scale = BlockScale(d, blk);
     hn::Vec<D> x[kVecs];
     for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
-    for (size_t v = 0; v < kVecs; v += q8 ? 1 : 2) {
-      if (q8) {
+    for (size_t v = 0; v < kVecs; v += kQ8 ? 1 : 2) {
+      if constexpr (kQ8) {
         x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
       } else if constexpr (kVecs >= 2) {
         Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
@@ -272,24 +274,27 @@ void QWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void
     constexpr size_t G = decltype(block)::value;
     const float* wg = w + g * ld_w;
     float* og = out + g * ld_out;
-    for (size_t b = 0; b < dim / B; ++b) {
-      for (size_t v0 = 0; v0 < vecs;) {
-        const size_t left = vecs - v0;
-        if (left >= 8) {
-          QWeightedSumBlock<G, 8>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
-          v0 += 8;
-        } else if (left >= 4) {
-          QWeightedSumBlock<G, 4>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
-          v0 += 4;
-        } else if (left >= 2) {
-          QWeightedSumBlock<G, 2>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
-          v0 += 2;
-        } else {  // q8_0 only: q4_0's count is even
-          QWeightedSumBlock<G, 1>(d, wg, ld_w, base, rb, type, n_rows, B, b, v0, og, ld_out);
-          v0 += 1;
+    WithQ8(type, [&](auto q8) {
+      constexpr bool kQ8 = decltype(q8)::value;
+      for (size_t b = 0; b < dim / B; ++b) {
+        for (size_t v0 = 0; v0 < vecs;) {
+          const size_t left = vecs - v0;
+          if (left >= 8) {
+            QWeightedSumBlock<G, 8, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            v0 += 8;
+          } else if (left >= 4) {
+            QWeightedSumBlock<G, 4, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            v0 += 4;
+          } else if (left >= 2) {
+            QWeightedSumBlock<G, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            v0 += 2;
+          } else {  // q8_0 only: q4_0's count is even
+            QWeightedSumBlock<G, 1, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            v0 += 1;
+          }
         }
       }
-    }
+    });
   });
 }
 
