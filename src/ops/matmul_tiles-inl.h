@@ -452,23 +452,46 @@ struct Q4_KRepackedTiles {
       factors(unit, factor, factor_min);
       const auto* packed = reinterpret_cast<const __m512i*>(unit);
       const int64_t first = x0 + b * 8;  // the activation block of sub-block 0
-      auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-        __m512i s[T];
-        for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
-        const int64_t column = (first + j) * 32;
-        for (int g = 0; g < 8; ++g) {
-          const __m512i v = _mm512_load_si512(packed + (j / 2) * 8 + g);
-          const __m512i wg = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low4) : _mm512_and_si512(v, low4);
-          for (int k = 0; k < T; ++k) s[k] = _mm512_dpbusd_epi32(s[k], wg, Broadcast32(x[k].q8 + column + 4 * g));
-        }
-        for (int k = 0; k < T; ++k) {
-          p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(factor[j], _mm512_set1_ps(x[k].scale[first + j])));
-        }
+      // A sub-block's product: its integer dot times d * scale times the token's block scale.
+      auto scaled = [&](__m512i dot, int64_t j, int k) SQUEEZEKV_VNNI_LAMBDA {
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(factor[j], _mm512_set1_ps(x[k].scale[first + j])));
       };
+      if constexpr (T == 1) {
+        // One token (a decode step): each packed vector is loaded once and feeds both of its
+        // sub-blocks, where the general tile loads it once per nibble. Integer sums are exact in
+        // any order, and the products and their tree are the general tile's, so the bits are too.
+        // Unrolled so that the 8 accumulators stay in registers.
+        __m512i s[8];
+        for (int j = 0; j < 8; ++j) s[j] = _mm512_setzero_si512();
+        const int8_t* xq = x[0].q8 + first * 32;
+#pragma GCC unroll 4
+        for (int pair = 0; pair < 4; ++pair) {
+#pragma GCC unroll 8
+          for (int g = 0; g < 8; ++g) {
+            const __m512i v = _mm512_load_si512(packed + pair * 8 + g);
+            s[2 * pair] = _mm512_dpbusd_epi32(s[2 * pair], _mm512_and_si512(v, low4), Broadcast32(xq + 64 * pair + 4 * g));
+            s[2 * pair + 1] = _mm512_dpbusd_epi32(s[2 * pair + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4),
+                                                  Broadcast32(xq + 64 * pair + 32 + 4 * g));
+          }
+        }
+        AddTreeOf8<1>([&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { p[0] = scaled(s[j], j, 0); }, 0, a0);
+      } else {
+        auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+          __m512i s[T];
+          for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
+          const int64_t column = (first + j) * 32;
+          for (int g = 0; g < 8; ++g) {
+            const __m512i v = _mm512_load_si512(packed + (j / 2) * 8 + g);
+            const __m512i wg = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low4) : _mm512_and_si512(v, low4);
+            for (int k = 0; k < T; ++k) s[k] = _mm512_dpbusd_epi32(s[k], wg, Broadcast32(x[k].q8 + column + 4 * g));
+          }
+          for (int k = 0; k < T; ++k) p[k] = scaled(s[k], j, k);
+        };
+        AddTreeOf8<T>(product, 0, a0);
+      }
       auto min_product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
         for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(factor_min[j], _mm512_set1_ps(x[k].scaled_sum[first + j]));
       };
-      AddTreeOf8<T>(product, 0, a0);
       AddTreeOf8<T>(min_product, 0, a1);
     }
   }
@@ -603,18 +626,17 @@ struct Q6_KRepackedTiles {
     }
   }
 
-  // Vector g of x block j (elements 32j..32j + 31) of a unit: Q6_KStreams' stream j, regrouped.
-  static HWY_INLINE SQUEEZEKV_VNNI __m512i values(const __m512i* unit, int64_t j, int g) {
+  // Vector g of x blocks 4h..4h + 3 (elements 32j..32j + 31 of x block j) of a unit: Q6_KStreams'
+  // streams 4h..4h + 3, regrouped, from one load of each ql and qh vector.
+  static HWY_INLINE SQUEEZEKV_VNNI void values4(const __m512i* unit, int h, int g, __m512i* out) {
     const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
-    const int64_t h = j / 4, part = j % 4;
-    const __m512i a = _mm512_load_si512(unit + (2 * h + (part & 1)) * 8 + g);  // ql
+    const __m512i a = _mm512_load_si512(unit + 2 * h * 8 + g), c = _mm512_load_si512(unit + (2 * h + 1) * 8 + g);
     const __m512i high = _mm512_load_si512(unit + repacked::kQ6_KQh / 64 + h * 8 + g);
-    const __m512i low = part < 2 ? _mm512_and_si512(a, low4) : _mm512_and_si512(_mm512_srli_epi16(a, 4), low4);
-    const __m512i top = part == 0   ? _mm512_slli_epi16(high, 4)
-                        : part == 1 ? _mm512_slli_epi16(high, 2)
-                        : part == 2 ? high
-                                    : _mm512_srli_epi16(high, 2);
-    return _mm512_or_si512(low, _mm512_and_si512(top, bits45));
+    out[0] = _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi16(high, 4), bits45));
+    out[1] = _mm512_or_si512(_mm512_and_si512(c, low4), _mm512_and_si512(_mm512_slli_epi16(high, 2), bits45));
+    out[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), low4), _mm512_and_si512(high, bits45));
+    out[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(c, 4), low4),
+                             _mm512_and_si512(_mm512_srli_epi16(high, 2), bits45));
   }
 
   // Scale i of the unit's 16 rows (byte i % 4 of word i / 4), sign-extended.
@@ -630,6 +652,41 @@ struct Q6_KRepackedTiles {
       const auto* unit = reinterpret_cast<const __m512i*>(view.units + b * kUnitBytes);
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(view.halves + b));
       const int64_t first = x0 + b * 8;  // the activation block of x block 0
+      // An x block's product: the int8 scales of its two halves times their integer dots, summed
+      // in integers (the row kernel's exact dot), times d times the token's block scale.
+      auto scaled = [&](__m512i lo, __m512i hi, int64_t j, int k) SQUEEZEKV_VNNI_LAMBDA {
+        const __m512i scale_lo = scale(unit, static_cast<int>(2 * j)), scale_hi = scale(unit, static_cast<int>(2 * j + 1));
+        const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, scale_lo), _mm512_mullo_epi32(hi, scale_hi));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[first + j])));
+      };
+      if constexpr (T == 1) {
+        // One token (a decode step): each ql and qh vector is loaded once for the x blocks it
+        // feeds (ql: 2, qh: 4), where the general tile reloads it per x block. The integer dots
+        // are exact in any order and the products and tree are the general tile's: same bits.
+        // Unrolled so that the 16 accumulators stay in registers (indexed by a loop counter, GCC
+        // kept them on the stack).
+        __m512i lo[8], hi[8];
+        for (int j = 0; j < 8; ++j) {
+          lo[j] = Broadcast32(x[0].q6_k_offset + 2 * (first + j));
+          hi[j] = Broadcast32(x[0].q6_k_offset + 2 * (first + j) + 1);
+        }
+        const int8_t* xq = x[0].q8 + first * 32;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+          for (int g = 0; g < 8; ++g) {
+            __m512i w[4];
+            values4(unit, h, g, w);
+            for (int part = 0; part < 4; ++part) {
+              const int j = 4 * h + part;
+              __m512i& acc = g < 4 ? lo[j] : hi[j];
+              acc = _mm512_dpbusd_epi32(acc, w[part], Broadcast32(xq + 32 * j + 4 * g));
+            }
+          }
+        }
+        AddTreeOf8<1>([&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { p[0] = scaled(lo[j], hi[j], j, 0); }, 0, a0);
+        continue;
+      }
       auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
         __m512i lo[T], hi[T];
         for (int k = 0; k < T; ++k) {
@@ -638,17 +695,14 @@ struct Q6_KRepackedTiles {
         }
         const int64_t column = (first + j) * 32;
         for (int g = 0; g < 8; ++g) {
-          const __m512i wg = values(unit, j, g);
+          __m512i w[4];
+          values4(unit, static_cast<int>(j / 4), g, w);  // only stream j % 4 is kept
           for (int k = 0; k < T; ++k) {
             __m512i& s = g < 4 ? lo[k] : hi[k];
-            s = _mm512_dpbusd_epi32(s, wg, Broadcast32(x[k].q8 + column + 4 * g));
+            s = _mm512_dpbusd_epi32(s, w[j % 4], Broadcast32(x[k].q8 + column + 4 * g));
           }
         }
-        const __m512i scale_lo = scale(unit, static_cast<int>(2 * j)), scale_hi = scale(unit, static_cast<int>(2 * j + 1));
-        for (int k = 0; k < T; ++k) {
-          const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo[k], scale_lo), _mm512_mullo_epi32(hi[k], scale_hi));
-          p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[first + j])));
-        }
+        for (int k = 0; k < T; ++k) p[k] = scaled(lo[k], hi[k], j, k);
       };
       AddTreeOf8<T>(product, 0, a0);
     }
@@ -671,8 +725,12 @@ struct Q6_KRepackedTiles {
     const View view = repacked_view(group, n_super, u0, count, panel);
     for (int64_t b = 0; b < count; ++b) {
       const auto* unit = reinterpret_cast<const __m512i*>(view.units + b * kUnitBytes);
-      for (int j = 0; j < 8; ++j) {
-        for (int g = 0; g < 8; ++g) panel.bytes.data()[b * 64 + j * 8 + g] = values(unit, j, g);
+      for (int h = 0; h < 2; ++h) {
+        for (int g = 0; g < 8; ++g) {
+          __m512i w[4];
+          values4(unit, h, g, w);
+          for (int part = 0; part < 4; ++part) panel.bytes.data()[b * 64 + (4 * h + part) * 8 + g] = w[part];
+        }
       }
       panel.factor.data()[b] = _mm512_cvtph_ps(_mm256_load_si256(view.halves + b));
       for (int i = 0; i < 16; ++i) panel.scales.data()[b * 16 + i] = scale(unit, i);
