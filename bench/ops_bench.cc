@@ -287,13 +287,16 @@ const bool registered = [] {
   // One decode step's largest product, read from memory rather than cache: the 1B models' output
   // projection (vocabulary 128256 x 2048; Q6_K in Q4_K_M, Q8_0 in Q8_0), one token.
   for (const TensorType type : {TensorType::q8_0, TensorType::q6_k}) {
-    for (const int threads : {1, 2}) {
-      const std::string name = "matmul_from_memory/" + std::string(tensor_type_name(static_cast<uint32_t>(type))) +
-                               "/128256x2048/repacked/tokens:1/threads:" + std::to_string(threads);
-      benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, int64_t{128256}, int64_t{1}, threads, true)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->MinTime(0.5);
+    for (const bool repack : {false, true}) {
+      for (const int threads : {1, 2}) {
+        const std::string name = "matmul_from_memory/" + std::string(tensor_type_name(static_cast<uint32_t>(type))) +
+                                 "/128256x2048" + (repack ? "/repacked" : "") + "/tokens:1/threads:" +
+                                 std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, int64_t{128256}, int64_t{1}, threads, repack)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.5);
+      }
     }
   }
   for (const size_t n_q : {size_t{1}, size_t{4}}) {
