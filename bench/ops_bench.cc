@@ -285,8 +285,8 @@ const bool registered = [] {
     }
   }
   // One decode step's largest product, read from memory rather than cache: the 1B models' output
-  // projection (vocabulary 128256 x 2048; Q6_K in Q4_K_M, Q8_0 in Q8_0), one token.
-  for (const TensorType type : {TensorType::q8_0, TensorType::q6_k}) {
+  // projection (vocabulary 128256 x 2048; Q6_K in Q4_K_M, Q4_K in Q4_K, Q8_0 in Q8_0), one token.
+  for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
     for (const bool repack : {false, true}) {
       for (const int threads : {1, 2}) {
         const std::string name = "matmul_from_memory/" + std::string(tensor_type_name(static_cast<uint32_t>(type))) +

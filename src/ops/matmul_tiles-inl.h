@@ -929,6 +929,21 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
 // slower).
 static_assert(Q8_0Tiles::kRepackedStreamUnits % 2 == 0, "streamed Q8_0 pieces must keep the row kernels' order");
 
+// The pieces [first, first + count) after the current one, asked of the cache while it is used:
+// two ahead for most kinds; Q6_K's one-token pieces ask for the next two, so every line is asked
+// twice (the output projection of the 1B Q4_K_M model read from memory, `ops_bench
+// --benchmark_filter=matmul_from_memory/Q6_K/.*/repacked`, three alternated runs on AMD EPYC: one
+// thread 15.0 / 14.9 / 14.2 -> 16.6 / 16.6 / 15.8 GB/s, two 22.6 / 20.8 / 20.2 -> 23.1 / 25.2 /
+// 23.4; no gain for Q8_0 or Q4_K, and windows of 3 or 4 pieces were slower).
+template <class Kind>
+struct PrefetchWindow {
+  static constexpr int64_t first = 2, count = 1;
+};
+template <>
+struct PrefetchWindow<Q6_KRepackedTiles> {
+  static constexpr int64_t first = 1, count = 2;
+};
+
 template <class Kind>
 HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in,
                                                 int64_t row_begin, int64_t row_end, Panel& panel,
@@ -940,7 +955,8 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
   };
   auto whole = [&](int64_t r0, int) SQUEEZEKV_VNNI_LAMBDA { return Kind::whole_view(group(r0), n_units, panel); };
   auto piece = [&](int64_t r0, int, int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
-    const int64_t p0 = std::min(n_units, u0 + 2 * count), p1 = std::min(n_units, p0 + count);
+    const int64_t p0 = std::min(n_units, u0 + PrefetchWindow<Kind>::first * count);
+    const int64_t p1 = std::min(n_units, p0 + PrefetchWindow<Kind>::count * count);
     Kind::repacked_prefetch(group(r0), n_units, p0, p1);
     return Kind::repacked_view(group(r0), n_units, u0, count, panel);
   };
