@@ -955,9 +955,14 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
   };
   auto whole = [&](int64_t r0, int) SQUEEZEKV_VNNI_LAMBDA { return Kind::whole_view(group(r0), n_units, panel); };
   auto piece = [&](int64_t r0, int, int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
-    const int64_t p0 = std::min(n_units, u0 + PrefetchWindow<Kind>::first * count);
-    const int64_t p1 = std::min(n_units, p0 + PrefetchWindow<Kind>::count * count);
-    Kind::repacked_prefetch(group(r0), n_units, p0, p1);
+    // The window runs on into the next 16 rows of the call, so that their first pieces are in
+    // flight too (a 2048-column Q4_K group is 4 pieces: stopping at its end left 2 of them unasked).
+    const int64_t p0 = u0 + PrefetchWindow<Kind>::first * count, p1 = p0 + PrefetchWindow<Kind>::count * count;
+    if (p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
+    if (p1 > n_units && r0 + kTileRows < row_end) {
+      Kind::repacked_prefetch(group(r0 + kTileRows), n_units, std::max<int64_t>(p0 - n_units, 0),
+                              std::min(p1 - n_units, n_units));
+    }
     return Kind::repacked_view(group(r0), n_units, u0, count, panel);
   };
   GroupRows<Kind, Kind::kRepackedStreamUnits, typename Kind::WholeKind>(w, in, row_begin, row_end, y, whole, piece);
