@@ -16,6 +16,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "build", "python"))
 import squeezekv  # noqa: E402
+from stream_tables import method_label  # noqa: E402  (the same row names as tables.md)
 
 
 def segment_kinds(doc):
@@ -47,7 +48,7 @@ def main():
         rows += [r for r in doc["results"] if r["positions"] == "span"]
     by = defaultdict(dict)  # budget -> method -> row
     for r in rows:
-        by[r["budget"]][r["method"]] = r
+        by[r["budget"]][method_label(r)] = r
     ascii_n = sum(kinds.values())
     print(f"{ascii_n} of {len(kinds)} segments are plain ASCII; the others hold other characters.\n")
     print("| budget | method | PPL, ASCII segments | / window | drift | PPL, other segments | / window | drift |")

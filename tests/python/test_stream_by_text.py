@@ -16,9 +16,9 @@ def segment(first, scored, nll):
             "mean_kept_bytes": 0.0, "peak_kept_bytes": 0.0}
 
 
-def result(method, segments):
-    return {"method": method, "budget": 64, "positions": "span", "segments": segments,
-            "perplexity": 0.0}
+def result(method, policy, segments):
+    return {"method": method, "policy": policy, "score": "attention", "budget": 64, "positions": "span",
+            "segments": segments, "perplexity": 0.0}
 
 
 def test_segments_are_split_by_their_text(tmp_path, model):
@@ -35,8 +35,8 @@ def test_segments_are_split_by_their_text(tmp_path, model):
 
     window_nll, method_nll = [1.0, 1.2, 2.0, 2.0], [0.9, 1.1, 2.1, 2.3]
     doc = {"model": str(MODEL_PATH), "text": str(text_path), "results": [
-        result("window", [segment(f, n, x) for (f, n), x in zip(bounds, window_nll)]),
-        result("h2o", [segment(f, n, x) for (f, n), x in zip(bounds, method_nll)]),
+        result("window", "window", [segment(f, n, x) for (f, n), x in zip(bounds, window_nll)]),
+        result("h2o", "cumulative", [segment(f, n, x) for (f, n), x in zip(bounds, method_nll)]),
     ]}
     json_path = tmp_path / "stream.json"
     json_path.write_text(json.dumps(doc))
