@@ -109,6 +109,18 @@ void bm_matmul(benchmark::State& state, TensorType type, int64_t n_rows, int64_t
                                                       benchmark::Counter::kIsRate);
 }
 
+// family/TYPE/ROWSxCOLS[/repacked]/tokens:N/threads:T, timed in milliseconds of real time.
+void register_matmul(const std::string& family, TensorType type, int64_t n_rows, int64_t n_tok, int threads,
+                     bool repack, double min_time) {
+  const std::string name = family + "/" + std::string(tensor_type_name(static_cast<uint32_t>(type))) + "/" +
+                           std::to_string(n_rows) + "x" + std::to_string(n_cols) + (repack ? "/repacked" : "") +
+                           "/tokens:" + std::to_string(n_tok) + "/threads:" + std::to_string(threads);
+  benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, n_rows, n_tok, threads, repack)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(min_time);
+}
+
 constexpr size_t kRows = 4096, kHeadDim = 64, kKiviGroup = 32;
 
 std::vector<float> normal_floats(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -265,21 +277,11 @@ const bool registered = [] {
   }
   for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
     for (const int64_t n_rows : {int64_t{2048}, int64_t{8192}}) {
-      const std::string shape = std::string(tensor_type_name(static_cast<uint32_t>(type))) + "/" +
-                                std::to_string(n_rows) + "x" + std::to_string(n_cols);
       // 1 token: decode; 8 and 16: a server's batched decode step (streamed pieces); 128: a
       // prompt chunk. /repacked: the same weights repacked as the loader does on VNNI CPUs.
       for (const bool repack : {false, true}) {
         for (const int64_t n_tok : {int64_t{1}, int64_t{8}, int64_t{16}, int64_t{128}}) {
-          for (const int threads : {1, 2}) {
-            benchmark::RegisterBenchmark(("matmul/" + shape + (repack ? "/repacked" : "") + "/tokens:" +
-                                          std::to_string(n_tok) + "/threads:" + std::to_string(threads))
-                                             .c_str(),
-                                         bm_matmul, type, n_rows, n_tok, threads, repack)
-                ->Unit(benchmark::kMillisecond)
-                ->UseRealTime()
-                ->MinTime(0.2);
-          }
+          for (const int threads : {1, 2}) register_matmul("matmul", type, n_rows, n_tok, threads, repack, 0.2);
         }
       }
     }
@@ -288,15 +290,7 @@ const bool registered = [] {
   // projection (vocabulary 128256 x 2048; Q6_K in Q4_K_M, Q4_K in Q4_K, Q8_0 in Q8_0), one token.
   for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
     for (const bool repack : {false, true}) {
-      for (const int threads : {1, 2}) {
-        const std::string name = "matmul_from_memory/" + std::string(tensor_type_name(static_cast<uint32_t>(type))) +
-                                 "/128256x2048" + (repack ? "/repacked" : "") + "/tokens:1/threads:" +
-                                 std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, int64_t{128256}, int64_t{1}, threads, repack)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime()
-            ->MinTime(0.5);
-      }
+      for (const int threads : {1, 2}) register_matmul("matmul_from_memory", type, 128256, 1, threads, repack, 0.5);
     }
   }
   for (const size_t n_q : {size_t{1}, size_t{4}}) {

@@ -40,11 +40,14 @@ def pooled(segments, keep):
 
 
 def main():
-    rows, kinds = [], None
+    rows, kinds, text = [], None, None
     for path in sys.argv[1:]:
         with open(path) as f:
             doc = json.load(f)
-        kinds = kinds or segment_kinds(doc)
+        if kinds is None:
+            kinds, text = segment_kinds(doc), doc["text"]
+        elif doc["text"] != text:  # the segments' kinds come from one text
+            sys.exit(f"{path} is a stream of {doc['text']}, not of {text}")
         rows += [r for r in doc["results"] if r["positions"] == "span"]
     by = defaultdict(dict)  # budget -> method -> row
     for r in rows:

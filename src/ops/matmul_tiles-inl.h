@@ -310,12 +310,17 @@ struct Q4_KTiles : PanelView {
 
   // 8 vectors of a pair of sub-blocks' regrouped qs bytes into the panel's 16: the low nibbles
   // (the first sub-block), then the high ones.
-  static HWY_INLINE SQUEEZEKV_VNNI void SplitNibbles(const __m512i* packed, __m512i* out) {
+  // The low (sub-block 2p) or high (sub-block 2p + 1) nibbles of a packed vector, one per byte.
+  static HWY_INLINE SQUEEZEKV_VNNI __m512i Nibbles(__m512i v, bool high) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
+    return _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI void SplitNibbles(const __m512i* packed, __m512i* out) {
     for (int g = 0; g < 8; ++g) {
       const __m512i v = _mm512_load_si512(packed + g);
-      out[g] = _mm512_and_si512(v, low4);
-      out[8 + g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      out[g] = Nibbles(v, false);
+      out[8 + g] = Nibbles(v, true);
     }
   }
 
@@ -445,7 +450,6 @@ struct Q4_KRepackedTiles {
   template <int T>
   static HWY_INLINE SQUEEZEKV_VNNI void tile(View units, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
                                              __m512* a1) {
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_super; ++b) {
       const uint8_t* unit = units + b * kUnitBytes;
       __m512 factor[8], factor_min[8];
@@ -469,9 +473,9 @@ struct Q4_KRepackedTiles {
 #pragma GCC unroll 8
           for (int g = 0; g < 8; ++g) {
             const __m512i v = _mm512_load_si512(packed + pair * 8 + g);
-            s[2 * pair] = _mm512_dpbusd_epi32(s[2 * pair], _mm512_and_si512(v, low4), Broadcast32(xq + 64 * pair + 4 * g));
-            s[2 * pair + 1] = _mm512_dpbusd_epi32(s[2 * pair + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4),
-                                                  Broadcast32(xq + 64 * pair + 32 + 4 * g));
+            s[2 * pair] = _mm512_dpbusd_epi32(s[2 * pair], Q4_KTiles::Nibbles(v, false), Broadcast32(xq + 64 * pair + 4 * g));
+            s[2 * pair + 1] =
+                _mm512_dpbusd_epi32(s[2 * pair + 1], Q4_KTiles::Nibbles(v, true), Broadcast32(xq + 64 * pair + 32 + 4 * g));
           }
         }
         AddTreeOf8<1>([&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { p[0] = scaled(s[j], j, 0); }, 0, a0);
@@ -481,8 +485,7 @@ struct Q4_KRepackedTiles {
           for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
           const int64_t column = (first + j) * 32;
           for (int g = 0; g < 8; ++g) {
-            const __m512i v = _mm512_load_si512(packed + (j / 2) * 8 + g);
-            const __m512i wg = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low4) : _mm512_and_si512(v, low4);
+            const __m512i wg = Q4_KTiles::Nibbles(_mm512_load_si512(packed + (j / 2) * 8 + g), (j & 1) != 0);
             for (int k = 0; k < T; ++k) s[k] = _mm512_dpbusd_epi32(s[k], wg, Broadcast32(x[k].q8 + column + 4 * g));
           }
           for (int k = 0; k < T; ++k) p[k] = scaled(s[k], j, k);
@@ -685,26 +688,26 @@ struct Q6_KRepackedTiles {
           }
         }
         AddTreeOf8<1>([&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { p[0] = scaled(lo[j], hi[j], j, 0); }, 0, a0);
-        continue;
-      }
-      auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-        __m512i lo[T], hi[T];
-        for (int k = 0; k < T; ++k) {
-          lo[k] = Broadcast32(x[k].q6_k_offset + 2 * (first + j));
-          hi[k] = Broadcast32(x[k].q6_k_offset + 2 * (first + j) + 1);
-        }
-        const int64_t column = (first + j) * 32;
-        for (int g = 0; g < 8; ++g) {
-          __m512i w[4];
-          values4(unit, static_cast<int>(j / 4), g, w);  // only stream j % 4 is kept
+      } else {
+        auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+          __m512i lo[T], hi[T];
           for (int k = 0; k < T; ++k) {
-            __m512i& s = g < 4 ? lo[k] : hi[k];
-            s = _mm512_dpbusd_epi32(s, w[j % 4], Broadcast32(x[k].q8 + column + 4 * g));
+            lo[k] = Broadcast32(x[k].q6_k_offset + 2 * (first + j));
+            hi[k] = Broadcast32(x[k].q6_k_offset + 2 * (first + j) + 1);
           }
-        }
-        for (int k = 0; k < T; ++k) p[k] = scaled(lo[k], hi[k], j, k);
-      };
-      AddTreeOf8<T>(product, 0, a0);
+          const int64_t column = (first + j) * 32;
+          for (int g = 0; g < 8; ++g) {
+            __m512i w[4];
+            values4(unit, static_cast<int>(j / 4), g, w);  // only stream j % 4 is kept
+            for (int k = 0; k < T; ++k) {
+              __m512i& s = g < 4 ? lo[k] : hi[k];
+              s = _mm512_dpbusd_epi32(s, w[j % 4], Broadcast32(x[k].q8 + column + 4 * g));
+            }
+          }
+          for (int k = 0; k < T; ++k) p[k] = scaled(lo[k], hi[k], j, k);
+        };
+        AddTreeOf8<T>(product, 0, a0);
+      }
     }
   }
 
