@@ -3,21 +3,23 @@
 # one stream on stories260K, warm-up 512, segments of 16,384 scored tokens; every evicting method
 # at budgets 64, 128 and 256 with --positions span, cache and text, and the sliding window at 512
 # as the reference. stories260K's file claims a context of 2048 but the model was trained on 512
-# positions, so the span rule is given --max-distance 511 (MAX_DISTANCE=N to change it).
-# Writes build/results/stream/: JSON, CSV and text per (budget, rule), tables.md, by_text.md (the
-# same split by segments of plain ASCII text and the others) and plots of perplexity against
-# position (PNG and SVG). Two sweeps at a time, one core each.
+# positions, so the span rule is given --max-distance 511 (MAX_DISTANCE=N to change it; the
+# results then go to build/results/stream-dN/). Writes build/results/stream/: JSON, CSV and text
+# per (budget, rule), tables.md, by_text.md (the same split by segments of plain ASCII text and
+# the others) and plots of perplexity against position (PNG and SVG). Two sweeps at a time, one
+# core each.
 # TOKENS=N limits the stream to its first N tokens (a quick check); RULES="span" runs one rule.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build --target squeezekv_cli >/dev/null
+max_distance=${MAX_DISTANCE:-511}
 out=build/results/stream
+[[ "$max_distance" == 511 ]] || out="$out-d$max_distance"  # another span: its own folder
 mkdir -p "$out"
 model=../shared/models/stories260K.gguf
 text=../shared/data/tinystories_val.txt
 tokens=${TOKENS:-0}
-max_distance=${MAX_DISTANCE:-511}
 methods=${METHODS:-window,streaming,h2o,squeeze,pyramidkv,chunkkv,tova,snapkv}
 run() {  # budget positions methods
   local name="b$1-$2"
