@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
@@ -41,7 +42,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // One line in the house form (CLI11's own adds a second), then where the options are listed.
+    const std::vector<CLI::App*> parsed = app.get_subcommands();
+    const std::string command = parsed.empty() ? "" : " " + parsed.front()->get_name();
+    std::fprintf(stderr, "squeezekv: error: %s\n(`squeezekv%s --help` lists the options)\n", e.what(),
+                 command.c_str());
     return squeezekv::cli::kExitBadInput;
   } catch (const squeezekv::Error& e) {
     std::fprintf(stderr, "squeezekv: error: %s\n", e.what());

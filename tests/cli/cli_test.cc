@@ -221,6 +221,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"random-model -o x.gguf --type q4_k --dim 128", "dim = 128"},
         BadInput{"random-model -o no/such/dir/x.gguf", "no/such/dir/x.gguf"},
         BadInput{"frobnicate", "frobnicate"},
+        // The parser's own errors in the house form, pointing at the command's options.
+        BadInput{"bench " + kModel + " -p abc",
+                 "squeezekv: error: Could not convert: --n-prompt = abc\n(`squeezekv bench --help`"},
+        BadInput{"generate " + kModel + " --bogus",
+                 "squeezekv: error: The following argument was not expected: --bogus"},
         // Sizes and counts are range-checked before any arithmetic or allocation.
         BadInput{"synth -t 40000", "threads = 40000"},
         BadInput{"synth --seq-len 2147483647", "seq_len = 2147483647"},
