@@ -308,14 +308,14 @@ struct Q4_KTiles : PanelView {
   static constexpr int64_t kUnitCols = quant::q4_k_elems, kUnitBytes = quant::q4_k_bytes, kStreamUnits = 2;
   static constexpr int kMaxTokens = 4;
 
-  // 8 vectors of a pair of sub-blocks' regrouped qs bytes into the panel's 16: the low nibbles
-  // (the first sub-block), then the high ones.
   // The low (sub-block 2p) or high (sub-block 2p + 1) nibbles of a packed vector, one per byte.
   static HWY_INLINE SQUEEZEKV_VNNI __m512i Nibbles(__m512i v, bool high) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     return _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
   }
 
+  // 8 vectors of a pair of sub-blocks' regrouped qs bytes into the panel's 16: the low nibbles
+  // (the first sub-block), then the high ones.
   static HWY_INLINE SQUEEZEKV_VNNI void SplitNibbles(const __m512i* packed, __m512i* out) {
     for (int g = 0; g < 8; ++g) {
       const __m512i v = _mm512_load_si512(packed + g);
