@@ -229,11 +229,11 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", b.seed, "seed of the token ids fed in")->capture_default_str();
   add_cache_options(*cmd, args->cache);
-  args->cache.command_defaults["method"] = "full";
+  // The engine feeds real attention back, so bench scores rows as generate does (docs/results.md).
+  args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   cmd->footer("--method, --score, --positions and --kv-type take comma lists (--method window,squeeze,full,\n"
-              "--kv-type f16,q8_0): every\n"
-              "combination is one row,\n"
-              "measured side by side (repetitions outer, configurations inner; generation token by token).\n"
+              "--kv-type f16,q8_0): every combination is one row, measured side by side (repetitions outer,\n"
+              "configurations inner; generation token by token).\n"
               "'time vs 1st cache' is each row's time over the first configuration's at the same depth,\n"
               "paired within every repetition: the figure to quote when comparing caches.");
   cmd->callback([args] { run(*args); });

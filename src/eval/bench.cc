@@ -97,7 +97,8 @@ std::string cache_label(const KVCacheConfig& config) {
   std::string label = config.method;
   const bool evicts = resolved_policy(config) != "full";
   if (evicts) label += " b" + std::to_string(config.budget);
-  if (config.score == ScoreSource::attention) label += " attention";
+  // The engine's default score is attention (bench, generate, perplexity); the other is named.
+  if (config.score == ScoreSource::key_proxy && reads_param(config, "score")) label += " key-proxy";
   if (evicts && config.positions != PositionRule::span) label += " pos=" + to_string(config.positions);
   if (config.key_type() == config.value_type()) {
     if (config.key_type() != KVType::f16) label += " " + to_string(config.key_type());

@@ -1,6 +1,7 @@
 // The command line as a user meets it: exact outputs, every option declared once, and bad input
 // answered by one message naming the parameter with exit status 2.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <array>
@@ -108,13 +109,23 @@ TEST(Cli, BenchTakesCommaListsOfScoresAndPositions) {
                        "--score key-proxy,attention --positions text,span,cache --max-distance 20");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* label : {"| h2o b16 pos=text | tg4", "| h2o b16 | tg4", "| h2o b16 pos=cache | tg4",
-                            "| h2o b16 attention pos=text | tg4", "| h2o b16 attention | tg4",
-                            "| h2o b16 attention pos=cache | tg4"}) {
+                            "| h2o b16 key-proxy pos=text | tg4", "| h2o b16 key-proxy | tg4",
+                            "| h2o b16 key-proxy pos=cache | tg4"}) {
     EXPECT_NE(r.out.find(label), std::string::npos) << label << "\n" << r.out;
   }
   const CliRun bad = run("bench " + kModel + " -p 0 -n 4 -r 1 --method h2o --positions text,rank");
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("positions = rank"), std::string::npos) << bad.out;
+}
+
+// bench scores rows as generate does (attention fed back by the engine) unless told otherwise.
+TEST(Cli, BenchScoresWithAttentionByDefault) {
+  const CliRun r = run("bench " + kModel + " -p 0 -n 2 -r 1 -t 1 -d 16 --method h2o,window --budget 8 --bandwidth-mib 0 -o json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out).at("results");
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  for (const auto& row : rows) EXPECT_EQ(row.at("score"), "attention") << row.dump();
+  EXPECT_EQ(rows[0].at("cache"), "h2o b8");
 }
 
 // The storage axis in bench (comma list, paired rows with their KV bytes) and in sweep (--kv-types

@@ -116,8 +116,8 @@ BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repet
 // Peak resident set of this process so far (getrusage), bytes.
 uint64_t peak_rss_bytes();
 
-// "full", "squeeze b512", "squeeze b512 attention", "squeeze b512 pos=text": a short label of a
-// configuration (the position rule when it is not the default).
+// "full", "squeeze b512", "squeeze b512 key-proxy", "squeeze b512 pos=text": a short label of a
+// configuration (the score source and the position rule when they are not the default).
 std::string cache_label(const KVCacheConfig& config);
 
 }  // namespace squeezekv
