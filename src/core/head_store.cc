@@ -54,6 +54,7 @@ void HeadStore::release_fp16(int slot) {
 void HeadStore::append(const float* keys, const float* values, int n, int64_t first_pos,
                        int growth_cap, std::vector<int>& slots) {
   apply_evictions();  // the new rows follow every evicted one: they must not count them
+  if (key_bits_ > 0) reopen_sparse_groups(n_slots_ + std::max(0, n - int(free_.size())) - capacity_);
   const int free_reused = std::min<int>(n, int(free_.size()));
   const int needed = n_slots_ + (n - free_reused);
   if (needed > capacity_) {
@@ -98,6 +99,7 @@ void HeadStore::evict(int slot) {
   --n_live_;
   release_fp16(slot);
   if (key_bits_ > 0) {
+    key_kept_[size_t(slot)] = 0;
     const int g = slot / kivi_.group;
     --group_live_[size_t(g)];
     if (group_quantized_[size_t(g)]) {
@@ -123,6 +125,43 @@ void HeadStore::evict(int slot) {
   } else {
     free_.push_back(slot);
   }
+}
+
+void HeadStore::reopen_sparse_groups(int short_by) {
+  // Under scattered eviction held rows would make an evicting head grow (up to G - 1 dead rows per
+  // live one); instead the quantized group with the fewest live rows opens again if at most half
+  // of it is live.
+  const int G = kivi_.group;
+  while (short_by > 0) {
+    int best = -1;
+    for (int g = 0; g * G < n_slots_; ++g) {
+      if (group_quantized_[size_t(g)] && (best < 0 || group_live_[size_t(g)] < group_live_[size_t(best)])) best = g;
+    }
+    if (best < 0 || 2 * group_live_[size_t(best)] > G) return;
+    short_by -= G - group_live_[size_t(best)];
+    reopen_group(best);
+  }
+}
+
+void HeadStore::reopen_group(int g) {
+  // Its live keys are decoded into the fp16 pool and kept there for good (never rounded twice);
+  // its dead slots are free for the next rows.
+  const int G = kivi_.group;
+  const auto hd = size_t(head_dim_);
+  turn_scratch_.resize(std::max(turn_scratch_.size(), hd));
+  float* row = turn_scratch_.data();
+  const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes();
+  for (int s = g * G; s < (g + 1) * G; ++s) {
+    if (positions_[size_t(s)] == kFree) {
+      free_.push_back(s);
+      --held_;
+    } else if (key_tail_of_[size_t(s)] < 0) {
+      kivi_load_key(group, key_bits_, size_t(G), hd, size_t(s - g * G), row);
+      key_tail_of_[size_t(s)] = key_tail_.take(row, s);
+      key_kept_[size_t(s)] = 1;
+    }
+  }
+  group_quantized_[size_t(g)] = 0;
 }
 
 void HeadStore::apply_evictions() {
@@ -172,6 +211,7 @@ void HeadStore::reallocate(int new_capacity) {
   std::vector<int32_t> value_tail_of(value_bits_ > 0 ? size_t(capacity) : 0, -1);
   std::vector<uint8_t> group_quantized(key_bits_ > 0 ? size_t(capacity / G) : 0, 0);
   std::vector<int32_t> group_live(key_bits_ > 0 ? size_t(capacity / G) : 0, 0);
+  std::vector<uint8_t> key_kept(key_bits_ > 0 ? size_t(capacity) : 0, 0);
   for (size_t i = 0; i < order.size(); ++i) {
     const auto s = size_t(order[i]);
     scores[i] = scores_[s];
@@ -182,6 +222,7 @@ void HeadStore::reallocate(int new_capacity) {
       std::memcpy(keys.data() + i * key_row_bytes(), keys_.data() + s * key_row_bytes(), key_row_bytes());
     } else {
       if (positions_[s] != kFree) ++group_live[i / size_t(G)];
+      key_kept[i] = key_kept_[s];
       if (const int t = key_tail_of_[s]; t >= 0) {
         key_tail_of[i] = t;
         key_tail_.set_owner(t, int(i));
@@ -208,6 +249,7 @@ void HeadStore::reallocate(int new_capacity) {
   value_tail_of_.swap(value_tail_of);
   group_quantized_.swap(group_quantized);
   group_live_.swap(group_live);
+  key_kept_.swap(key_kept);
   capacity_ = capacity;
   n_slots_ = int(order.size());
   free_.clear();
@@ -272,6 +314,7 @@ void HeadStore::clear() {
   value_tail_of_ = {};
   group_quantized_ = {};
   group_live_ = {};
+  key_kept_ = {};
   held_ = 0;
   capacity_ = n_slots_ = n_live_ = 0;
   max_shift_ = 0;

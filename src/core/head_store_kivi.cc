@@ -232,7 +232,7 @@ void HeadStore::flush_key_groups() {
   int waiting = 0;
   for (int t = 0; t < key_tail_.size(); ++t) {
     const int s = key_tail_.owner(t);
-    if (s < 0 || pinned(s)) continue;
+    if (s < 0 || key_fp16(s)) continue;
     ++waiting;
     if (!group_quantized_[size_t(s / G)]) groups.push_back(s / G);
   }
@@ -254,7 +254,7 @@ void HeadStore::quantize_key_group(int g, float* tile) {
   bool any = false;
   for (int j = 0; j < G; ++j) {
     const int s = g * G + j;
-    include[j] = positions_[size_t(s)] != kFree && !pinned(s);
+    include[j] = positions_[size_t(s)] != kFree && !key_fp16(s);
     any = any || include[j];
   }
   if (!any) return;  // only sinks: nothing to quantize

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
+#include "squeezekv/base/fp16.h"
 #include "squeezekv/core/head_store.h"
 #include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/ops/kivi_rows.h"
@@ -126,6 +128,89 @@ TEST(HeadStoreKivi, EvictedRowsStayHeldUntilTheirGroupEmpties) {
     EXPECT_EQ(before, after);
   }
   EXPECT_EQ(f.head.resident_bytes(), expected_bytes(f.head, KVType::kivi2, KVType::f16));
+}
+
+// A new row that finds no free slot reopens the quantized group with the fewest live rows when at
+// most half of it is live: its live keys move to fp16 for good (decoded once, never quantized
+// again), its dead slots take the new rows, and the capacity does not grow.
+TEST(HeadStoreKivi, ASparseGroupReopensInsteadOfGrowing) {
+  Feed f(KVType::kivi4, KVType::f16);
+  f.add(16, 1);  // 16 keys wait (the residual): groups 0 and 1 quantized, every slot live
+  ASSERT_EQ(f.head.capacity(), 16);
+  ASSERT_EQ(f.head.fp16_keys(), 0);
+  for (int s : {0, 1, 2, 3, 4, 9}) f.head.evict(s);  // group 0 keeps 3 rows, group 1 keeps 7
+  f.head.apply_evictions();
+  ASSERT_EQ(f.head.held(), 6);
+  std::vector<float> before(3 * kDim), after(kDim);
+  for (int s = 5; s < 8; ++s) f.head.load_key(s, before.data() + size_t(s - 5) * kDim);
+
+  const std::vector<int> slots = f.add(1, 2);
+  EXPECT_LT(slots[0], 5);  // a dead slot of group 0
+  EXPECT_EQ(f.head.capacity(), 16);
+  EXPECT_EQ(f.head.held(), 1);      // slot 9: group 1 is more than half live
+  EXPECT_EQ(f.head.fp16_keys(), 4);  // the 3 kept keys and the new one
+  for (int s = 5; s < 8; ++s) {
+    SCOPED_TRACE(s);
+    EXPECT_FALSE(f.head.key_quantized(s));
+    f.head.load_key(s, after.data());
+    for (int d = 0; d < kDim; ++d) {
+      const float decoded = before[size_t(s - 5) * kDim + size_t(d)];
+      EXPECT_EQ(after[size_t(d)], fp16_to_f32(f32_to_fp16(decoded)));  // the codes' value, in fp16
+    }
+  }
+  EXPECT_TRUE(f.head.key_quantized(10));
+  EXPECT_EQ(f.head.resident_bytes(), expected_bytes(f.head, KVType::kivi4, KVType::f16));
+
+  // Growth packs the rows (kept keys follow their rows) and the next flush quantizes full groups
+  // without the kept keys: positions 5-7 stay the same fp16 values.
+  f.add(20, 3);
+  int kept = 0, quantized = 0;
+  for (int s = 0; s < f.head.n_slots(); ++s) {
+    const int64_t pos = f.head.positions()[s];
+    if (pos == HeadStore::kFree) continue;
+    quantized += f.head.key_quantized(s);
+    if (pos < 5 || pos > 7) continue;
+    ++kept;
+    EXPECT_FALSE(f.head.key_quantized(s)) << "position " << pos;
+    f.head.load_key(s, after.data());
+    for (int d = 0; d < kDim; ++d) {
+      EXPECT_EQ(after[size_t(d)], fp16_to_f32(f32_to_fp16(before[size_t(pos - 5) * kDim + size_t(d)])));
+    }
+  }
+  EXPECT_EQ(kept, 3);
+  EXPECT_GE(quantized, 2 * kGroup);
+  EXPECT_EQ(f.head.fp16_keys() + quantized, f.head.n_live());
+  EXPECT_EQ(f.head.resident_bytes(), expected_bytes(f.head, KVType::kivi4, KVType::f16));
+}
+
+// Scattered eviction over a long run (h2o-like: each row has a fixed random score, the newest 8
+// are kept, the lowest score goes): survivors spread over many groups, and quantized groups that
+// are at most half live reopen before the head grows, so the slots stay within twice the budget
+// plus two groups (without reopening this run reaches 136 slots).
+TEST(HeadStoreKivi, ScatteredEvictionStaysBounded) {
+  constexpr int kBudget = 40, kRecent = 8;
+  Feed f(KVType::kivi2, KVType::kivi2);
+  std::vector<float> score;  // by position
+  std::mt19937_64 rng(7);
+  int most = 0;
+  for (int step = 0; step < 3000; ++step) {
+    f.add(1, uint64_t(step) + 100);
+    score.push_back(float(rng() % 1000000));
+    while (f.head.n_live() > kBudget) {
+      int lowest = -1;
+      for (int s = 0; s < f.head.n_slots(); ++s) {
+        const int64_t pos = f.head.positions()[s];
+        if (pos == HeadStore::kFree || pos >= f.next - kRecent) continue;
+        if (lowest < 0 || score[size_t(pos)] < score[size_t(f.head.positions()[lowest])]) lowest = s;
+      }
+      f.head.evict(lowest);
+    }
+    f.head.apply_evictions();
+    f.head.settle_kivi();
+    most = std::max(most, f.head.capacity());
+    ASSERT_EQ(f.head.resident_bytes(), expected_bytes(f.head, KVType::kivi2, KVType::kivi2)) << step;
+  }
+  EXPECT_LE(most, 2 * (kBudget + 1) + 2 * kGroup);
 }
 
 TEST(HeadStoreKivi, Fp16SinksNeverLeaveFp16) {

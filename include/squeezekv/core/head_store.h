@@ -23,7 +23,10 @@
 // quantized once it is full and the open groups hold kivi_residual keys (at least G): then every
 // full open group becomes per-channel codes. A row evicted from a quantized group cannot free its
 // bytes alone: it stays there dead ("held", counted in resident_bytes) until every row of its group
-// is gone, when the whole group is open again. Values are quantized per row: the newest residual
+// is gone, when the whole group is open again, or until a new row finds no free slot: rather than
+// grow, the store opens the quantized group with the fewest live rows if at most half of it is live
+// (its live keys are decoded into the fp16 pool and stay there, never quantized twice; its dead
+// slots take the new rows). Values are quantized per row: the newest residual
 // values stay fp16 (the value pool), the older ones are quantized one by one (settle_kivi).
 // Positions below fp16_below (kivi_sink) never leave the fp16 pools.
 #pragma once
@@ -144,10 +147,13 @@ class HeadStore {
 
  private:
   void reallocate(int new_capacity);
+  void reopen_sparse_groups(int short_by);
+  void reopen_group(int g);
   size_t key_row_bytes() const { return kv_row_bytes(key_type_, size_t(head_dim_)); }
   size_t value_row_bytes() const;
   size_t key_group_bytes() const;
   bool pinned(int slot) const { return positions_[size_t(slot)] < kivi_.fp16_below; }
+  bool key_fp16(int slot) const { return pinned(slot) || key_kept_[size_t(slot)]; }
   void store_key(int slot, const float* key);
   void store_value(int slot, const float* value);
   void release_fp16(int slot);
@@ -168,6 +174,7 @@ class HeadStore {
   std::vector<int32_t> value_tail_of_;  // per slot: its row in value_tail_, -1 none
   std::vector<uint8_t> group_quantized_;  // per key group of G slots
   std::vector<int32_t> group_live_;       // live rows per key group
+  std::vector<uint8_t> key_kept_;         // per slot: key kept in fp16 after its group reopened
   int held_ = 0;                          // dead rows inside quantized key groups
   std::vector<std::pair<int64_t, int>> flush_waiting_;  // settle_kivi's scratch (no allocation per step)
   std::vector<int> flush_groups_;
@@ -182,7 +189,7 @@ class HeadStore {
   std::vector<int64_t> pending_;  // positions evicted since the last apply_evictions
   int32_t max_shift_ = 0;
   int64_t origin_upto_ = -1;
-  std::vector<float> turn_scratch_;  // one key row and its cos/sin table (rotate_keys_to_origin)
+  std::vector<float> turn_scratch_;  // one key row and its cos/sin table (rotate_keys_to_origin, reopen_group)
   std::vector<int> free_;  // freed slots below n_slots_, reused last-freed first
 };
 
