@@ -267,33 +267,35 @@ TEST(KVQuant, FusedTurnBackEqualsRotateThenAttend) {
           rope_turn_row(cos_sin.data(), n_rot, neox, turns.data() + size_t(s) * 2 * n_rot);
         }
         for (KVType type : {KVType::f16, KVType::q8_0, KVType::q4_0}) {
-          const size_t rows = 23, n_q = 3, ld = 32;
-          const auto k = test::normal(rows * dim, dim + 5);
-          std::vector<uint8_t> kq(rows * kv_row_bytes(type, dim));
-          store_rows(k.data(), kq.data(), type, k.size(), dim);
-          std::vector<int32_t> shifts(rows);
-          for (size_t j = 0; j < rows; ++j) shifts[j] = int32_t((j * 3) % kShifts);
-          std::vector<float> turned(rows * dim);
-          rotate_rows_back(kq.data(), type, shifts.data(), rows, dim, n_rot, neox, turns.data(), turned.data());
-          const auto q = test::normal(n_q * dim, 11);
-          std::vector<uint8_t> mask(rows, 1);
-          const float scale = 0.3f;
-          std::vector<float> fused(n_q * ld), ref(n_q * ld), scalar(n_q * ld);
-          query_probs_rotated(q.data(), n_q, dim, kq.data(), type, shifts.data(), rows, dim, n_rot, neox,
-                              turns.data(), mask.data(), scale, fused.data(), ld);
-          query_probs(q.data(), n_q, dim, turned.data(), KVType::f32, rows, dim, mask.data(), scale, ref.data(), ld);
-          for (size_t i = 0; i < n_q * ld; ++i) {
-            if (i % ld < rows) {
-              ASSERT_EQ(fused[i], ref[i]) << i;  // same products, same order
+          for (size_t rows : {23u, 150u}) {  // 150: many blocks of rows
+            const size_t n_q = 3, ld = 160;
+            const auto k = test::normal(rows * dim, dim + 5);
+            std::vector<uint8_t> kq(rows * kv_row_bytes(type, dim));
+            store_rows(k.data(), kq.data(), type, k.size(), dim);
+            std::vector<int32_t> shifts(rows);
+            for (size_t j = 0; j < rows; ++j) shifts[j] = int32_t((j * 3) % kShifts);
+            std::vector<float> turned(rows * dim);
+            rotate_rows_back(kq.data(), type, shifts.data(), rows, dim, n_rot, neox, turns.data(), turned.data());
+            const auto q = test::normal(n_q * dim, 11);
+            std::vector<uint8_t> mask(rows, 1);
+            const float scale = 0.3f;
+            std::vector<float> fused(n_q * ld), ref(n_q * ld), scalar(n_q * ld);
+            query_probs_rotated(q.data(), n_q, dim, kq.data(), type, shifts.data(), rows, dim, n_rot, neox,
+                                turns.data(), mask.data(), scale, fused.data(), ld);
+            query_probs(q.data(), n_q, dim, turned.data(), KVType::f32, rows, dim, mask.data(), scale, ref.data(), ld);
+            for (size_t i = 0; i < n_q * ld; ++i) {
+              if (i % ld < rows) {
+                ASSERT_EQ(fused[i], ref[i]) << i;  // same products, same order
+              }
             }
-          }
-          row_dots_rotated_scalar(q.data(), n_q, dim, kq.data(), type, shifts.data(), rows, dim, n_rot, neox,
-                                  turns.data(), scalar.data(), ld);
-          std::vector<float> dots(n_q * ld);
-          row_dots_group(q.data(), n_q, dim, turned.data(), KVType::f32, rows, dim, dots.data(), ld);
-          for (size_t g = 0; g < n_q; ++g) {
-            for (size_t j = 0; j < rows; ++j) {
-              ASSERT_NEAR(dots[g * ld + j], scalar[g * ld + j], 1e-5 * (1 + std::abs(scalar[g * ld + j])));
+            row_dots_rotated_scalar(q.data(), n_q, dim, kq.data(), type, shifts.data(), rows, dim, n_rot, neox,
+                                    turns.data(), scalar.data(), ld);
+            std::vector<float> dots(n_q * ld);
+            row_dots_group(q.data(), n_q, dim, turned.data(), KVType::f32, rows, dim, dots.data(), ld);
+            for (size_t g = 0; g < n_q; ++g) {
+              for (size_t j = 0; j < rows; ++j) {
+                ASSERT_NEAR(dots[g * ld + j], scalar[g * ld + j], 1e-5 * (1 + std::abs(scalar[g * ld + j])));
+              }
             }
           }
         }
