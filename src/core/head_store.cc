@@ -54,9 +54,11 @@ void HeadStore::release_fp16(int slot) {
 void HeadStore::append(const float* keys, const float* values, int n, int64_t first_pos,
                        int growth_cap, std::vector<int>& slots) {
   apply_evictions();  // the new rows follow every evicted one: they must not count them
-  if (key_bits_ > 0) reopen_sparse_groups(n_slots_ + std::max(0, n - int(free_.size())) - capacity_);
-  const int free_reused = std::min<int>(n, int(free_.size()));
-  const int needed = n_slots_ + (n - free_reused);
+  int needed = n_slots_ + std::max(0, n - int(free_.size()));
+  if (needed > capacity_ && key_bits_ > 0) {
+    reopen_sparse_groups(needed - capacity_);  // KIVI: reuse held slots rather than grow
+    needed = n_slots_ + std::max(0, n - int(free_.size()));
+  }
   if (needed > capacity_) {
     // Growth by 1/8 (at least 16 rows) keeps appends amortised O(1) while resident memory stays
     // within 1/8 + 16 rows of what is held; an evicting head stops at its cap (budget + 1). KIVI
@@ -125,43 +127,6 @@ void HeadStore::evict(int slot) {
   } else {
     free_.push_back(slot);
   }
-}
-
-void HeadStore::reopen_sparse_groups(int short_by) {
-  // Under scattered eviction held rows would make an evicting head grow (up to G - 1 dead rows per
-  // live one); instead the quantized group with the fewest live rows opens again if at most half
-  // of it is live.
-  const int G = kivi_.group;
-  while (short_by > 0) {
-    int best = -1;
-    for (int g = 0; g * G < n_slots_; ++g) {
-      if (group_quantized_[size_t(g)] && (best < 0 || group_live_[size_t(g)] < group_live_[size_t(best)])) best = g;
-    }
-    if (best < 0 || 2 * group_live_[size_t(best)] > G) return;
-    short_by -= G - group_live_[size_t(best)];
-    reopen_group(best);
-  }
-}
-
-void HeadStore::reopen_group(int g) {
-  // Its live keys are decoded into the fp16 pool and kept there for good (never rounded twice);
-  // its dead slots are free for the next rows.
-  const int G = kivi_.group;
-  const auto hd = size_t(head_dim_);
-  turn_scratch_.resize(std::max(turn_scratch_.size(), hd));
-  float* row = turn_scratch_.data();
-  const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes();
-  for (int s = g * G; s < (g + 1) * G; ++s) {
-    if (positions_[size_t(s)] == kFree) {
-      free_.push_back(s);
-      --held_;
-    } else if (key_tail_of_[size_t(s)] < 0) {
-      kivi_load_key(group, key_bits_, size_t(G), hd, size_t(s - g * G), row);
-      key_tail_of_[size_t(s)] = key_tail_.take(row, s);
-      key_kept_[size_t(s)] = 1;
-    }
-  }
-  group_quantized_[size_t(g)] = 0;
 }
 
 void HeadStore::apply_evictions() {

@@ -1,4 +1,5 @@
-// HeadStore's readers for every format, and KIVI's quantization schedule (settle_kivi). The
+// HeadStore's readers for every format, and KIVI's quantization schedule (settle_kivi, and the
+// reopening of sparse key groups). The
 // readers are const and run from many threads at once (the engine's attention tasks share a
 // head), so their scratch is thread_local.
 #include <algorithm>
@@ -267,6 +268,40 @@ void HeadStore::quantize_key_group(int g, float* tile) {
     key_tail_of_[size_t(s)] = -1;
   }
   group_quantized_[size_t(g)] = 1;
+}
+
+void HeadStore::reopen_sparse_groups(int short_by) {
+  // Under scattered eviction held rows would make an evicting head grow (up to G - 1 dead rows per
+  // live one); instead the quantized group with the fewest live rows opens again if at most half
+  // of it is live.
+  const int G = kivi_.group;
+  while (short_by > 0) {
+    int best = -1;
+    for (int g = 0; g * G < n_slots_; ++g) {
+      if (group_quantized_[size_t(g)] && (best < 0 || group_live_[size_t(g)] < group_live_[size_t(best)])) best = g;
+    }
+    if (best < 0 || 2 * group_live_[size_t(best)] > G) return;
+    short_by -= G - group_live_[size_t(best)];
+    reopen_group(best);
+  }
+}
+
+void HeadStore::reopen_group(int g) {
+  // Its live keys are decoded into the fp16 pool and kept there for good (never rounded twice);
+  // its dead slots are free for the next rows.
+  const int G = kivi_.group;
+  float* row = scratch(size_t(head_dim_));
+  for (int s = g * G; s < (g + 1) * G; ++s) {
+    if (positions_[size_t(s)] == kFree) {
+      free_.push_back(s);
+      --held_;
+    } else if (key_tail_of_[size_t(s)] < 0) {
+      load_key(s, row);  // from the group's codes
+      key_tail_of_[size_t(s)] = key_tail_.take(row, s);
+      key_kept_[size_t(s)] = 1;
+    }
+  }
+  group_quantized_[size_t(g)] = 0;
 }
 
 }  // namespace squeezekv

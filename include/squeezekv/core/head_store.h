@@ -189,7 +189,7 @@ class HeadStore {
   std::vector<int64_t> pending_;  // positions evicted since the last apply_evictions
   int32_t max_shift_ = 0;
   int64_t origin_upto_ = -1;
-  std::vector<float> turn_scratch_;  // one key row and its cos/sin table (rotate_keys_to_origin, reopen_group)
+  std::vector<float> turn_scratch_;  // one key row and its cos/sin table (rotate_keys_to_origin)
   std::vector<int> free_;  // freed slots below n_slots_, reused last-freed first
 };
 
