@@ -600,11 +600,59 @@ void RotateRowsBack(const void* rows, KVType type, const int32_t* shifts, size_t
 }
 
 
-// Dots of n_q queries against keys turned back by their shifts: each row decoded and turned in a
-// stack row (L1, never a copy of the rows), then dotted as RowDotsGroup dots an f32 row.
+// Float rows turned back in registers and dotted in blocks of rows (DotsInLaneBlocks): element i
+// of a row's first n_rot is x[i] * cs[i] + partner[i] * sn[i] (the partner: the pair's other lane,
+// for neox the element half away), the products and their order RotateRowsBack's then
+// RowDotsGroupPass's, so the logits are those of turning into a scratch and dotting it, bit for
+// bit, without the scratch. Needs N | dim and N | n_rot (neox: N | n_rot / 2).
+template <size_t G, class D>
+HWY_INLINE void TurnedDotsPass(D d, const float* q, size_t ld_q, const void* rows, KVType type,
+                               const int32_t* shifts, size_t n_rows, size_t dim, size_t n_rot, bool neox,
+                               const float* turns, float* out, size_t ld_out) {
+  const size_t N = hn::Lanes(d);
+  const size_t half = n_rot / 2;
+  constexpr size_t R = LaneSums<D>::kLanes / G;
+  DotsInLaneBlocks<G>(d, n_rows, out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
+    ForEachRow(count, [&](auto r) {
+      const size_t row = (j + r) * dim;
+      const int32_t shift = shifts[j + r];
+      const float* cs = turns + size_t(shift > 0 ? shift : 0) * 2 * n_rot;
+      const float* sn = cs + n_rot;
+      for (size_t i = 0; i < dim; i += N) {
+        auto x = LoadRow(d, rows, type, row + i);
+        if (shift > 0 && i < n_rot) {
+          const auto partner = !neox ? hn::Reverse2(d, x) : LoadRow(d, rows, type, row + (i < half ? i + half : i - half));
+          x = hn::Add(hn::Mul(x, hn::LoadU(d, cs + i)), hn::Mul(partner, hn::LoadU(d, sn + i)));
+        }
+        for (size_t g = 0; g < G; ++g) acc[g * R + r] = hn::MulAdd(hn::LoadU(d, q + g * ld_q + i), x, acc[g * R + r]);
+      }
+    });
+  });
+}
+
+// Dots of n_q queries against keys turned back by their shifts. Float rows whose vectors fit go
+// through TurnedDotsPass; the rest (block formats, odd sizes) are decoded and turned one row at a
+// time in a stack row (L1, never a copy of the rows), then dotted as RowDotsGroup dots an f32 row.
 void RowDotsRotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
                     const int32_t* shifts, size_t n_rows, size_t dim, size_t n_rot, bool neox,
                     const float* turns, float* out, size_t ld_out) {
+  auto turned_dots = [&](auto d) {
+    const size_t N = hn::Lanes(d);
+    if constexpr (LaneSums<decltype(d)>::kLanes >= 4) {
+      if (dim % N == 0 && n_rot <= dim && (neox ? (n_rot / 2) % N == 0 : n_rot % N == 0)) {
+        InBlocksOfFour(n_q, [&](auto block, size_t g) {
+          TurnedDotsPass<decltype(block)::value>(d, q + g * ld_q, ld_q, rows, type, shifts, n_rows, dim, n_rot, neox,
+                                                 turns, out + g * ld_out, ld_out);
+        });
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!kv_quantized(type)) {
+    const hn::ScalableTag<float> d;
+    if (dim < hn::Lanes(d) ? turned_dots(hn::CappedTag<float, 8>()) : turned_dots(d)) return;
+  }
   HWY_ALIGN float stack[512];
   std::vector<float> heap;
   float* row = stack;

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "hwy_targets.h"
@@ -254,19 +256,20 @@ TEST(KVQuant, FusedAttentionEqualsDequantizeThenAttend) {
 }
 
 // The fused turn-back (positions inside the cache) equals rotate_rows_back + query_probs and
-// its scalar twin, for every format and both RoPE styles.
+// its scalar twin, for every format, both RoPE styles, and rotary parts shorter than the head
+// (dim 64 with 32 rotated: float rows in registers; dim 8 with 4: the row-at-a-time path).
 TEST(KVQuant, FusedTurnBackEqualsRotateThenAttend) {
   constexpr int kShifts = 20;
   testing::for_each_target([] {
     for (bool neox : {false, true}) {
-      for (size_t dim : {8u, 64u}) {
-        const size_t n_rot = dim;
+      for (const auto& [dim, n_rot] : std::initializer_list<std::pair<size_t, size_t>>{{8, 8}, {8, 4}, {64, 64}, {64, 32}}) {
+        SCOPED_TRACE(::testing::Message() << "neox " << neox << " dim " << dim << " n_rot " << n_rot);
         std::vector<float> cos_sin(n_rot), turns(kShifts * 2 * n_rot);
         for (int s = 0; s < kShifts; ++s) {
           rope_cache(s, int64_t(n_rot), 10000.0f, cos_sin.data());
           rope_turn_row(cos_sin.data(), n_rot, neox, turns.data() + size_t(s) * 2 * n_rot);
         }
-        for (KVType type : {KVType::f16, KVType::q8_0, KVType::q4_0}) {
+        for (KVType type : {KVType::f32, KVType::f16, KVType::q8_0, KVType::q4_0}) {
           for (size_t rows : {23u, 150u}) {  // 150: many blocks of rows
             const size_t n_q = 3, ld = 160;
             const auto k = test::normal(rows * dim, dim + 5);
