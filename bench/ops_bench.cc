@@ -27,6 +27,7 @@
 #include "squeezekv/ops/kivi_rows.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/matmul.h"
+#include "squeezekv/ops/model_ops.h"
 #include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/tensor_type.h"
 #include "squeezekv/ops/thread_pool.h"
@@ -170,6 +171,37 @@ void bm_kv_weighted_sum(benchmark::State& state, KVType type, size_t n_q) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size()));
 }
 
+// A decode step's logits under positions inside the cache (every row shifted by 1..511): the
+// fused kernel (turned in registers) against turning into an f32 scratch and dotting that.
+void bm_kv_turned_probs(benchmark::State& state, KVType type, size_t n_q, bool fused) {
+  constexpr size_t kShifts = 512;
+  const std::vector<std::byte> rows = kv_rows_of(type, 3);
+  const std::vector<float> q = normal_floats(n_q * kHeadDim, 5);
+  std::vector<float> cos_sin(kHeadDim), turns(kShifts * 2 * kHeadDim), scratch(kRows * kHeadDim);
+  for (size_t s = 0; s < kShifts; ++s) {
+    rope_cache(int64_t(s), int64_t(kHeadDim), 10000.0f, cos_sin.data());
+    rope_turn_row(cos_sin.data(), kHeadDim, false, turns.data() + s * 2 * kHeadDim);
+  }
+  std::vector<int32_t> shifts(kRows);
+  std::mt19937 rng(7);
+  for (auto& s : shifts) s = int32_t(1 + rng() % (kShifts - 1));
+  const std::vector<uint8_t> mask(kRows, 1);
+  std::vector<float> probs(n_q * kRows);
+  for (auto _ : state) {
+    if (fused) {
+      query_probs_rotated(q.data(), n_q, kHeadDim, rows.data(), type, shifts.data(), kRows, kHeadDim, kHeadDim, false,
+                          turns.data(), mask.data(), 0.125f, probs.data(), kRows);
+    } else {
+      rotate_rows_back(rows.data(), type, shifts.data(), kRows, kHeadDim, kHeadDim, false, turns.data(), scratch.data());
+      query_probs(q.data(), n_q, kHeadDim, scratch.data(), KVType::f32, kRows, kHeadDim, mask.data(), 0.125f,
+                  probs.data(), kRows);
+    }
+    benchmark::DoNotOptimize(probs.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size()));
+}
+
 void bm_kivi_key_dots(benchmark::State& state, int bits, size_t n_q) {
   const size_t gb = kivi_key_group_bytes(bits, kKiviGroup, kHeadDim), n_groups = kRows / kKiviGroup;
   std::vector<uint8_t> groups(n_groups * gb);
@@ -301,6 +333,11 @@ const bool registered = [] {
       benchmark::RegisterBenchmark(("kv/row_dots_group/" + name).c_str(), bm_kv_row_dots, type, n_q)->MinTime(0.2);
       benchmark::RegisterBenchmark(("kv/rows_weighted_sum_group/" + name).c_str(), bm_kv_weighted_sum, type, n_q)
           ->MinTime(0.2);
+      for (const bool fused : {false, true}) {
+        benchmark::RegisterBenchmark(("kv/turned_probs/" + std::string(fused ? "fused/" : "scratch/") + name).c_str(),
+                                     bm_kv_turned_probs, type, n_q, fused)
+            ->MinTime(0.2);
+      }
     }
     for (const int bits : {2, 4}) {
       const std::string b = std::to_string(bits) + "bit";

@@ -337,14 +337,41 @@ void StoreRows(const float* src, void* dst, KVType type, size_t n, size_t dim) {
   StoreRowsT(hn::ScalableTag<float>(), src, dst, type, n);
 }
 
+// Block-format rows decoded in registers: each code times its block's d, the scalar decoder's
+// one rounding (kvq::dequantize_row), so both give the same floats.
+template <class D>
+void DequantizeRowsT(D d, const uint8_t* src, KVType type, float* dst, size_t n_rows, size_t dim) {
+  const size_t N = hn::Lanes(d);
+  const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim), half = B / 2;
+  WithQ8(type, [&](auto q8) {
+    constexpr bool kQ8 = decltype(q8)::value;
+    const size_t block_bytes = kQ8 ? 2 + B : 2 + half;
+    for (size_t r = 0; r < n_rows; ++r) {
+      for (size_t b = 0; b < dim / B; ++b) {
+        const uint8_t* blk = src + r * rb + b * block_bytes;
+        float* o = dst + r * dim + b * B;
+        const auto scale = BlockScale(d, blk);
+        for (size_t w = 0; w < (kQ8 ? B : half); w += N) {
+          if constexpr (kQ8) {
+            hn::StoreU(hn::Mul(Q8Codes(d, blk + 2 + w), scale), d, o + w);
+          } else {
+            hn::Vec<D> lo, hi;
+            Q4Codes(d, blk + 2 + w, lo, hi);
+            hn::StoreU(hn::Mul(lo, scale), d, o + w);
+            hn::StoreU(hn::Mul(hi, scale), d, o + w + half);
+          }
+        }
+      }
+    }
+  });
+}
+
 void LoadRows(const void* src, KVType type, float* dst, size_t n, size_t dim) {
   if (kv_quantized(type)) {
     if (dim == 0) dim = n;
-    const size_t B = kv_block_size(type, dim), rb = kv_row_bytes(type, dim);
-    for (size_t r = 0; r < n / dim; ++r) {
-      kvq::dequantize_row(static_cast<const uint8_t*>(src) + r * rb, type == KVType::q8_0, dim, B, dst + r * dim);
-    }
-    return;
+    return WithQuantTag(type, dim, [&](auto dq) {
+      DequantizeRowsT(dq, static_cast<const uint8_t*>(src), type, dst, n / dim, dim);
+    });
   }
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
@@ -631,8 +658,9 @@ HWY_INLINE void TurnedDotsPass(D d, const float* q, size_t ld_q, const void* row
 }
 
 // Dots of n_q queries against keys turned back by their shifts. Float rows whose vectors fit go
-// through TurnedDotsPass; the rest (block formats, odd sizes) are decoded and turned one row at a
-// time in a stack row (L1, never a copy of the rows), then dotted as RowDotsGroup dots an f32 row.
+// through TurnedDotsPass; the rest (block formats, odd sizes) are decoded and turned a tile of
+// rows at a time on the stack (L1, never a copy of the head's rows), then dotted as RowDotsGroup
+// dots f32 rows.
 void RowDotsRotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
                     const int32_t* shifts, size_t n_rows, size_t dim, size_t n_rot, bool neox,
                     const float* turns, float* out, size_t ld_out) {
@@ -653,19 +681,23 @@ void RowDotsRotated(const float* q, size_t n_q, size_t ld_q, const void* rows, K
     const hn::ScalableTag<float> d;
     if (dim < hn::Lanes(d) ? turned_dots(hn::CappedTag<float, 8>()) : turned_dots(d)) return;
   }
-  HWY_ALIGN float stack[512];
+  // A tile of 16 KiB: 64 rows at head_dim 64; a row's dot is the same bits in any tile.
+  constexpr size_t kTileFloats = 4096;
+  HWY_ALIGN float stack[kTileFloats];
   std::vector<float> heap;
-  float* row = stack;
-  if (dim > 512) {
+  float* tile = stack;
+  const size_t tile_rows = std::max<size_t>(1, kTileFloats / dim);
+  if (dim > kTileFloats) {
     heap.resize(dim);
-    row = heap.data();
+    tile = heap.data();
   }
   const size_t rb = kv_row_bytes(type, dim);
   const auto* base = static_cast<const uint8_t*>(rows);
-  for (size_t j = 0; j < n_rows; ++j) {
-    RotateRowsBack(base + j * rb, type, shifts + j, 1, dim, n_rot, neox, turns, row);
-    if (n_q == 1) RowDots(q, row, KVType::f32, 1, dim, out + j);
-    else RowDotsGroup(q, n_q, ld_q, row, KVType::f32, 1, dim, out + j, ld_out);
+  for (size_t j = 0; j < n_rows; j += tile_rows) {
+    const size_t count = std::min(tile_rows, n_rows - j);
+    RotateRowsBack(base + j * rb, type, shifts + j, count, dim, n_rot, neox, turns, tile);
+    if (n_q == 1) RowDots(q, tile, KVType::f32, count, dim, out + j);
+    else RowDotsGroup(q, n_q, ld_q, tile, KVType::f32, count, dim, out + j, ld_out);
   }
 }
 
