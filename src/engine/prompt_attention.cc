@@ -44,9 +44,9 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   const ModelConfig& c = model_.config();
   if (!prompt_blocks_ || n < kMinBlockTokens || max_slots == 0) return false;
   // Float keys are transposed whole, once per layer; any other format a tile at a time per block
-  // (the caller keeps quantized keys turned back by ranks on the token path).
+  // (block-format keys turned back by ranks in the tile too; KIVI's stay on the token path).
   const bool tiled = !kv_float(layer.head(0).key_type());
-  if (tiled && any_rotated) return false;
+  if (tiled && any_rotated && kv_kivi(layer.head(0).key_type())) return false;
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
   const auto n_kv = size_t(c.n_kv_heads);
@@ -65,7 +65,8 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   }
   if (!tiled && keys_t_.size() < n_kv * hd * ld_kt) keys_t_.resize(n_kv * hd * ld_kt);
   const size_t keys_at = rows * ld_kt + block_tokens * ld_kt / 4 + 2 * rows * hd;
-  const size_t need = keys_at + (tiled ? kTileRows * hd : size_t(max_slots) * hd);
+  // The tiled path's tile, then its rows turned back (untransposed) when ranks shift them.
+  const size_t need = keys_at + (tiled ? 2 * kTileRows * hd : size_t(max_slots) * hd);
   for (auto& s : scratch_) {
     if (s.size() < need) s.resize(need);
   }
@@ -116,9 +117,20 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   auto tiled_dots = [&](size_t g, const float* queries, size_t n_queries, size_t hi, float* logits, size_t worker) {
     const HeadStore& head = layer.head(int(g));
     float* tile = scratch_[worker].data() + keys_at;
+    float* turned = tile + kTileRows * hd;
+    const size_t row_bytes = kv_row_bytes(head.key_type(), hd);
     for (size_t first = 0; first < hi; first += kTileRows) {
       const size_t cols = std::min(kTileRows, hi - first);
-      head.load_keys_transposed(int(first), int(cols), tile, kTileRows);
+      if (any_rotated && rotated_[g]) {  // ranks: decoded and turned back as the token path reads them
+        rotate_rows_back(static_cast<const uint8_t*>(head.keys()) + first * row_bytes, head.key_type(),
+                         head.shifts() + first, cols, hd, size_t(c.n_rot), c.rope_style == RopeStyle::neox,
+                         turns_.data(), turned);
+        for (size_t d = 0; d < hd; ++d) {
+          for (size_t j = 0; j < cols; ++j) tile[d * kTileRows + j] = turned[j * hd + d];
+        }
+      } else {
+        head.load_keys_transposed(int(first), int(cols), tile, kTileRows);
+      }
       for (size_t d = 0; cols < kTileRows && d < hd; ++d) std::fill(tile + d * kTileRows + cols, tile + (d + 1) * kTileRows, 0.0f);
       patch_clamped(g, tile, kTileRows, first, cols);
       query_block_dots(queries, n_queries, hd, tile, kTileRows, cols, hd, logits + first, ld_kt);
