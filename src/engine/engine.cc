@@ -373,7 +373,7 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     for (int g = 0; g < c.n_kv_heads; ++g) most_shift = std::max(most_shift, layer.head(g).max_shift());
   }
   // Quantized keys, and every key in a decode step, are decoded and turned back as the kernel
-  // reads them, never copied whole (a prompt chunk's block-format keys a tile at a time in
+  // reads them, never copied whole (a prompt chunk's quantized and KIVI keys a tile at a time in
   // attention_in_blocks). A prompt chunk's float keys are turned once per layer into rot_keys_,
   // shared by the chunk's queries (the fused kernel would turn each row once a query).
   const bool fused_turn = n == 1 || kv_quantized(layer.head(0).key_type()) || kv_kivi(layer.head(0).key_type());

@@ -44,9 +44,8 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   const ModelConfig& c = model_.config();
   if (!prompt_blocks_ || n < kMinBlockTokens || max_slots == 0) return false;
   // Float keys are transposed whole, once per layer; any other format a tile at a time per block
-  // (block-format keys turned back by ranks in the tile too; KIVI's stay on the token path).
+  // (turned back by ranks in the tile when they are shifted).
   const bool tiled = !kv_float(layer.head(0).key_type());
-  if (tiled && any_rotated && kv_kivi(layer.head(0).key_type())) return false;
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
   const auto n_kv = size_t(c.n_kv_heads);
@@ -122,9 +121,18 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
     for (size_t first = 0; first < hi; first += kTileRows) {
       const size_t cols = std::min(kTileRows, hi - first);
       if (any_rotated && rotated_[g]) {  // ranks: decoded and turned back as the token path reads them
-        rotate_rows_back(static_cast<const uint8_t*>(head.keys()) + first * row_bytes, head.key_type(),
-                         head.shifts() + first, cols, hd, size_t(c.n_rot), c.rope_style == RopeStyle::neox,
-                         turns_.data(), turned);
+        const bool neox = c.rope_style == RopeStyle::neox;
+        if (kv_kivi(head.key_type())) {  // KIVI decodes channel by channel: transposed, then rows
+          head.load_keys_transposed(int(first), int(cols), tile, kTileRows);
+          for (size_t j = 0; j < cols; ++j) {
+            for (size_t d = 0; d < hd; ++d) turned[j * hd + d] = tile[d * kTileRows + j];
+          }
+          rotate_rows_back(turned, KVType::f32, head.shifts() + first, cols, hd, size_t(c.n_rot), neox, turns_.data(),
+                           turned);
+        } else {
+          rotate_rows_back(static_cast<const uint8_t*>(head.keys()) + first * row_bytes, head.key_type(),
+                           head.shifts() + first, cols, hd, size_t(c.n_rot), neox, turns_.data(), turned);
+        }
         for (size_t d = 0; d < hd; ++d) {
           for (size_t j = 0; j < cols; ++j) tile[d * kTileRows + j] = turned[j * hd + d];
         }

@@ -99,8 +99,7 @@ TEST(PromptAttention, BlocksEqualTheTokenPathToRounding) {
     ScoreSource score;
     KVType kv_type = KVType::f16;
   };
-  // Quantized and KIVI keys go through decoded tiles (block formats turned back by ranks in the
-  // tile; ranks keep KIVI's on the token path).
+  // Quantized and KIVI keys go through decoded tiles (turned back by ranks in the tile).
   for (const Case& k : {Case{"full", 512, PositionRule::span, ScoreSource::key_proxy},
                         Case{"window", 48, PositionRule::text, ScoreSource::key_proxy},
                         Case{"h2o", 64, PositionRule::cache, ScoreSource::attention},
@@ -114,7 +113,8 @@ TEST(PromptAttention, BlocksEqualTheTokenPathToRounding) {
                         Case{"h2o", 64, PositionRule::cache, ScoreSource::attention, KVType::q8_0},
                         Case{"squeeze", 64, PositionRule::cache, ScoreSource::key_proxy, KVType::q4_0},
                         Case{"full", 512, PositionRule::text, ScoreSource::attention, KVType::kivi4},
-                        Case{"window", 48, PositionRule::span, ScoreSource::key_proxy, KVType::kivi2}}) {
+                        Case{"window", 48, PositionRule::span, ScoreSource::key_proxy, KVType::kivi2},
+                        Case{"h2o", 64, PositionRule::cache, ScoreSource::attention, KVType::kivi4}}) {
     SCOPED_TRACE(std::string(k.method) + " " + to_string(k.rule) + " " + to_string(k.kv_type));
     KVCacheConfig c = config(k.method, k.budget, k.rule, k.score);
     c.kv_type = k.kv_type;
