@@ -152,13 +152,29 @@ bool HeadStore::key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_
                                turns, mask, scale, probs, ld);
   }
   // KIVI: each group of keys is decoded into a small tile, turned back by the rows' shifts and
-  // dotted (the per-channel codes cannot take a per-row rotation in registers).
+  // dotted (the per-channel codes cannot take a per-row rotation in registers). A quantized group
+  // decodes channel by channel (as load_keys_transposed; the same floats as load_key) and is put
+  // back in rows; its rows held in fp16 are read over it.
   const auto G = size_t(kivi_.group);
-  float* tile = scratch(2 * G * hd);
+  float* tile = scratch(3 * G * hd);
   float* turned = tile + G * hd;
+  float* channels = turned + G * hd;
   for (size_t first = 0; first < n_rows; first += G) {
-    const size_t count = std::min(G, n_rows - first);
-    for (size_t j = 0; j < count; ++j) load_key(int(first + j), tile + j * hd);
+    const size_t count = std::min(G, n_rows - first), g = first / G;
+    if (group_quantized_[g]) {
+      const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + g * key_group_bytes();
+      kivi_load_keys_transposed(group, key_bits_, G, hd, 0, count, channels, G);
+      for (size_t j = 0; j < count; ++j) {
+        const int t = key_tail_of_[first + j];
+        if (t >= 0) {
+          key_tail_.load(t, tile + j * hd);
+        } else {
+          for (size_t d = 0; d < hd; ++d) tile[j * hd + d] = channels[d * G + j];
+        }
+      }
+    } else {
+      for (size_t j = 0; j < count; ++j) load_key(int(first + j), tile + j * hd);
+    }
     rotate_rows_back(tile, KVType::f32, shifts_.data() + first, count, hd, n_rot, neox, turns, turned);
     row_dots_group(q, n_q, ld_q, turned, KVType::f32, count, hd, probs + first, ld);
   }
