@@ -153,24 +153,18 @@ bool HeadStore::key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_
   }
   // KIVI: each group of keys is decoded into a small tile, turned back by the rows' shifts and
   // dotted (the per-channel codes cannot take a per-row rotation in registers). A quantized group
-  // decodes channel by channel (as load_keys_transposed; the same floats as load_key) and is put
-  // back in rows; its rows held in fp16 are read over it.
+  // decodes channel by channel (kivi_load_keys: the same floats as load_key); its rows held in
+  // fp16 are read over it.
   const auto G = size_t(kivi_.group);
-  float* tile = scratch(3 * G * hd);
+  float* tile = scratch(2 * G * hd);
   float* turned = tile + G * hd;
-  float* channels = turned + G * hd;
   for (size_t first = 0; first < n_rows; first += G) {
     const size_t count = std::min(G, n_rows - first), g = first / G;
     if (group_quantized_[g]) {
       const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + g * key_group_bytes();
-      kivi_load_keys_transposed(group, key_bits_, G, hd, 0, count, channels, G);
+      kivi_load_keys(group, key_bits_, G, hd, 0, count, tile);
       for (size_t j = 0; j < count; ++j) {
-        const int t = key_tail_of_[first + j];
-        if (t >= 0) {
-          key_tail_.load(t, tile + j * hd);
-        } else {
-          for (size_t d = 0; d < hd; ++d) tile[j * hd + d] = channels[d * G + j];
-        }
+        if (const int t = key_tail_of_[first + j]; t >= 0) key_tail_.load(t, tile + j * hd);
       }
     } else {
       for (size_t j = 0; j < count; ++j) load_key(int(first + j), tile + j * hd);

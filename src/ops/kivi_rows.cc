@@ -670,8 +670,11 @@ void kivi_load_key(const uint8_t* key_group, int bits, size_t group, size_t head
   }
 }
 
-void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
-                               size_t count, float* out, size_t ld) {
+// Channel by channel, rows [first, first + count) of a key group: put(d, j, channel) gets channel
+// d's decoded values for rows first.. (channel[j] is row first + j's).
+template <class Put>
+static void kivi_decode_key_channels(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
+                                     const Put& put) {
   const size_t nb = group * size_t(bits) / 8;
   const uint8_t* runs = key_group + 4 * head_dim;
   const unsigned mask = (1u << bits) - 1u;
@@ -685,8 +688,22 @@ void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group,
       const auto shift = unsigned(k) * unsigned(bits);
       for (size_t j = 0; j < nb; ++j) channel[k * nb + j] = m + s * float((unsigned(run[j]) >> shift) & mask);
     }
-    std::copy(channel + first, channel + first + count, out + d * ld);
+    put(d, channel + first);
   }
+}
+
+void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
+                               size_t count, float* out, size_t ld) {
+  kivi_decode_key_channels(key_group, bits, group, head_dim, first, [&](size_t d, const float* channel) {
+    std::copy(channel, channel + count, out + d * ld);
+  });
+}
+
+void kivi_load_keys(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first, size_t count,
+                    float* out) {
+  kivi_decode_key_channels(key_group, bits, group, head_dim, first, [&](size_t d, const float* channel) {
+    for (size_t j = 0; j < count; ++j) out[j * head_dim + d] = channel[j];
+  });
 }
 
 void kivi_quantize_value_row(const float* x, int bits, size_t group, size_t head_dim, uint8_t* dst) {

@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hwy_targets.h"
@@ -402,6 +403,35 @@ TEST(Kivi, QuantizationErrorIsAtMostHalfAStep) {
                       std::vector<float>(b.begin() + long(v * gv), b.begin() + long((v + 1) * gv)), u16_at(grp),
                       u16_at(grp + 2), sh.bits,
                       name + " value row " + std::to_string(j) + " group " + std::to_string(v));
+        }
+      }
+    }
+  }
+}
+
+// The channel-by-channel decoders (rows and transposed) give kivi_load_key's floats, for any
+// run of rows [first, first + count).
+TEST(Kivi, ChannelDecodersEqualTheRowDecoder) {
+  for (const Shape& sh : fitting_shapes({8, 32, 64}, {8, 32, 64})) {
+    SCOPED_TRACE(shape_name(sh.bits, sh.group, sh.head_dim));
+    const size_t G = sh.group, hd = sh.head_dim;
+    std::mt19937 rng(uint32_t(G * 131 + hd + size_t(sh.bits)));
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> rows(G * hd);
+    for (float& v : rows) v = normal(rng);
+    std::vector<uint8_t> kg(kivi_key_group_bytes(sh.bits, G, hd));
+    kivi_quantize_key_group(rows.data(), hd, nullptr, sh.bits, G, hd, kg.data());
+    std::vector<float> want(G * hd);
+    for (size_t j = 0; j < G; ++j) kivi_load_key(kg.data(), sh.bits, G, hd, j, want.data() + j * hd);
+    for (const auto& [first, count] : {std::pair<size_t, size_t>{0, G}, {1, G - 1}, {G / 2, G / 4}, {G - 1, 1}}) {
+      const size_t ld = count + 3;
+      std::vector<float> as_rows(count * hd, kNaN), transposed(hd * ld, kNaN);
+      kivi_load_keys(kg.data(), sh.bits, G, hd, first, count, as_rows.data());
+      kivi_load_keys_transposed(kg.data(), sh.bits, G, hd, first, count, transposed.data(), ld);
+      for (size_t j = 0; j < count; ++j) {
+        for (size_t d = 0; d < hd; ++d) {
+          ASSERT_EQ(as_rows[j * hd + d], want[(first + j) * hd + d]) << first << " " << j << " " << d;
+          ASSERT_EQ(transposed[d * ld + j], want[(first + j) * hd + d]) << first << " " << j << " " << d;
         }
       }
     }

@@ -51,6 +51,9 @@ void kivi_load_key(const uint8_t* key_group, int bits, size_t group, size_t head
 // j] = channel d of row first + j (the same values as kivi_load_key).
 void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
                                size_t count, float* out, size_t ld);
+// The same rows as rows: out[j * head_dim + d] (f32 [count, head_dim]).
+void kivi_load_keys(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first, size_t count,
+                    float* out);
 
 void kivi_quantize_value_row(const float* x, int bits, size_t group, size_t head_dim, uint8_t* dst);
 void kivi_load_value_row(const uint8_t* row, int bits, size_t group, size_t head_dim, float* out);
