@@ -670,8 +670,8 @@ void kivi_load_key(const uint8_t* key_group, int bits, size_t group, size_t head
   }
 }
 
-// Channel by channel, rows [first, first + count) of a key group: put(d, j, channel) gets channel
-// d's decoded values for rows first.. (channel[j] is row first + j's).
+// A key group decoded channel by channel: put(d, channel) gets channel d's values from row
+// `first` on (channel[j] is row first + j's).
 template <class Put>
 static void kivi_decode_key_channels(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
                                      const Put& put) {

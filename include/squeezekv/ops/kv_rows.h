@@ -110,11 +110,11 @@ void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, si
 void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
                              size_t n, size_t head_dim, float* out, size_t ld_out);
 
-// Fused form of rotate_rows_back + query_probs for keys of any type: each row is decoded and
-// turned back by its shift in registers (a stack row of head_dim floats, never a copy of the
-// rows) and dotted with the n_q queries; then the masked softmax as query_probs. A row's logit
-// equals query_probs on rotate_rows_back's output up to float rounding (the same products; the
-// dot's lanes are summed in the same order).
+// Fused form of rotate_rows_back + query_probs for keys of any type: float rows are decoded and
+// turned back by their shifts in registers as they are dotted with the n_q queries; block formats
+// a tile of rows at a time on the stack (never a copy of all the rows); then the masked softmax
+// as query_probs. Each logit equals query_probs on rotate_rows_back's output bit for bit (the
+// same products, summed in the same order; tested).
 bool query_probs_rotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
                          const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
                          const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld);
