@@ -46,13 +46,28 @@ void HeadStore::load_value(int slot, float* out) const {
   }
 }
 
-void HeadStore::load_keys(size_t n_rows, float* out) const {
+void HeadStore::load_keys(int first, int count, float* out) const {
   const auto hd = size_t(head_dim_);
   if (key_bits_ == 0) {
-    load_rows(keys_.data(), key_type_, out, n_rows * hd, hd);
+    load_rows(keys_.data() + size_t(first) * key_row_bytes(), key_type_, out, size_t(count) * hd, hd);
     return;
   }
-  for (size_t s = 0; s < n_rows; ++s) load_key(int(s), out + s * hd);
+  // A quantized group's part in one channel-by-channel decode, its rows held in fp16 read over it.
+  const int G = kivi_.group;
+  for (int j = 0; j < count;) {
+    const int s = first + j, g = s / G;
+    const int run = std::min(count - j, (g + 1) * G - s);
+    if (group_quantized_[size_t(g)]) {
+      const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes();
+      kivi_load_keys(group, key_bits_, size_t(G), hd, size_t(s - g * G), size_t(run), out + size_t(j) * hd);
+      for (int i = 0; i < run; ++i) {
+        if (const int t = key_tail_of_[size_t(s + i)]; t >= 0) key_tail_.load(t, out + size_t(j + i) * hd);
+      }
+    } else {
+      for (int i = 0; i < run; ++i) load_key(s + i, out + size_t(j + i) * hd);
+    }
+    j += run;
+  }
 }
 
 void HeadStore::load_keys_transposed(int first, int count, float* out, size_t ld) const {
@@ -152,23 +167,13 @@ bool HeadStore::key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_
                                turns, mask, scale, probs, ld);
   }
   // KIVI: each group of keys is decoded into a small tile, turned back by the rows' shifts and
-  // dotted (the per-channel codes cannot take a per-row rotation in registers). A quantized group
-  // decodes channel by channel (kivi_load_keys: the same floats as load_key); its rows held in
-  // fp16 are read over it.
+  // dotted (the per-channel codes cannot take a per-row rotation in registers).
   const auto G = size_t(kivi_.group);
   float* tile = scratch(2 * G * hd);
   float* turned = tile + G * hd;
   for (size_t first = 0; first < n_rows; first += G) {
-    const size_t count = std::min(G, n_rows - first), g = first / G;
-    if (group_quantized_[g]) {
-      const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + g * key_group_bytes();
-      kivi_load_keys(group, key_bits_, G, hd, 0, count, tile);
-      for (size_t j = 0; j < count; ++j) {
-        if (const int t = key_tail_of_[first + j]; t >= 0) key_tail_.load(t, tile + j * hd);
-      }
-    } else {
-      for (size_t j = 0; j < count; ++j) load_key(int(first + j), tile + j * hd);
-    }
+    const size_t count = std::min(G, n_rows - first);
+    load_keys(int(first), int(count), tile);
     rotate_rows_back(tile, KVType::f32, shifts_.data() + first, count, hd, n_rot, neox, turns, turned);
     row_dots_group(q, n_q, ld_q, turned, KVType::f32, count, hd, probs + first, ld);
   }

@@ -94,7 +94,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       keys = static_cast<const float*>(head.keys());
     } else {
       float* decoded = scratch_[worker].data() + keys_at;
-      head.load_keys(n_slots, decoded);
+      head.load_keys(0, int(n_slots), decoded);
       keys = decoded;
     }
     float* kt = keys_t_.data() + g * hd * ld_kt;
@@ -117,22 +117,12 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
     const HeadStore& head = layer.head(int(g));
     float* tile = scratch_[worker].data() + keys_at;
     float* turned = tile + kTileRows * hd;
-    const size_t row_bytes = kv_row_bytes(head.key_type(), hd);
     for (size_t first = 0; first < hi; first += kTileRows) {
       const size_t cols = std::min(kTileRows, hi - first);
       if (any_rotated && rotated_[g]) {  // ranks: decoded and turned back as the token path reads them
-        const bool neox = c.rope_style == RopeStyle::neox;
-        if (kv_kivi(head.key_type())) {  // KIVI decodes channel by channel: transposed, then rows
-          head.load_keys_transposed(int(first), int(cols), tile, kTileRows);
-          for (size_t j = 0; j < cols; ++j) {
-            for (size_t d = 0; d < hd; ++d) turned[j * hd + d] = tile[d * kTileRows + j];
-          }
-          rotate_rows_back(turned, KVType::f32, head.shifts() + first, cols, hd, size_t(c.n_rot), neox, turns_.data(),
-                           turned);
-        } else {
-          rotate_rows_back(static_cast<const uint8_t*>(head.keys()) + first * row_bytes, head.key_type(),
-                           head.shifts() + first, cols, hd, size_t(c.n_rot), neox, turns_.data(), turned);
-        }
+        head.load_keys(int(first), int(cols), turned);
+        rotate_rows_back(turned, KVType::f32, head.shifts() + first, cols, hd, size_t(c.n_rot),
+                         c.rope_style == RopeStyle::neox, turns_.data(), turned);
         for (size_t d = 0; d < hd; ++d) {
           for (size_t j = 0; j < cols; ++j) tile[d * kTileRows + j] = turned[j * hd + d];
         }

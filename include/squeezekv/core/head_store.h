@@ -94,8 +94,9 @@ class HeadStore {
   // rows_weighted_sum_group over slots [0, n_rows): out[g * ld_out + i] += sum_j w[g * ld_w + j] * value j.
   void add_weighted_values(const float* w, size_t n_w, size_t ld_w, size_t n_rows, float* out,
                            size_t ld_out) const;
-  // Keys of slots [0, n_rows) as f32 [n_rows, head_dim] (the prompt's blocked attention).
-  void load_keys(size_t n_rows, float* out) const;
+  // Keys of slots [first, first + count) as f32 [count, head_dim] (KIVI groups decoded channel
+  // by channel, the same floats as load_key; the prompt's blocked attention, keys turned back).
+  void load_keys(int first, int count, float* out) const;
   // Keys of slots [first, first + count) transposed: out[d * ld + j] = channel d of slot first + j
   // (KIVI groups decoded channel by channel; the prompt's tiles of quantized keys).
   void load_keys_transposed(int first, int count, float* out, size_t ld) const;

@@ -127,7 +127,8 @@ void row_dots_rotated_scalar(const float* q, size_t n_q, size_t ld_q, const void
 // positions, the rest as stored; rows with shift <= 0 are only converted. `turns` holds 2 * n_rot
 // floats per shift s (rope_turn_row of rope_cache(s)): per element a cosine, then a signed sine,
 // so out[i] = x[i] * cos[i] + x[partner i] * sin[i], partner i = i ^ 1 (normal RoPE) or
-// i +- n_rot/2 (NeoX). SIMD and scalar twin round alike (multiply, multiply, add).
+// i +- n_rot/2 (NeoX). SIMD and scalar twin round alike (multiply, multiply, add). f32 rows may
+// be turned in place (out == rows).
 void rotate_rows_back(const void* rows, KVType type, const int32_t* shifts, size_t n_rows,
                       size_t head_dim, size_t n_rot, bool neox, const float* turns, float* out);
 void rotate_rows_back_scalar(const void* rows, KVType type, const int32_t* shifts, size_t n_rows,
