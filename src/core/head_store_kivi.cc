@@ -46,6 +46,24 @@ void HeadStore::load_value(int slot, float* out) const {
   }
 }
 
+template <class Quantized, class Fp16>
+void HeadStore::for_key_runs(int first, int count, const Quantized& quantized, const Fp16& fp16) const {
+  const int G = kivi_.group;
+  for (int j = 0; j < count;) {
+    const int s = first + j, g = s / G;
+    const int run = std::min(count - j, (g + 1) * G - s);
+    if (group_quantized_[size_t(g)]) {
+      quantized(reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes(), s - g * G, run, j);
+      for (int i = 0; i < run; ++i) {
+        if (key_tail_of_[size_t(s + i)] >= 0) fp16(s + i, j + i);
+      }
+    } else {
+      for (int i = 0; i < run; ++i) fp16(s + i, j + i);
+    }
+    j += run;
+  }
+}
+
 void HeadStore::load_keys(int first, int count, float* out) const {
   const auto hd = size_t(head_dim_);
   if (key_bits_ == 0) {
@@ -53,58 +71,34 @@ void HeadStore::load_keys(int first, int count, float* out) const {
     return;
   }
   // A quantized group's part in one channel-by-channel decode, its rows held in fp16 read over it.
-  const int G = kivi_.group;
-  for (int j = 0; j < count;) {
-    const int s = first + j, g = s / G;
-    const int run = std::min(count - j, (g + 1) * G - s);
-    if (group_quantized_[size_t(g)]) {
-      const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes();
-      kivi_load_keys(group, key_bits_, size_t(G), hd, size_t(s - g * G), size_t(run), out + size_t(j) * hd);
-      for (int i = 0; i < run; ++i) {
-        if (const int t = key_tail_of_[size_t(s + i)]; t >= 0) key_tail_.load(t, out + size_t(j + i) * hd);
-      }
-    } else {
-      for (int i = 0; i < run; ++i) load_key(s + i, out + size_t(j + i) * hd);
-    }
-    j += run;
-  }
+  for_key_runs(
+      first, count,
+      [&](const uint8_t* group, int row, int run, int j) {
+        kivi_load_keys(group, key_bits_, size_t(kivi_.group), hd, size_t(row), size_t(run), out + size_t(j) * hd);
+      },
+      [&](int slot, int j) { load_key(slot, out + size_t(j) * hd); });
 }
 
 void HeadStore::load_keys_transposed(int first, int count, float* out, size_t ld) const {
   const auto hd = size_t(head_dim_);
   float* row = scratch(hd);
-  auto put_row = [&](int j) {
+  auto put_row = [&](int slot, int j) {
+    load_key(slot, row);
     for (size_t d = 0; d < hd; ++d) out[d * ld + size_t(j)] = row[d];
   };
   if (key_bits_ == 0) {
-    for (int j = 0; j < count; ++j) {
-      load_key(first + j, row);
-      put_row(j);
-    }
+    for (int j = 0; j < count; ++j) put_row(first + j, j);
     return;
   }
   // KIVI: each quantized group's part in one channel-by-channel decode, then the rows held in
   // fp16 (and the free slots of open groups, zeros) over it, as load_key reads them.
-  const int G = kivi_.group;
-  for (int j = 0; j < count;) {
-    const int s = first + j, g = s / G;
-    const int run = std::min(count - j, (g + 1) * G - s);
-    if (group_quantized_[size_t(g)]) {
-      const auto* group = reinterpret_cast<const uint8_t*>(keys_.data()) + size_t(g) * key_group_bytes();
-      kivi_load_keys_transposed(group, key_bits_, size_t(G), hd, size_t(s - g * G), size_t(run), out + j, ld);
-      for (int i = 0; i < run; ++i) {
-        if (key_tail_of_[size_t(s + i)] < 0) continue;
-        key_tail_.load(key_tail_of_[size_t(s + i)], row);
-        put_row(j + i);
-      }
-    } else {
-      for (int i = 0; i < run; ++i) {
-        load_key(s + i, row);
-        put_row(j + i);
-      }
-    }
-    j += run;
-  }
+  for_key_runs(
+      first, count,
+      [&](const uint8_t* group, int first_row, int run, int j) {
+        kivi_load_keys_transposed(group, key_bits_, size_t(kivi_.group), hd, size_t(first_row), size_t(run), out + j,
+                                  ld);
+      },
+      put_row);
 }
 
 void HeadStore::kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_rows, float* out,

@@ -147,6 +147,11 @@ class HeadStore {
   std::vector<int> slots_by_position() const;
 
  private:
+  // KIVI keys of slots [first, first + count) by runs inside one group: quantized(group bytes,
+  // row in group, run, j) for a quantized group's part, then fp16(slot, j) for each of its rows
+  // held in fp16; for an open group fp16(slot, j) for every row (j: the row's index from first).
+  template <class Quantized, class Fp16>
+  void for_key_runs(int first, int count, const Quantized& quantized, const Fp16& fp16) const;
   void reallocate(int new_capacity);
   void reopen_sparse_groups(int short_by);
   void reopen_group(int g);
