@@ -3,7 +3,9 @@
 //  - one decode-step update (score one key against B rows, evict one) for every method at
 //    B = 512, D = 128, 8 KV heads, next to the cost of just reading the kept fp16 rows;
 //  - the same for a whole model's cache (32 layers x 8 KV heads x D = 128, average budget 512,
-//    the layers' budgets set by each method's allocator): BM_ModelDecodeStep/<method>.
+//    the layers' budgets set by each method's allocator): BM_ModelDecodeStep/<method>;
+//  - one layer's bookkeeping of an attention-scored decode step in each storage format
+//    (BM_AttentionScoredStep/<kv-type>): what the cache costs a step besides the attention itself.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -106,6 +108,53 @@ void BM_AttendRows(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * k.size()));
 }
 BENCHMARK(BM_AttendRows)->Arg(int(KVType::f16))->Arg(int(KVType::q8_0))->Arg(int(KVType::q4_0));
+
+// h2o at budget 512 with attention scores, at the 1B model's shape (8 KV heads, head_dim 64): a
+// 1024-token prompt, then timed decode steps of begin_update, add_attention and end_update. The
+// probabilities are drawn at random (heavy-tailed, zero on free slots) so that evictions scatter
+// over the rows as real attention makes them; KIVI's held rows then build up as they do in
+// `generate`. Attention itself (the kernels) is not timed: BM_AttendRows and ops_bench do that.
+void BM_AttentionScoredStep(benchmark::State& state, KVType type) {
+  constexpr int kHd = 64, kBank = 64, kMaxSlots = 2048;
+  KVCacheConfig c;
+  c.method = "h2o";
+  c.budget = kBudget;
+  c.head_dim = kHd;
+  c.kv_type = type;
+  c.score = ScoreSource::attention;
+  auto cache = KVCacheFactory::create(c, kHeads);
+  const auto prompt = gaussian(size_t(kHeads) * 1024 * kHd, 2);
+  cache->update(prompt.data(), prompt.data(), 1024);
+  std::vector<float> bank = gaussian(size_t(kBank) * kMaxSlots, 5);
+  for (float& x : bank) x = std::exp(2.0f * x);
+  const auto steps = gaussian(size_t(kHeads) * kHd * 256, 4);
+  std::vector<float> probs(kMaxSlots);
+  size_t i = 0;
+  for (auto _ : state) {
+    const float* k = steps.data() + (i % 256) * kHeads * kHd;
+    cache->begin_update(k, k, 1);
+    for (int h = 0; h < kHeads; ++h) {
+      const HeadStore& head = cache->head(h);
+      const float* b = bank.data() + ((i + size_t(h)) % kBank) * kMaxSlots;
+      for (int s = 0; s < head.n_slots(); ++s) probs[size_t(s)] = head.live(s) ? b[s] : 0.0f;
+      cache->add_attention(h, probs.data(), 1);
+    }
+    cache->end_update();
+    ++i;
+  }
+  int held = 0, slots = 0;
+  for (int h = 0; h < kHeads; ++h) {
+    held += cache->head(h).held();
+    slots += cache->head(h).n_slots();
+  }
+  state.SetLabel(to_string(type));
+  state.counters["slots/head"] = double(slots) / kHeads;
+  state.counters["held/head"] = double(held) / kHeads;
+}
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, f16, KVType::f16);
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, q8_0, KVType::q8_0);
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, kivi2, KVType::kivi2);
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, kivi4, KVType::kivi4);
 
 constexpr int kLayers = 32;
 

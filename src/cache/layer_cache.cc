@@ -92,7 +92,10 @@ void LayerCache::add_attention(int h, const float* probs, int n_queries) {
   // NaN or negative probabilities would poison the scores that choose what is evicted.
   const size_t n_probs = size_t(n_queries) * size_t(head(h).n_slots());
   if (n_probs > 0 && probs == nullptr) require(false, "probs", "null", "attention probabilities must be given");
-  for (size_t i = 0; i < n_probs; ++i) {
+  // One reduction over every probability (no branch per value); the bad one is found only then.
+  bool all_ok = true;
+  for (size_t i = 0; i < n_probs; ++i) all_ok &= (probs[i] >= 0.0f) & (probs[i] <= std::numeric_limits<float>::max());
+  for (size_t i = 0; !all_ok && i < n_probs; ++i) {
     if (!(probs[i] >= 0.0f && probs[i] <= std::numeric_limits<float>::max())) {
       require(false, "probs[" + std::to_string(i) + "]", probs[i],
               "attention probabilities must be finite and >= 0 (layer " + std::to_string(layer_index_) +
@@ -209,6 +212,7 @@ void LayerCache::settle() {
 
 void LayerCache::evict_aged(int64_t before) {
   const auto n_sink = int64_t(config_.n_sink);
+  if (before <= n_sink) return;  // nothing is older than the span yet (a prompt within the span)
   // Every head in slot order: heads that append and evict alike keep matching slots (tova).
   for (HeadStore& head : rows_.heads) {
     for (int s = 0; s < head.n_slots(); ++s) {

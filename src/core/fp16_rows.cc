@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
 
 namespace squeezekv {
@@ -34,8 +33,8 @@ void Fp16Rows::load(int index, float* out) const {
 }
 
 void Fp16Rows::store(int index, const float* in) {
-  uint16_t* r = row(index);
-  for (int i = 0; i < dim_; ++i) r[i] = f32_to_fp16(in[i]);
+  // The SIMD row encoder rounds as f32_to_fp16 does (to nearest, ties to even).
+  store_rows(in, row(index), KVType::f16, size_t(dim_), size_t(dim_));
 }
 
 void Fp16Rows::reallocate(int rows) {

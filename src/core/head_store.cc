@@ -132,14 +132,30 @@ void HeadStore::evict(int slot) {
 void HeadStore::apply_evictions() {
   if (pending_.empty()) return;
   // One pass for a batch of evictions: a row's shift grows by the evicted positions below it.
-  std::sort(pending_.begin(), pending_.end());
+  // Free slots (position kFree = -1, shift 0) count no evicted position below them, so every slot
+  // is treated alike: no branch on liveness, which KIVI's held rows make unpredictable.
   int32_t most = 0;
-  for (int s = 0; s < n_slots_; ++s) {
-    const int64_t pos = positions_[size_t(s)];
-    if (pos == kFree) continue;
-    const auto below = std::lower_bound(pending_.begin(), pending_.end(), pos) - pending_.begin();
-    shifts_[size_t(s)] += int32_t(below);
-    most = std::max(most, shifts_[size_t(s)]);
+  if (pending_.size() == 1) {  // a decode step's one eviction
+    const int64_t evicted = pending_[0];
+    for (int s = 0; s < n_slots_; ++s) {
+      shifts_[size_t(s)] += int32_t(evicted < positions_[size_t(s)]);
+      most = std::max(most, shifts_[size_t(s)]);
+    }
+  } else if (pending_.size() <= 8) {  // a few: count them branch-free
+    for (int s = 0; s < n_slots_; ++s) {
+      const int64_t pos = positions_[size_t(s)];
+      int32_t below = 0;
+      for (const int64_t p : pending_) below += int32_t(p < pos);
+      shifts_[size_t(s)] += below;
+      most = std::max(most, shifts_[size_t(s)]);
+    }
+  } else {
+    std::sort(pending_.begin(), pending_.end());
+    for (int s = 0; s < n_slots_; ++s) {
+      const int64_t pos = positions_[size_t(s)];
+      shifts_[size_t(s)] += int32_t(std::lower_bound(pending_.begin(), pending_.end(), pos) - pending_.begin());
+      most = std::max(most, shifts_[size_t(s)]);
+    }
   }
   max_shift_ = most;
   pending_.clear();

@@ -405,9 +405,10 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     // Slots past the last one this query may see are left out of every kernel (in a prompt the
     // rows come in position order, so a causal query reads only its prefix).
     int hi = 0;
-    for (int s = 0; s < n_slots; ++s) {
-      mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos;
-      if (mask[s]) hi = s + 1;
+    for (int s = 0; s < n_slots; ++s) {  // branch-free: free slots lie among live ones at random
+      const bool seen = (pos[s] != HeadStore::kFree) & (pos[s] <= query_pos);
+      mask[s] = seen;
+      hi = seen ? s + 1 : hi;
     }
     const float* q = q_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace squeezekv {
 
@@ -10,26 +11,71 @@ Protection cumulative_protection(int64_t tokens_seen, int budget, int n_sink, do
   return Protection{n_sink, tokens_seen - recent_rows};
 }
 
+namespace {
+
+// The lowest of a set of slots by (score, position): a running minimum that takes a candidate
+// by a select, not a branch (free slots lie among live ones at random in KIVI stores).
+struct Lowest {
+  int slot = -1;
+  float score = std::numeric_limits<float>::infinity();
+  int64_t pos = std::numeric_limits<int64_t>::max();
+
+  void offer(bool eligible, int s, float sc, int64_t p) {
+    const bool take = eligible & ((sc < score) | ((sc == score) & (p < pos)));
+    slot = take ? s : slot;
+    score = take ? sc : score;
+    pos = take ? p : pos;
+  }
+};
+
+// The unprotected live slot lowest by (score, position), -1 if none: select_lowest_into's order
+// in one pass (live positions are distinct, so the lowest is unique). Four running minima over
+// interleaved slots keep four independent chains in flight, merged at the end.
+int lowest_slot(const HeadStore& head, Protection protect, const float* scores) {
+  const int64_t* pos = head.positions();
+  const int n = head.n_slots();
+  Lowest lanes[4];
+  auto offer = [&](Lowest& lane, int s) {
+    const int64_t p = pos[s];
+    lane.offer((p != HeadStore::kFree) & !protect.covers(p), s, scores ? scores[s] : 0.0f, p);
+  };
+  int s = 0;
+  for (; s + 4 <= n; s += 4) {
+    for (int i = 0; i < 4; ++i) offer(lanes[i], s + i);
+  }
+  for (; s < n; ++s) offer(lanes[0], s);
+  for (int i = 1; i < 4; ++i) lanes[0].offer(lanes[i].slot >= 0, lanes[i].slot, lanes[i].score, lanes[i].pos);
+  return lanes[0].slot;
+}
+
+}  // namespace
+
 void select_lowest_into(const HeadStore& head, int budget, Protection protect, const float* scores,
                         std::vector<int>& candidates, std::vector<int>& out) {
   out.clear();
   const int excess = head.n_live() - budget;
   if (excess <= 0) return;
   const int64_t* pos = head.positions();
-  candidates.clear();
-  for (int s = 0; s < head.n_slots(); ++s) {
-    if (pos[s] != HeadStore::kFree && !protect.covers(pos[s])) candidates.push_back(s);
+  if (excess == 1) {  // a decode step: one pass, no candidate list
+    const int best = lowest_slot(head, protect, scores);
+    if (best >= 0) out.push_back(best);
+    return;
   }
+  // Branch-free: KIVI's held rows scatter free slots among live ones, where a branch per slot
+  // mispredicts; every slot is written and the count advances only for a candidate.
+  candidates.resize(size_t(head.n_slots()));
+  size_t n = 0;
+  for (int s = 0; s < head.n_slots(); ++s) {
+    candidates[n] = s;
+    n += size_t((pos[s] != HeadStore::kFree) & !protect.covers(pos[s]));
+  }
+  candidates.resize(n);
   auto lower = [&](int a, int b) {
     if (scores && scores[a] != scores[b]) return scores[a] < scores[b];
     return pos[a] < pos[b];
   };
   if (size_t(excess) >= candidates.size()) {
     out.assign(candidates.begin(), candidates.end());
-    return;
-  }
-  if (excess == 1) {
-    out.push_back(*std::min_element(candidates.begin(), candidates.end(), lower));
     return;
   }
   std::nth_element(candidates.begin(), candidates.begin() + excess, candidates.end(), lower);
@@ -137,13 +183,16 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
 void accumulate_attention(HeadStore& head, const float* probs, int n_queries, int n_slots,
                           float decay) {
   float* scores = head.scores();
+  const int64_t* pos = head.positions();
   for (int q = 0; q < n_queries; ++q) {
     const float* p = probs + size_t(q) * size_t(n_slots);
     if (decay == 1.0f) {
       for (int s = 0; s < n_slots; ++s) scores[s] += p[s];
     } else {
+      // A select, not a branch: free slots (KIVI's held rows) sit among live ones at random.
       for (int s = 0; s < n_slots; ++s) {
-        if (head.live(s)) scores[s] = decay * scores[s] + p[s];
+        const float decayed = decay * scores[s] + p[s];
+        scores[s] = pos[s] != HeadStore::kFree ? decayed : scores[s];
       }
     }
   }
