@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
+#include <random>
 
 #include "core/mock_model.h"
 #include "squeezekv/base/errors.h"
@@ -91,6 +93,61 @@ TEST(H2O, AttentionSourceEvictsTheLowestCumulativeScore) {
   tight->add_attention(0, p.data(), 5);
   tight->end_update();
   EXPECT_EQ(kept(*tight), (std::vector<int64_t>{0, 2}));
+}
+
+// A decode step evicts one row, chosen in one pass (no candidate list): it must be the row the
+// rule names, the lowest cumulative score among unprotected live rows, ties to the oldest. Random
+// attention drawn from {0, 0.5, 1} (many tied scores, decay off), in f16 rows and in KIVI rows
+// (whose held rows leave free slots scattered among live ones), checked against a sort.
+TEST(H2O, DecodeEvictionIsTheLowestScoreTiesToTheOldest) {
+  for (KVType type : {KVType::f16, KVType::kivi2}) {
+    SCOPED_TRACE(to_string(type));
+    KVCacheConfig c = method("h2o", 40, 3, 8);
+    c.score = ScoreSource::attention;
+    c.kv_type = type;
+    c.kivi_group = 8;
+    c.kivi_residual = 8;
+    auto cache = KVCacheFactory::create(c, 2);
+    std::mt19937 rng(11);
+    const int per = 2 * 8;
+    for (int step = 0; step < 400; ++step) {
+      const auto k = test::normal(size_t(per), uint64_t(step) + 1), v = test::normal(size_t(per), uint64_t(step) + 5000);
+      cache->begin_update(k.data(), v.data(), 1);
+      std::vector<std::vector<int64_t>> expected(2);
+      for (int h = 0; h < 2; ++h) {
+        const HeadStore& head = cache->head(h);
+        std::vector<float> probs(size_t(head.n_slots()), 0.0f);
+        for (int s = 0; s < head.n_slots(); ++s) probs[size_t(s)] = head.live(s) ? 0.5f * float(rng() % 3) : 0.0f;
+        cache->add_attention(h, probs.data(), 1);
+        if (head.n_live() <= c.budget) continue;
+        // The rule by a sort: unprotected live rows by (score, position); the first goes.
+        const int64_t seen = cache->tokens_seen();
+        const int64_t recent_from = seen - int64_t(c.recent * double(c.budget - c.n_sink));
+        std::vector<int> rows;
+        for (int s = 0; s < head.n_slots(); ++s) {
+          const int64_t p = head.positions()[s];
+          if (head.live(s) && p >= c.n_sink && p < recent_from) rows.push_back(s);
+        }
+        ASSERT_FALSE(rows.empty());
+        std::sort(rows.begin(), rows.end(), [&](int a, int b) {
+          const float sa = head.scores()[a], sb = head.scores()[b];
+          return sa != sb ? sa < sb : head.positions()[a] < head.positions()[b];
+        });
+        expected[size_t(h)] = {head.positions()[rows[0]]};
+      }
+      std::vector<std::vector<int64_t>> before = {kept(*cache, 0), kept(*cache, 1)};
+      cache->end_update();
+      for (int h = 0; h < 2; ++h) {
+        std::vector<int64_t> after = kept(*cache, h), gone;
+        std::set_difference(before[size_t(h)].begin(), before[size_t(h)].end(), after.begin(), after.end(),
+                            std::back_inserter(gone));
+        EXPECT_EQ(gone, expected[size_t(h)]) << "step " << step << " head " << h;
+      }
+    }
+    if (type == KVType::kivi2) {
+      EXPECT_GT(cache->head(0).held() + cache->head(1).held(), 0);  // free slots scattered among live ones
+    }
+  }
 }
 
 TEST(Tova, AttentionSourceUsesOnlyTheNewestQuery) {
