@@ -141,14 +141,6 @@ void HeadStore::apply_evictions() {
       shifts_[size_t(s)] += int32_t(evicted < positions_[size_t(s)]);
       most = std::max(most, shifts_[size_t(s)]);
     }
-  } else if (pending_.size() <= 8) {  // a few: count them branch-free
-    for (int s = 0; s < n_slots_; ++s) {
-      const int64_t pos = positions_[size_t(s)];
-      int32_t below = 0;
-      for (const int64_t p : pending_) below += int32_t(p < pos);
-      shifts_[size_t(s)] += below;
-      most = std::max(most, shifts_[size_t(s)]);
-    }
   } else {
     std::sort(pending_.begin(), pending_.end());
     for (int s = 0; s < n_slots_; ++s) {

@@ -94,7 +94,7 @@ TEST(HeadStoreShift, RankAtInsertionMinusShiftIsTheRankNow) {
     std::vector<std::map<int64_t, int64_t>> rank_at_insertion(3);
     int64_t pos = 0;
     for (int step = 0; step < 40; ++step) {
-      const int n = 1 + int(rng() % 14);  // 1 to 14 evictions a step: each way the shifts are counted
+      const int n = 1 + int(rng() % 14);  // 1 to 14 evictions a step: one alone and several are counted apart
       for (int h = 0; h < 3; ++h) {
         for (int t = 0; t < n; ++t) rank_at_insertion[size_t(h)][pos + t] = cache->head(h).n_live() + t;
       }
