@@ -163,13 +163,12 @@ bool HeadStore::key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_
   // KIVI: each group of keys is decoded into a small tile, turned back by the rows' shifts and
   // dotted (the per-channel codes cannot take a per-row rotation in registers).
   const auto G = size_t(kivi_.group);
-  float* tile = scratch(2 * G * hd);
-  float* turned = tile + G * hd;
+  float* tile = scratch(G * hd);
   for (size_t first = 0; first < n_rows; first += G) {
     const size_t count = std::min(G, n_rows - first);
     load_keys(int(first), int(count), tile);
-    rotate_rows_back(tile, KVType::f32, shifts_.data() + first, count, hd, n_rot, neox, turns, turned);
-    row_dots_group(q, n_q, ld_q, turned, KVType::f32, count, hd, probs + first, ld);
+    rotate_rows_back(tile, KVType::f32, shifts_.data() + first, count, hd, n_rot, neox, turns, tile);  // in place
+    row_dots_group(q, n_q, ld_q, tile, KVType::f32, count, hd, probs + first, ld);
   }
   bool any = false;
   for (size_t g = 0; g < n_q; ++g) any = masked_softmax(probs + g * ld, mask, n_rows, scale);
