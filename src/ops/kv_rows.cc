@@ -218,46 +218,56 @@ void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* ro
   });
 }
 
-// out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j over block b's elements of vectors
-// [v0, v0 + kVecs) (v0 even): their G x kVecs accumulators stay in registers over every row; each
-// code vector is scaled by its d once (as the scalar twin dequantizes) and serves the G queries.
-template <size_t G, size_t kVecs, bool kQ8, class D>
+// out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j over the elements of vectors [v0, v0 + kVecs)
+// (v0 even) of blocks [b0, b0 + kBlocks) (kBlocks > 1: whole blocks, v0 = 0): rows outer, each row
+// read once, while the G x kBlocks x kVecs accumulators stay in registers; each code vector is
+// scaled by its d once (as the scalar twin dequantizes) and serves the G queries.
+template <size_t G, size_t kBlocks, size_t kVecs, bool kQ8, class D>
 HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_t* base, size_t rb, size_t n_rows,
-                                  size_t B, size_t b, size_t v0, float* out, size_t ld_out) {
+                                  size_t B, size_t b0, size_t v0, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
   const size_t block_bytes = kQ8 ? 2 + B : 2 + B / 2;
   const size_t half = B / 2;
   // Lane offsets of the block's kVecs vectors: q8_0 w = 0, N, ...; q4_0 the low nibbles' elements
   // w then the high ones' w + half, per byte vector.
-  hn::Vec<D> acc[G][kVecs];
-  auto offset = [&](size_t v) { return kQ8 ? (v0 + v) * N : ((v0 + v) / 2) * N + (v % 2) * half; };
+  hn::Vec<D> acc[G][kBlocks][kVecs];
+  auto offset = [&](size_t k, size_t v) {
+    return (b0 + k) * B + (kQ8 ? (v0 + v) * N : ((v0 + v) / 2) * N + (v % 2) * half);
+  };
   for (size_t g = 0; g < G; ++g) {
-    for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::LoadU(d, out + g * ld_out + b * B + offset(v));
+    for (size_t k = 0; k < kBlocks; ++k) {
+      for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::LoadU(d, out + g * ld_out + offset(k, v));
+    }
   }
   for (size_t j = 0; j < n_rows; ++j) {
     bool any = false;
     for (size_t g = 0; g < G; ++g) any = any || w[g * ld_w + j] != 0.0f;
     if (!any) continue;
-    const uint8_t* blk = base + j * rb + b * block_bytes;
-    const auto scale = BlockScale(d, blk);
-    hn::Vec<D> x[kVecs];
-    for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
-    for (size_t v = 0; v < kVecs; v += kQ8 ? 1 : 2) {
-      if constexpr (kQ8) {
-        x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
-      } else if constexpr (kVecs >= 2) {
-        Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
-        x[v] = hn::Mul(x[v], scale);
-        x[v + 1] = hn::Mul(x[v + 1], scale);
+    hn::Vec<D> wg[G];
+    for (size_t g = 0; g < G; ++g) wg[g] = hn::Set(d, w[g * ld_w + j]);
+    for (size_t k = 0; k < kBlocks; ++k) {
+      const uint8_t* blk = base + j * rb + (b0 + k) * block_bytes;
+      const auto scale = BlockScale(d, blk);
+      hn::Vec<D> x[kVecs];
+      for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
+      for (size_t v = 0; v < kVecs; v += kQ8 ? 1 : 2) {
+        if constexpr (kQ8) {
+          x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
+        } else if constexpr (kVecs >= 2) {
+          Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
+          x[v] = hn::Mul(x[v], scale);
+          x[v + 1] = hn::Mul(x[v + 1], scale);
+        }
       }
-    }
-    for (size_t g = 0; g < G; ++g) {
-      const auto wg = hn::Set(d, w[g * ld_w + j]);
-      for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::MulAdd(wg, x[v], acc[g][v]);
+      for (size_t g = 0; g < G; ++g) {
+        for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::MulAdd(wg[g], x[v], acc[g][k][v]);
+      }
     }
   }
   for (size_t g = 0; g < G; ++g) {
-    for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[g][v], d, out + g * ld_out + b * B + offset(v));
+    for (size_t k = 0; k < kBlocks; ++k) {
+      for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[g][k][v], d, out + g * ld_out + offset(k, v));
+    }
   }
 }
 
@@ -276,20 +286,30 @@ void QWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void
     float* og = out + g * ld_out;
     WithQ8(type, [&](auto q8) {
       constexpr bool kQ8 = decltype(q8)::value;
-      for (size_t b = 0; b < dim / B; ++b) {
+      const size_t n_blocks = dim / B;
+      size_t b = 0;
+      // Two or four whole blocks a pass where their vectors fit in 16 accumulators (a 64-wide head
+      // of q8_0 or q4_0 at 16 lanes: the whole row in one pass), so each row is read once.
+      if (vecs == 2 && G <= 2) {
+        for (; b + 4 <= n_blocks; b += 4) QWeightedSumBlock<G, 4, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, 0, og, ld_out);
+      }
+      if (vecs == 2) {
+        for (; b + 2 <= n_blocks; b += 2) QWeightedSumBlock<G, 2, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, 0, og, ld_out);
+      }
+      for (; b < n_blocks; ++b) {
         for (size_t v0 = 0; v0 < vecs;) {
           const size_t left = vecs - v0;
           if (left >= 8) {
-            QWeightedSumBlock<G, 8, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            QWeightedSumBlock<G, 1, 8, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
             v0 += 8;
           } else if (left >= 4) {
-            QWeightedSumBlock<G, 4, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            QWeightedSumBlock<G, 1, 4, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
             v0 += 4;
           } else if (left >= 2) {
-            QWeightedSumBlock<G, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            QWeightedSumBlock<G, 1, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
             v0 += 2;
           } else {  // q8_0 only: q4_0's count is even
-            QWeightedSumBlock<G, 1, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
+            QWeightedSumBlock<G, 1, 1, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
             v0 += 1;
           }
         }
@@ -391,36 +411,12 @@ void RowDots(const float* q, const void* rows, KVType type, size_t n_rows, size_
   RowDotsGroup(q, 1, dim, rows, type, n_rows, dim, out, 1);  // one query: the group kernel's bits
 }
 
-template <class D>
-void WeightedSumT(D d, const float* w, const void* rows, KVType type, size_t n_rows, size_t dim,
-                  float* out) {
-  const size_t N = hn::Lanes(d);
-  const size_t vec_end = dim - dim % N;
-  for (size_t i = 0; i < vec_end; i += N) {
-    auto acc = hn::LoadU(d, out + i);
-    for (size_t j = 0; j < n_rows; ++j) {
-      if (w[j] == 0.0f) continue;
-      acc = hn::MulAdd(hn::Set(d, w[j]), LoadRow(d, rows, type, j * dim + i), acc);
-    }
-    hn::StoreU(acc, d, out + i);
-  }
-  for (size_t i = vec_end; i < dim; ++i) {
-    float acc = out[i];
-    for (size_t j = 0; j < n_rows; ++j) {
-      if (w[j] != 0.0f) acc += w[j] * LoadOne(rows, type, j * dim + i);
-    }
-    out[i] = acc;
-  }
-}
+void WeightedSumGroup(const float* w, size_t n_w, size_t ld_w, const void* rows, KVType type,
+                      size_t n_rows, size_t dim, float* out, size_t ld_out);
 
 void WeightedSum(const float* w, const void* rows, KVType type, size_t n_rows, size_t dim,
                  float* out) {
-  if (kv_quantized(type)) {
-    return WithQuantTag(type, dim, [&](auto dq) { QWeightedSumGroupT(dq, w, 1, n_rows, rows, type, n_rows, dim, out, dim); });
-  }
-  const hn::ScalableTag<float> d;
-  if (dim < hn::Lanes(d)) return WeightedSumT(hn::CappedTag<float, 8>(), w, rows, type, n_rows, dim, out);
-  WeightedSumT(d, w, rows, type, n_rows, dim, out);
+  WeightedSumGroup(w, 1, n_rows, rows, type, n_rows, dim, out, dim);  // one query: the group kernel's bits
 }
 
 // Up to 4 queries per pass (one row load serves them); wider groups take several passes. When the
@@ -479,27 +475,51 @@ void RowDotsGroup(const float* q, size_t n_q, size_t ld_q, const void* rows, KVT
   RowDotsGroupT(d, q, n_q, ld_q, rows, type, n_rows, dim, out, ld_out);
 }
 
+// out[g * ld_out + i] += sum_j w[g * ld_w + j] * row j over the kVecs vectors from element i0:
+// rows outer, so each row is read once, in order, while the G x kVecs accumulators stay in
+// registers (columns outer read the rows once per vector: four strided passes over a 64-wide head).
+// Every element still adds its rows in row order, so the sums are the same bits either way.
+template <size_t G, size_t kVecs, class D>
+HWY_INLINE void WeightedSumTile(D d, const float* w, size_t ld_w, const void* rows, KVType type,
+                                size_t n_rows, size_t dim, size_t i0, float* out, size_t ld_out) {
+  const size_t N = hn::Lanes(d);
+  hn::Vec<D> acc[G][kVecs];
+  for (size_t g = 0; g < G; ++g) {
+    for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::LoadU(d, out + g * ld_out + i0 + v * N);
+  }
+  for (size_t j = 0; j < n_rows; ++j) {
+    bool any = false;  // rows every query weighs 0 (masked slots) are skipped: they may hold stale bits
+    for (size_t g = 0; g < G; ++g) any = any || w[g * ld_w + j] != 0.0f;
+    if (!any) continue;
+    hn::Vec<D> x[kVecs];
+    for (size_t v = 0; v < kVecs; ++v) x[v] = LoadRow(d, rows, type, j * dim + i0 + v * N);
+    for (size_t g = 0; g < G; ++g) {
+      const auto wg = hn::Set(d, w[g * ld_w + j]);
+      for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::MulAdd(wg, x[v], acc[g][v]);
+    }
+  }
+  for (size_t g = 0; g < G; ++g) {
+    for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[g][v], d, out + g * ld_out + i0 + v * N);
+  }
+}
+
 template <size_t G, class D>
 HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const void* rows, KVType type,
                                      size_t n_rows, size_t dim, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
-  const size_t vec_end = dim - dim % N;
+  const size_t vecs = dim / N, vec_end = vecs * N;
+  // Tiles of at most 16 accumulators (of the target's 32 vector registers, at least 16 on x86).
+  constexpr size_t kWide = G <= 2 ? 8 : 4;
+  size_t v0 = 0;
+  for (; v0 + kWide <= vecs; v0 += kWide) WeightedSumTile<G, kWide>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);
+  for (; v0 + 2 <= vecs; v0 += 2) WeightedSumTile<G, 2>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);
+  for (; v0 < vecs; ++v0) WeightedSumTile<G, 1>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);
   auto all_zero = [&](size_t j) {
     for (size_t g = 0; g < G; ++g) {
       if (w[g * ld_w + j] != 0.0f) return false;
     }
     return true;
   };
-  for (size_t i = 0; i < vec_end; i += N) {
-    hn::Vec<D> acc[G];
-    for (size_t g = 0; g < G; ++g) acc[g] = hn::LoadU(d, out + g * ld_out + i);
-    for (size_t j = 0; j < n_rows; ++j) {
-      if (all_zero(j)) continue;
-      const auto row = LoadRow(d, rows, type, j * dim + i);
-      for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(hn::Set(d, w[g * ld_w + j]), row, acc[g]);
-    }
-    for (size_t g = 0; g < G; ++g) hn::StoreU(acc[g], d, out + g * ld_out + i);
-  }
   for (size_t i = vec_end; i < dim; ++i) {
     for (size_t g = 0; g < G; ++g) {
       float acc = out[g * ld_out + i];
