@@ -11,6 +11,10 @@
 // weighted value sum over f16, q8_0 and q4_0 rows (row_dots_group, rows_weighted_sum_group) next to the same over
 // KIVI codes of 2 and 4 bits in groups of G = 32 (kivi_key_group_dots once per key group,
 // kivi_values_weighted_sum_group over every row). bytes_per_second counts the stored bytes read.
+// kv_from_memory/: the same two kernels over every KV head of the 1B model at depth 4096 (16 layers
+// x 8 heads x 4096 rows: 64 MiB of f16 keys, more than the L3 holds), each head read once per
+// iteration as in a decode step: the figure a real step sees, where the cache-resident ones above
+// hide how often a kernel walks its rows.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -169,6 +173,32 @@ void bm_kv_weighted_sum(benchmark::State& state, KVType type, size_t n_q) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rows.size()));
+}
+
+// Every KV head of the 1B model at depth 4096, rows read from memory as a decode step reads them:
+// the key dots of a group of 4 queries, or the weighted value sum, head after head.
+constexpr size_t kModelHeads = 16 * 8;
+
+void bm_kv_from_memory(benchmark::State& state, KVType type, bool values) {
+  std::vector<std::vector<std::byte>> heads;
+  for (size_t h = 0; h < kModelHeads; ++h) heads.push_back(kv_rows_of(type, uint32_t(100 + h)));
+  constexpr size_t kQueries = 4;
+  const std::vector<float> q = normal_floats(kQueries * kHeadDim, 5);
+  const std::vector<float> w = row_weights(kQueries);
+  std::vector<float> dots(kQueries * kRows), out(kQueries * kHeadDim);
+  for (auto _ : state) {
+    for (const auto& rows : heads) {
+      if (values) {
+        rows_weighted_sum_group(w.data(), kQueries, kRows, rows.data(), type, kRows, kHeadDim, out.data(), kHeadDim);
+      } else {
+        row_dots_group(q.data(), kQueries, kHeadDim, rows.data(), type, kRows, kHeadDim, dots.data(), kRows);
+      }
+    }
+    benchmark::DoNotOptimize(dots.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(kModelHeads * heads[0].size()));
 }
 
 // A decode step's logits under positions inside the cache (every row shifted by 1..511): the
@@ -345,6 +375,15 @@ const bool registered = [] {
       benchmark::RegisterBenchmark(("kivi/value_sum/" + b + shape).c_str(), bm_kivi_value_sum, bits, n_q)
           ->MinTime(0.2);
     }
+  }
+  for (const KVType type : {KVType::f16, KVType::q8_0, KVType::q4_0}) {
+    const std::string shape = to_string(type) + "/heads:" + std::to_string(kModelHeads) + "/rows:" + std::to_string(kRows) +
+                              "/head_dim:" + std::to_string(kHeadDim) + "/queries:4";
+    benchmark::RegisterBenchmark(("kv_from_memory/row_dots_group/" + shape).c_str(), bm_kv_from_memory, type, false)
+        ->MinTime(0.5);
+    benchmark::RegisterBenchmark(("kv_from_memory/rows_weighted_sum_group/" + shape).c_str(), bm_kv_from_memory, type,
+                                 true)
+        ->MinTime(0.5);
   }
 #if defined(__x86_64__)
   benchmark::RegisterBenchmark("int8_peak/vpdpbusd_zmm", bm_int8_peak)->Threads(1)->Threads(2)->UseRealTime()->MinTime(0.2);
