@@ -46,14 +46,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_NATIVE_FMA
 
-// Accumulator vectors a pass may keep in registers: half the register file (32 registers on
-// AVX-512 and Arm, 16 on AVX2), leaving room for the codes, their shifts and a broadcast.
-#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
-constexpr size_t kAccumulators = 8;
-#else
-constexpr size_t kAccumulators = 16;
-#endif
-
 #include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
 
 // ---- Runs of codes as vectors ----

@@ -288,21 +288,25 @@ void QWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void
       constexpr bool kQ8 = decltype(q8)::value;
       const size_t n_blocks = dim / B;
       size_t b = 0;
-      // Two or four whole blocks a pass where their vectors fit in 16 accumulators (a 64-wide head
-      // of q8_0 or q4_0 at 16 lanes: the whole row in one pass), so each row is read once.
-      if (vecs == 2 && G <= 2) {
-        for (; b + 4 <= n_blocks; b += 4) QWeightedSumBlock<G, 4, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, 0, og, ld_out);
+      // Two or four whole blocks a pass where their vectors' accumulators fit (a 64-wide head of
+      // q8_0 or q4_0 at 16 lanes: the whole row in one pass), so each row is read once.
+      if constexpr (G * 4 * 2 <= kAccumulators) {
+        if (vecs == 2) {
+          for (; b + 4 <= n_blocks; b += 4) QWeightedSumBlock<G, 4, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, 0, og, ld_out);
+        }
       }
-      if (vecs == 2) {
-        for (; b + 2 <= n_blocks; b += 2) QWeightedSumBlock<G, 2, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, 0, og, ld_out);
+      if constexpr (G * 2 * 2 <= kAccumulators) {
+        if (vecs == 2) {
+          for (; b + 2 <= n_blocks; b += 2) QWeightedSumBlock<G, 2, 2, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, 0, og, ld_out);
+        }
       }
       for (; b < n_blocks; ++b) {
         for (size_t v0 = 0; v0 < vecs;) {
           const size_t left = vecs - v0;
-          if (left >= 8) {
+          if (left >= 8 && kVectorsPerQuery<G> >= 8) {
             QWeightedSumBlock<G, 1, 8, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
             v0 += 8;
-          } else if (left >= 4) {
+          } else if (left >= 4 && kVectorsPerQuery<G> >= 4) {
             QWeightedSumBlock<G, 1, 4, kQ8>(d, wg, ld_w, base, rb, n_rows, B, b, v0, og, ld_out);
             v0 += 4;
           } else if (left >= 2) {
@@ -508,8 +512,7 @@ HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const voi
                                      size_t n_rows, size_t dim, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
   const size_t vecs = dim / N, vec_end = vecs * N;
-  // Tiles of at most 16 accumulators (of the target's 32 vector registers, at least 16 on x86).
-  constexpr size_t kWide = G <= 2 ? 8 : 4;
+  constexpr size_t kWide = kVectorsPerQuery<G>;
   size_t v0 = 0;
   for (; v0 + kWide <= vecs; v0 += kWide) WeightedSumTile<G, kWide>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);
   for (; v0 + 2 <= vecs; v0 += 2) WeightedSumTile<G, 2>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);

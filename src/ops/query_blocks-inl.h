@@ -2,6 +2,18 @@
 // includes it again, hence no include guard): the kernels' lambdas then keep the target's
 // attributes and are inlined, so their accumulators stay in registers.
 
+// Accumulator vectors a pass may keep in registers: half the register file (32 registers on
+// AVX-512 and Arm, 16 on AVX2), leaving room for the loads, decoded codes and broadcasts.
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr size_t kAccumulators = 8;
+#else
+constexpr size_t kAccumulators = 16;
+#endif
+
+// The widest of 8, 4, 2 and 1 vectors per query whose accumulators for G queries fit.
+template <size_t G>
+constexpr size_t kVectorsPerQuery = kAccumulators / G >= 8 ? 8 : kAccumulators / G >= 4 ? 4 : kAccumulators / G >= 2 ? 2 : 1;
+
 // Calls pass(std::integral_constant<size_t, Q>, first) over n queries: blocks of Q = 4, then one
 // block of the 1 to 3 left, so the passes keep Q accumulators per vector in registers.
 template <class Pass>

@@ -71,53 +71,55 @@ TEST(KVRows, RowDotsAndWeightedSumsMatchTheScalarTwins) {
   }
 }
 
-// The GQA-group kernels: against the scalar twins, and bit-identical to the one-query kernels
-// (the engine relies on that: grouping heads must not change attention).
+// The GQA-group kernels, on every target: against the scalar twins, and bit-identical to the
+// one-query kernels (the engine relies on that: grouping heads must not change attention).
 TEST(KVRows, GroupKernelsMatchTheScalarTwinsAndTheSingleKernels) {
-  for (KVType type : {KVType::f16, KVType::f32}) {
-    for (size_t dim : {1u, 4u, 8u, 15u, 16u, 17u, 33u, 64u, 128u}) {
-      for (size_t rows : {1u, 3u, 4u, 5u, 40u}) {
-        for (size_t n_q : {1u, 2u, 3u, 4u, 5u, 8u}) {
-          for (size_t misalign : {0u, 1u}) {
-            const auto k = test::normal(rows * dim, dim * 131 + rows);
-            const auto buf = stored(k, type, misalign);
-            const void* base = buf.data() + misalign * kv_type_size(type);
-            const size_t ld_q = dim + 3, ld_out = rows + 2;
-            const auto q = test::normal(n_q * ld_q + misalign, n_q + dim);
-            const float* qp = q.data() + misalign;
-            std::vector<float> fast(n_q * ld_out), slow(n_q * ld_out), single(rows);
-            row_dots_group(qp, n_q, ld_q, base, type, rows, dim, fast.data(), ld_out);
-            row_dots_group_scalar(qp, n_q, ld_q, base, type, rows, dim, slow.data(), ld_out);
-            for (size_t g = 0; g < n_q; ++g) {
-              row_dots(qp + g * ld_q, base, type, rows, dim, single.data());
-              for (size_t j = 0; j < rows; ++j) {
-                EXPECT_EQ(fast[g * ld_out + j], single[j]);
-                EXPECT_NEAR(fast[g * ld_out + j], slow[g * ld_out + j],
-                            1e-5 * (1 + std::abs(slow[g * ld_out + j])) * std::sqrt(double(dim)));
+  testing::for_each_target([] {
+    for (KVType type : {KVType::f16, KVType::f32}) {
+      for (size_t dim : {1u, 4u, 8u, 15u, 16u, 17u, 33u, 64u, 128u}) {
+        for (size_t rows : {1u, 3u, 4u, 5u, 40u}) {
+          for (size_t n_q : {1u, 2u, 3u, 4u, 5u, 8u}) {
+            for (size_t misalign : {0u, 1u}) {
+              const auto k = test::normal(rows * dim, dim * 131 + rows);
+              const auto buf = stored(k, type, misalign);
+              const void* base = buf.data() + misalign * kv_type_size(type);
+              const size_t ld_q = dim + 3, ld_out = rows + 2;
+              const auto q = test::normal(n_q * ld_q + misalign, n_q + dim);
+              const float* qp = q.data() + misalign;
+              std::vector<float> fast(n_q * ld_out), slow(n_q * ld_out), single(rows);
+              row_dots_group(qp, n_q, ld_q, base, type, rows, dim, fast.data(), ld_out);
+              row_dots_group_scalar(qp, n_q, ld_q, base, type, rows, dim, slow.data(), ld_out);
+              for (size_t g = 0; g < n_q; ++g) {
+                row_dots(qp + g * ld_q, base, type, rows, dim, single.data());
+                for (size_t j = 0; j < rows; ++j) {
+                  EXPECT_EQ(fast[g * ld_out + j], single[j]);
+                  EXPECT_NEAR(fast[g * ld_out + j], slow[g * ld_out + j],
+                              1e-5 * (1 + std::abs(slow[g * ld_out + j])) * std::sqrt(double(dim)));
+                }
               }
-            }
-            const size_t ld_w = rows + 1;
-            std::vector<float> w = test::normal(n_q * ld_w, 7 + n_q);
-            for (size_t g = 0; g < n_q; ++g) w[g * ld_w] = 0.0f;  // row 0 skipped by every query
-            if (rows > 1) w[1] = 0.0f;                             // row 1 zero for one query only
-            const size_t ld_o = dim + 1;
-            std::vector<float> out_fast(n_q * ld_o, 0.5f), out_slow(n_q * ld_o, 0.5f);
-            rows_weighted_sum_group(w.data(), n_q, ld_w, base, type, rows, dim, out_fast.data(), ld_o);
-            rows_weighted_sum_group_scalar(w.data(), n_q, ld_w, base, type, rows, dim, out_slow.data(), ld_o);
-            for (size_t g = 0; g < n_q; ++g) {
-              std::vector<float> one(dim, 0.5f);
-              rows_weighted_sum(w.data() + g * ld_w, base, type, rows, dim, one.data());
-              for (size_t i = 0; i < dim; ++i) {
-                EXPECT_EQ(out_fast[g * ld_o + i], one[i]);
-                EXPECT_NEAR(out_fast[g * ld_o + i], out_slow[g * ld_o + i],
-                            1e-5 * (1 + std::abs(out_slow[g * ld_o + i])) * std::sqrt(double(rows)));
+              const size_t ld_w = rows + 1;
+              std::vector<float> w = test::normal(n_q * ld_w, 7 + n_q);
+              for (size_t g = 0; g < n_q; ++g) w[g * ld_w] = 0.0f;  // row 0 skipped by every query
+              if (rows > 1) w[1] = 0.0f;                             // row 1 zero for one query only
+              const size_t ld_o = dim + 1;
+              std::vector<float> out_fast(n_q * ld_o, 0.5f), out_slow(n_q * ld_o, 0.5f);
+              rows_weighted_sum_group(w.data(), n_q, ld_w, base, type, rows, dim, out_fast.data(), ld_o);
+              rows_weighted_sum_group_scalar(w.data(), n_q, ld_w, base, type, rows, dim, out_slow.data(), ld_o);
+              for (size_t g = 0; g < n_q; ++g) {
+                std::vector<float> one(dim, 0.5f);
+                rows_weighted_sum(w.data() + g * ld_w, base, type, rows, dim, one.data());
+                for (size_t i = 0; i < dim; ++i) {
+                  EXPECT_EQ(out_fast[g * ld_o + i], one[i]);
+                  EXPECT_NEAR(out_fast[g * ld_o + i], out_slow[g * ld_o + i],
+                              1e-5 * (1 + std::abs(out_slow[g * ld_o + i])) * std::sqrt(double(rows)));
+                }
               }
             }
           }
         }
       }
     }
-  }
+  });
 }
 
 // A row's dot is the same bits whatever rows share its call and wherever it sits in the kernel's
