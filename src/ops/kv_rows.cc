@@ -240,9 +240,7 @@ HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_
     }
   }
   for (size_t j = 0; j < n_rows; ++j) {
-    bool any = false;
-    for (size_t g = 0; g < G; ++g) any = any || w[g * ld_w + j] != 0.0f;
-    if (!any) continue;
+    if (!AnyWeight<G>(w, ld_w, j)) continue;
     hn::Vec<D> wg[G];
     for (size_t g = 0; g < G; ++g) wg[g] = hn::Set(d, w[g * ld_w + j]);
     for (size_t k = 0; k < kBlocks; ++k) {
@@ -492,9 +490,7 @@ HWY_INLINE void WeightedSumTile(D d, const float* w, size_t ld_w, const void* ro
     for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::LoadU(d, out + g * ld_out + i0 + v * N);
   }
   for (size_t j = 0; j < n_rows; ++j) {
-    bool any = false;  // rows every query weighs 0 (masked slots) are skipped: they may hold stale bits
-    for (size_t g = 0; g < G; ++g) any = any || w[g * ld_w + j] != 0.0f;
-    if (!any) continue;
+    if (!AnyWeight<G>(w, ld_w, j)) continue;
     hn::Vec<D> x[kVecs];
     for (size_t v = 0; v < kVecs; ++v) x[v] = LoadRow(d, rows, type, j * dim + i0 + v * N);
     for (size_t g = 0; g < G; ++g) {
@@ -517,17 +513,11 @@ HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const voi
   for (; v0 + kWide <= vecs; v0 += kWide) WeightedSumTile<G, kWide>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);
   for (; v0 + 2 <= vecs; v0 += 2) WeightedSumTile<G, 2>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);
   for (; v0 < vecs; ++v0) WeightedSumTile<G, 1>(d, w, ld_w, rows, type, n_rows, dim, v0 * N, out, ld_out);
-  auto all_zero = [&](size_t j) {
-    for (size_t g = 0; g < G; ++g) {
-      if (w[g * ld_w + j] != 0.0f) return false;
-    }
-    return true;
-  };
   for (size_t i = vec_end; i < dim; ++i) {
     for (size_t g = 0; g < G; ++g) {
       float acc = out[g * ld_out + i];
       for (size_t j = 0; j < n_rows; ++j) {
-        if (!all_zero(j)) acc += w[g * ld_w + j] * LoadOne(rows, type, j * dim + i);
+        if (AnyWeight<G>(w, ld_w, j)) acc += w[g * ld_w + j] * LoadOne(rows, type, j * dim + i);
       }
       out[g * ld_out + i] = acc;
     }

@@ -14,6 +14,15 @@ constexpr size_t kAccumulators = 16;
 template <size_t G>
 constexpr size_t kVectorsPerQuery = kAccumulators / G >= 8 ? 8 : kAccumulators / G >= 4 ? 4 : kAccumulators / G >= 2 ? 2 : 1;
 
+// Whether any of G queries weighs row j (a weighted sum skips rows every query weighs 0: masked
+// slots, which may hold stale bits).
+template <size_t G>
+HWY_INLINE bool AnyWeight(const float* w, size_t ld_w, size_t j) {
+  bool any = false;
+  for (size_t g = 0; g < G; ++g) any = any || w[g * ld_w + j] != 0.0f;
+  return any;
+}
+
 // Calls pass(std::integral_constant<size_t, Q>, first) over n queries: blocks of Q = 4, then one
 // block of the 1 to 3 left, so the passes keep Q accumulators per vector in registers.
 template <class Pass>
