@@ -4,18 +4,21 @@
 //    B = 512, D = 128, 8 KV heads, next to the cost of just reading the kept fp16 rows;
 //  - the same for a whole model's cache (32 layers x 8 KV heads x D = 128, average budget 512,
 //    the layers' budgets set by each method's allocator): BM_ModelDecodeStep/<method>;
-//  - one layer's bookkeeping of an attention-scored decode step in each storage format
-//    (BM_AttentionScoredStep/<kv-type>): what the cache costs a step besides the attention itself.
+//  - one layer's bookkeeping of an attention-scored decode step in each storage format, on one
+//    thread and with a pool of two (BM_AttentionScoredStep/<kv-type>/threads:<n>): what the cache
+//    costs a step besides the attention itself.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "squeezekv/alloc/concentration.h"
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
+#include "squeezekv/ops/thread_pool.h"
 
 namespace squeezekv {
 namespace {
@@ -128,18 +131,28 @@ void BM_AttentionScoredStep(benchmark::State& state, KVType type) {
   std::vector<float> bank = gaussian(size_t(kBank) * kMaxSlots, 5);
   for (float& x : bank) x = std::exp(2.0f * x);
   const auto steps = gaussian(size_t(kHeads) * kHd * 256, 4);
-  std::vector<float> probs(kMaxSlots);
+  // Threads as the engine uses them: each head's storage and eviction work on the pool, and its
+  // attention fed back from the pool's threads, a head per task.
+  const auto threads = size_t(state.range(0));
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  std::vector<float> probs(size_t(kHeads) * kMaxSlots);
   size_t i = 0;
+  const auto feed = [&](size_t h) {
+    const HeadStore& head = cache->head(int(h));
+    const float* b = bank.data() + ((i + h) % kBank) * kMaxSlots;
+    float* p = probs.data() + h * kMaxSlots;
+    for (int s = 0; s < head.n_slots(); ++s) p[s] = head.live(s) ? b[s] : 0.0f;
+    cache->add_attention(int(h), p, 1);
+  };
   for (auto _ : state) {
     const float* k = steps.data() + (i % 256) * kHeads * kHd;
-    cache->begin_update(k, k, 1);
-    for (int h = 0; h < kHeads; ++h) {
-      const HeadStore& head = cache->head(h);
-      const float* b = bank.data() + ((i + size_t(h)) % kBank) * kMaxSlots;
-      for (int s = 0; s < head.n_slots(); ++s) probs[size_t(s)] = head.live(s) ? b[s] : 0.0f;
-      cache->add_attention(h, probs.data(), 1);
+    cache->begin_update(k, k, 1, pool.get());
+    if (pool) {
+      pool->parallel_for(kHeads, [&](size_t h, size_t) { feed(h); });
+    } else {
+      for (size_t h = 0; h < kHeads; ++h) feed(h);
     }
-    cache->end_update();
+    cache->end_update(pool.get());
     ++i;
   }
   int held = 0, slots = 0;
@@ -151,10 +164,10 @@ void BM_AttentionScoredStep(benchmark::State& state, KVType type) {
   state.counters["slots/head"] = double(slots) / kHeads;
   state.counters["held/head"] = double(held) / kHeads;
 }
-BENCHMARK_CAPTURE(BM_AttentionScoredStep, f16, KVType::f16);
-BENCHMARK_CAPTURE(BM_AttentionScoredStep, q8_0, KVType::q8_0);
-BENCHMARK_CAPTURE(BM_AttentionScoredStep, kivi2, KVType::kivi2);
-BENCHMARK_CAPTURE(BM_AttentionScoredStep, kivi4, KVType::kivi4);
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, f16, KVType::f16)->ArgName("threads")->Arg(1)->Arg(2);
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, q8_0, KVType::q8_0)->ArgName("threads")->Arg(1)->Arg(2);
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, kivi2, KVType::kivi2)->ArgName("threads")->Arg(1)->Arg(2);
+BENCHMARK_CAPTURE(BM_AttentionScoredStep, kivi4, KVType::kivi4)->ArgName("threads")->Arg(1)->Arg(2);
 
 constexpr int kLayers = 32;
 

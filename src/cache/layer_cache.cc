@@ -8,6 +8,7 @@
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/cache/coordinator.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/ops/thread_pool.h"
 #include "cache/exclusive.h"
 
 namespace squeezekv {
@@ -53,7 +54,28 @@ void LayerCache::check_finite(const float* data, size_t n, const char* what) con
   }
 }
 
-void LayerCache::begin_update(const float* keys, const float* values, int n_tokens) {
+template <class Fn>
+void LayerCache::for_each_head(ThreadPool* pool, bool worth_it, const Fn& fn) {
+  const size_t n = rows_.heads.size();
+  if (pool != nullptr && worth_it && n > 1 && pool->num_workers() > 1) {
+    // One task per worker, a contiguous run of heads each: a task is claimed through one shared
+    // atomic, so a claim per head would cost as much as a small head's work.
+    const size_t tasks = std::min(n, pool->num_workers());
+    pool->parallel_for(tasks, [&](size_t t, size_t) {
+      for (size_t h = t * n / tasks; h < (t + 1) * n / tasks; ++h) fn(h);
+    });
+  } else {
+    for (size_t h = 0; h < n; ++h) fn(h);
+  }
+}
+
+int64_t LayerCache::total_slots() const {
+  int64_t slots = 0;
+  for (const HeadStore& head : rows_.heads) slots += head.n_slots();
+  return slots;
+}
+
+void LayerCache::begin_update(const float* keys, const float* values, int n_tokens, ThreadPool* pool) {
   if (in_update_) throw InvalidArgument("begin_update: the previous update was not ended (call end_update)");
   require(n_tokens >= 1, "n_tokens", n_tokens, "an update needs at least one token");
   require(keys != nullptr && values != nullptr, "keys", "null", "keys and values must be given");
@@ -72,11 +94,15 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   update_.n_new = n_tokens;
   update_.first_pos = rows_.tokens_seen;
   const size_t per_head = size_t(n_tokens) * size_t(dim);
-  for (size_t h = 0; h < rows_.heads.size(); ++h) {
+  // Storing goes with the values stored (a prompt chunk), except that KIVI's storage also regroups
+  // held rows, work that goes with the slots.
+  const bool kivi = kv_kivi(config_.key_type()) || kv_kivi(config_.value_type());
+  const bool worth_it = int64_t(n) >= kParallelHeadValues || (kivi && total_slots() >= kParallelHeadSlots);
+  for_each_head(pool, worth_it, [&](size_t h) {
     update_.slots[h].clear();
     rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens,
                           rows_.tokens_seen, growth_cap, update_.slots[h]);
-  }
+  });
   rows_.tokens_seen += n_tokens;
   policy_->score_keys(rows_, update_);
   in_update_ = true;
@@ -105,7 +131,7 @@ void LayerCache::add_attention(int h, const float* probs, int n_queries) {
   policy_->score_attention(rows_, h, probs, n_queries, head(h).n_slots());
 }
 
-void LayerCache::end_update() {
+void LayerCache::end_update(ThreadPool* pool) {
   if (!in_update_) throw InvalidArgument("end_update: no update in progress (call begin_update)");
   in_update_ = false;
   if (!first_update_done_) {
@@ -115,7 +141,7 @@ void LayerCache::end_update() {
       coordinator_->report(layer_index_, concentration_);  // may publish every layer's budget
     }
   }
-  settle();
+  settle(pool);
 }
 
 void LayerCache::rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle style, float rope_base) {
@@ -184,41 +210,56 @@ void LayerCache::set_budget(int budget) {
   if (!in_update_) settle();
 }
 
-void LayerCache::settle() {
+void LayerCache::settle(ThreadPool* pool) {
   if (!budget_final_) return;  // keep the whole prompt until the schedule is known
   const bool prompt_end = prompt_pending_;
+  prompt_pending_ = false;
   // Rows older than the span go first, so the policy fills its budget from rows within it.
-  if (config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded()) {
-    evict_aged(rows_.tokens_seen - config_.max_distance);
+  const bool age = config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded();
+  const int64_t before = rows_.tokens_seen - config_.max_distance;
+  // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
+  // unbounded policy's step leaves nothing to do but KIVI's regrouping.
+  const bool kivi = kv_kivi(config_.key_type()) || kv_kivi(config_.value_type());
+  const bool worth_it = (policy_->bounded() || kivi || prompt_end) && total_slots() >= kParallelHeadSlots;
+  if (!prompt_end && policy_->heads_independent()) {
+    // Each head alone, the same steps in the same order as below (the heads share nothing).
+    for_each_head(pool, worth_it, [&](size_t h) {
+      if (age) evict_aged(rows_.heads[h], before);
+      policy_->evict_head(rows_, int(h), budget_);
+      settle_head(rows_.heads[h], prompt_end);
+    });
+    return;
+  }
+  if (age) {
+    for (HeadStore& head : rows_.heads) evict_aged(head, before);
   }
   if (prompt_end) {
-    prompt_pending_ = false;
     policy_->finish_prompt(rows_, budget_);
   } else {
     policy_->evict(rows_, budget_);
   }
-  for (HeadStore& h : rows_.heads) {
-    h.apply_evictions();  // shifts current before the next query reads them
-    // KIVI's held rows (dead rows inside quantized key groups) and whole groups count as needed.
-    if (policy_->bounded()) {
-      const int target = h.capacity_for(std::max(budget_ + 1, h.n_live()) + h.held());
-      if (h.capacity() > target) h.compact(target);
-    } else if (prompt_end && h.capacity() > h.capacity_for(h.rows_needed())) {
-      h.compact(h.rows_needed());
-    }
-    h.settle_kivi();  // after the evictions: KIVI's groups form from the rows that stay
-  }
+  for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end); });
 }
 
-void LayerCache::evict_aged(int64_t before) {
+void LayerCache::settle_head(HeadStore& h, bool prompt_end) {
+  h.apply_evictions();  // shifts current before the next query reads them
+  // KIVI's held rows (dead rows inside quantized key groups) and whole groups count as needed.
+  if (policy_->bounded()) {
+    const int target = h.capacity_for(std::max(budget_ + 1, h.n_live()) + h.held());
+    if (h.capacity() > target) h.compact(target);
+  } else if (prompt_end && h.capacity() > h.capacity_for(h.rows_needed())) {
+    h.compact(h.rows_needed());
+  }
+  h.settle_kivi();  // after the evictions: KIVI's groups form from the rows that stay
+}
+
+void LayerCache::evict_aged(HeadStore& head, int64_t before) const {
   const auto n_sink = int64_t(config_.n_sink);
   if (before <= n_sink) return;  // nothing is older than the span yet (a prompt within the span)
-  // Every head in slot order: heads that append and evict alike keep matching slots (tova).
-  for (HeadStore& head : rows_.heads) {
-    for (int s = 0; s < head.n_slots(); ++s) {
-      const int64_t p = head.positions()[s];
-      if (p != HeadStore::kFree && p >= n_sink && p < before) head.evict(s);
-    }
+  // In slot order: heads that append and evict alike keep matching slots (tova).
+  for (int s = 0; s < head.n_slots(); ++s) {
+    const int64_t p = head.positions()[s];
+    if (p != HeadStore::kFree && p >= n_sink && p < before) head.evict(s);
   }
 }
 

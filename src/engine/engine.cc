@@ -242,13 +242,13 @@ void Engine::forward_batch(std::span<const SequenceStep> steps) {
           std::memcpy(v_heads_.data() + dst, v_.data() + src, hd * sizeof(float));
         }
       }
-      layer.begin_update(k_heads_.data(), v_heads_.data(), sp.n);
+      layer.begin_update(k_heads_.data(), v_heads_.data(), sp.n, pool_);
       // Rows farther than the clamp from the update's last query turn to position 0 once; the
       // attention places them at that query's position minus the clamp.
       const int64_t clamped_at = sp.clamp > 0 ? sp.pos0 + sp.n - 1 - sp.clamp : -1;
       if (clamped_at >= 0) layer.rotate_keys_to_origin(clamped_at, c.n_rot, c.rope_style, c.rope_base);
       attention(layer, sp.row0, sp.n, sp.pos0, ranks, clamped_at);
-      layer.end_update();
+      layer.end_update(pool_);
     }
     matmul(w.wo, att_.data(), n, proj_.data(), pool_);
     add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
@@ -393,6 +393,7 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     group_probs_.resize(size_t(c.n_kv_heads) * probs_per_head);
   }
 
+  const bool heads_alone = n == 1 && layer.policy().heads_independent();
   // One task per (KV head, token): the group's query heads read each K and V row once together.
   auto task = [&](size_t index, size_t worker) {
     const int g = int(index) / n, t = int(index) % n;
@@ -433,6 +434,9 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
     std::fill(out, out + group * hd, 0.0f);
     head.add_weighted_values(logits, group, ld, size_t(hi), out, hd);
     if (feed) feed_probs(g, t, logits, ld, hi, n_slots, probs_per_head);
+    // A decode step's task holds the head's only query: its scores are updated here, on the
+    // worker, when the policy lets heads be scored at once.
+    if (feed && heads_alone) layer.add_attention(g, group_probs_.data() + size_t(g) * probs_per_head, n);
   };
   // (attention_in_blocks leaves quantized keys turned back by ranks to the fused token path)
   const bool blocks = attention_in_blocks(layer, row0, n, pos0, max_slots, most_shift > 0, feed, probs_per_head);
@@ -445,7 +449,7 @@ void Engine::attention(LayerCache& layer, int row0, int n, int64_t pos0, bool ra
       for (size_t i = 0; i < n_tasks; ++i) task(i, 0);
     }
   }
-  if (!feed) return;
+  if (!feed || (heads_alone && !blocks)) return;
   for (int g = 0; g < c.n_kv_heads; ++g) layer.add_attention(g, group_probs_.data() + size_t(g) * probs_per_head, n);
 }
 

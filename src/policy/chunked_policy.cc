@@ -20,55 +20,60 @@ class ChunkedPolicy final : public CumulativePolicy {
   std::string_view name() const override { return "chunked"; }
 
   void evict(LayerRows& layer, int budget) override {
-    const Protection protect = cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_);
-    for (HeadStore& head : layer.heads) evict_head(head, budget, protect);
+    for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
+  }
+
+  void evict_head(LayerRows& layer, int h, int budget) override {
+    evict_chunks(layer.heads[size_t(h)], budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_));
   }
 
  private:
-  // A run of live rows sharing one chunk index, as a range of `rows_` (ordered by slot within it).
+  // A run of live rows sharing one chunk index, as a range of `rows` (ordered by slot within it).
   struct Chunk {
     float mean;
     int64_t index;
     size_t begin, end;
   };
 
-  // Allocation-free after the first call: rows_ and chunks_ keep their capacity across steps.
-  void evict_head(HeadStore& head, int budget, Protection protect) {
+  // Allocation-free after a thread's first call: its rows and chunks keep their capacity across
+  // steps (per thread, since heads may be evicted at once on several threads).
+  void evict_chunks(HeadStore& head, int budget, Protection protect) {
     if (head.n_live() <= budget) return;
+    // (chunk index, slot) of the live rows; the evictable chunks.
+    thread_local std::vector<std::pair<int64_t, int>> rows;
+    thread_local std::vector<Chunk> chunks;
     const int64_t* pos = head.positions();
-    rows_.clear();
+    rows.clear();
     for (int s = 0; s < head.n_slots(); ++s) {
-      if (pos[s] != HeadStore::kFree) rows_.push_back({pos[s] / chunk_size_, s});
+      if (pos[s] != HeadStore::kFree) rows.push_back({pos[s] / chunk_size_, s});
     }
     // By chunk (oldest first), then slot: the order the score sum is taken in.
-    std::sort(rows_.begin(), rows_.end());
-    chunks_.clear();
-    for (size_t begin = 0; begin < rows_.size();) {
+    std::sort(rows.begin(), rows.end());
+    chunks.clear();
+    for (size_t begin = 0; begin < rows.size();) {
       size_t end = begin;
       double sum = 0.0;
       bool protected_chunk = false;
-      for (; end < rows_.size() && rows_[end].first == rows_[begin].first; ++end) {
-        sum += head.scores()[rows_[end].second];
-        protected_chunk |= protect.covers(pos[rows_[end].second]);
+      for (; end < rows.size() && rows[end].first == rows[begin].first; ++end) {
+        sum += head.scores()[rows[end].second];
+        protected_chunk |= protect.covers(pos[rows[end].second]);
       }
       // The mean is taken in float so that a one-row chunk compares exactly like its row (h2o).
-      if (!protected_chunk) chunks_.push_back({float(sum / double(end - begin)), rows_[begin].first, begin, end});
+      if (!protected_chunk) chunks.push_back({float(sum / double(end - begin)), rows[begin].first, begin, end});
       begin = end;
     }
-    std::sort(chunks_.begin(), chunks_.end(), [](const Chunk& a, const Chunk& b) {
+    std::sort(chunks.begin(), chunks.end(), [](const Chunk& a, const Chunk& b) {
       return a.mean != b.mean ? a.mean < b.mean : a.index < b.index;
     });
-    for (const Chunk& chunk : chunks_) {
+    for (const Chunk& chunk : chunks) {
       if (head.n_live() <= budget) break;
-      for (size_t i = chunk.begin; i < chunk.end; ++i) head.evict(rows_[i].second);
+      for (size_t i = chunk.begin; i < chunk.end; ++i) head.evict(rows[i].second);
     }
     // Chunks that hold a sink or a recent row can together exceed a small budget; the budget is
     // a promise, so the remaining unprotected rows in them go one by one, lowest score first.
     if (head.n_live() > budget) evict_lowest(head, budget, protect, head.scores());
   }
 
-  std::vector<std::pair<int64_t, int>> rows_;  // (chunk index, slot) of the live rows
-  std::vector<Chunk> chunks_;                  // evictable chunks
   int64_t chunk_size_;
 };
 

@@ -22,6 +22,8 @@ class CumulativePolicy : public TokenPolicy {
   void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
                        int n_slots) override;
   void evict(LayerRows& layer, int budget) override;
+  bool heads_independent() const override { return true; }
+  void evict_head(LayerRows& layer, int head, int budget) override;
 
  protected:
   int n_sink_;

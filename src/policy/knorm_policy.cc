@@ -34,8 +34,12 @@ class KnormPolicy final : public TokenPolicy {
   }
 
   void evict(LayerRows& layer, int budget) override {
-    const Protection protect = cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_);
-    for (HeadStore& head : layer.heads) evict_lowest(head, budget, protect, head.scores());
+    for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
+  }
+  bool heads_independent() const override { return true; }
+  void evict_head(LayerRows& layer, int head, int budget) override {
+    HeadStore& store = layer.heads[size_t(head)];
+    evict_lowest(store, budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_), store.scores());
   }
 
  private:

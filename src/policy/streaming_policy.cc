@@ -12,9 +12,11 @@ class StreamingPolicy final : public TokenPolicy {
   StreamingPolicy(int n_sink, bool sinks) : n_sink_(sinks ? n_sink : 0), sinks_(sinks) {}
   std::string_view name() const override { return sinks_ ? "streaming" : "window"; }
   void evict(LayerRows& layer, int budget) override {
-    for (HeadStore& head : layer.heads) {
-      evict_lowest(head, budget, Protection{n_sink_}, nullptr);
-    }
+    for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
+  }
+  bool heads_independent() const override { return true; }
+  void evict_head(LayerRows& layer, int head, int budget) override {
+    evict_lowest(layer.heads[size_t(head)], budget, Protection{n_sink_}, nullptr);
   }
 
  private:

@@ -251,6 +251,53 @@ TEST(EngineRandom, ThreadCountNeverChangesTheOutput) {
   }
 }
 
+// Caches large enough that each layer's per-head bookkeeping runs on the pool (4 KV heads x 531
+// slots >= kParallelHeadSlots), with policies that score heads alone and one that does not (tova).
+TEST(EngineRandom, ThreadCountNeverChangesALargeEvictingCache) {
+  RandomModelSpec spec;
+  spec.dim = 256;
+  spec.n_layers = 2;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 4;
+  spec.ffn_dim = 512;
+  spec.weight_type = TensorType::q8_0;
+  const std::string path = temp_path("threads_large");
+  write_random_model(path, spec);
+  const Model model = Model::load(path);
+  std::filesystem::remove(path);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 560; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
+  for (const char* method : {"h2o", "chunkkv", "tova", "window"}) {
+    for (const char* kv : {"f16", "kivi2"}) {
+      SCOPED_TRACE(std::string(method) + " " + kv);
+      std::vector<std::vector<float>> runs;
+      for (size_t threads : {1u, 2u, 3u}) {
+        ThreadPool pool(threads);
+        Engine engine(model, &pool);
+        KVCacheConfig c;
+        c.method = method;
+        c.budget = 530;
+        c.set("kv_type", kv);
+        auto cache = engine.make_cache(c);
+        std::vector<float> logits, all;
+        engine.forward(prompt, *cache, Logits::last, logits);
+        all = logits;
+        for (int step = 0; step < 12; ++step) {
+          const int32_t token = int32_t(10 + step);
+          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+          all.insert(all.end(), logits.begin(), logits.end());
+        }
+        int64_t slots = 0;
+        for (int h = 0; h < 4; ++h) slots += cache->layer(0).head(h).n_slots();
+        EXPECT_GE(slots, kParallelHeadSlots);
+        runs.push_back(std::move(all));
+      }
+      EXPECT_EQ(runs[0], runs[1]);
+      EXPECT_EQ(runs[0], runs[2]);
+    }
+  }
+}
+
 TEST(EngineRandom, TiedEmbeddingsUseTheTokenEmbedding) {
   RandomModelSpec spec;
   spec.tied_embeddings = true;

@@ -420,6 +420,46 @@ TEST(EveryPolicy, ComposesWithEveryAllocatorWithExactKeptCounts) {
   }
 }
 
+// A policy that says its heads are independent evicts each head, one at a time and in any order,
+// exactly as its evict() does over the layer (the cache relies on it to run heads on a pool).
+TEST(EveryPolicy, EvictingHeadByHeadEqualsEvictingTheLayer) {
+  for (const PolicyInfo* info : all_policies()) {
+    KVCacheConfig c = method("h2o", 40, 3, 8);
+    c.policy = std::string(info->id);
+    c.allocator = info->id == "full" ? "none" : "uniform";
+    c.set("chunk_size", 3);
+    auto cache = KVCacheFactory::create(c, 4);
+    if (!cache->policy().heads_independent()) continue;
+    SCOPED_TRACE(std::string(info->id));
+    std::mt19937_64 rng(5);
+    for (int step = 0; step < 30; ++step) {
+      const int n = step == 0 ? 60 : 1 + int(rng() % 3);
+      const auto k = test::normal(size_t(4) * size_t(n) * 8, rng()), v = test::normal(k.size(), rng());
+      cache->begin_update(k.data(), v.data(), n);
+      for (int h = 0; cache->wants_attention() && h < 4; ++h) {
+        std::vector<float> probs(size_t(n) * size_t(cache->head(h).n_slots()));
+        for (float& p : probs) p = float(rng() % 64) / 64.0f;  // ties between rows, on purpose
+        cache->add_attention(h, probs.data(), n);
+      }
+      cache->end_update();
+      // Copies of the rows, evicted to a tighter budget both ways.
+      for (const int budget : {30, 17}) {
+        LayerRows whole = cache->rows(), by_head = cache->rows();
+        auto policy = info->make(cache->config());
+        policy->evict(whole, budget);
+        for (const int h : {2, 0, 3, 1}) policy->evict_head(by_head, h, budget);
+        for (int h = 0; h < 4; ++h) {
+          const HeadStore& x = whole.heads[size_t(h)];
+          const HeadStore& y = by_head.heads[size_t(h)];
+          ASSERT_LE(x.n_live(), budget);
+          ASSERT_EQ(x.n_slots(), y.n_slots());
+          for (int s = 0; s < x.n_slots(); ++s) ASSERT_EQ(x.positions()[s], y.positions()[s]) << "head " << h;
+        }
+      }
+    }
+  }
+}
+
 TEST(Parameters, EachBadValueIsRejectedByName) {
   auto bad = [](KVCacheConfig c, const std::string& field) {
     try {

@@ -10,7 +10,10 @@
 // A cache is single-writer: update, fetch, reset and the prompt calls of one cache (every layer of
 // a model cache together, since a publish trims them all) must not overlap. Overlapping calls are
 // detected and the later one throws InvalidArgument; nothing is corrupted. Callers that share a
-// cache between threads serialise it themselves (the Python module does).
+// cache between threads serialise it themselves (the Python module does). Two exceptions, for the
+// caller's own worker threads inside one update: add_attention for different heads may run at once
+// when policy().heads_independent(), and begin_update / end_update given a pool run their per-head
+// work on it (each head alone; the result is the same bits as without a pool).
 #pragma once
 
 #include <atomic>
@@ -26,6 +29,7 @@
 namespace squeezekv {
 
 class BudgetCoordinator;
+class ThreadPool;
 
 // Far beyond any GGUF model (the largest have ~128 layers and heads), low enough that a wrong
 // count fails before anything is allocated.
@@ -33,6 +37,11 @@ inline constexpr int kMaxCacheLayers = 4096;
 inline constexpr int kMaxCacheHeads = 4096;
 inline constexpr int kMaxCacheBatch = 4096;
 inline constexpr int64_t kMaxCacheHeadStores = int64_t(1) << 20;
+// When a layer's per-head work goes to a pool (a hand-off costs about 1-2 us; below these, one
+// thread is faster): eviction from this many slots over all heads, storing from this many values
+// (rows x head_dim over all heads: a prompt chunk, never a decode step's few rows).
+inline constexpr int64_t kParallelHeadSlots = 2048;
+inline constexpr int64_t kParallelHeadValues = 16384;
 
 // A read-only, contiguous [batch, heads, seq, head_dim] block of f32 (the reference library's tensor shape).
 struct KVBlockView {
@@ -61,7 +70,10 @@ class LayerCache {
   LayerCache& operator=(const LayerCache&) = delete;
 
   // ---- engine API ----
-  void begin_update(const float* keys, const float* values, int n_tokens);
+  // pool (optional, the caller's): storing each head's rows, and evicting per head when the
+  // policy's heads are independent, run on it (a run of heads per worker) when there is enough
+  // work to pay for the hand-off (kParallelHeadSlots, kParallelHeadValues).
+  void begin_update(const float* keys, const float* values, int n_tokens, ThreadPool* pool = nullptr);
   const HeadStore& head(int h) const { return rows_.heads[size_t(h)]; }
   int n_heads() const { return int(rows_.heads.size()); }
   bool wants_attention() const { return policy_->wants_attention(); }
@@ -69,7 +81,7 @@ class LayerCache {
   // PositionRule::span: every head's keys at positions <= upto turned to RoPE position 0, once
   // each (HeadStore::rotate_keys_to_origin); called between begin_update and end_update.
   void rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle style, float rope_base);
-  void end_update();
+  void end_update(ThreadPool* pool = nullptr);
 
   // ---- seed-style API ----
   void update(const float* keys, const float* values, int n_tokens);  // [heads, n, D]
@@ -106,9 +118,15 @@ class LayerCache {
   friend class ModelCache;
   void clear();   // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;
-  void settle();  // evict / finish the prompt once the budget is final
-  // PositionRule::span: every non-sink row at a position below `before` goes.
-  void evict_aged(int64_t before);
+  void settle(ThreadPool* pool = nullptr);  // evict / finish the prompt once the budget is final
+  void settle_head(HeadStore& head, bool prompt_end);  // after the policy: shifts, capacity, KIVI
+  // PositionRule::span: every non-sink row of `head` at a position below `before` goes.
+  void evict_aged(HeadStore& head, int64_t before) const;
+  // fn(h) for every head: on the pool when one is given and the work is worth a hand-off, else
+  // in order on this thread.
+  template <class Fn>
+  void for_each_head(ThreadPool* pool, bool worth_it, const Fn& fn);
+  int64_t total_slots() const;  // over every head
 
   KVCacheConfig config_;
   int layer_index_;

@@ -34,6 +34,13 @@ class TokenPolicy {
 
   // At the end of an update: evict until every head holds at most `budget` rows.
   virtual void evict(LayerRows& layer, int budget) = 0;
+
+  // True when score_attention and evict_head of one head read and write that head's rows alone
+  // (no state shared across heads or kept in the policy): the cache then runs them for different
+  // heads at once, on several threads. False (the default) keeps every call on one thread.
+  virtual bool heads_independent() const { return false; }
+  // Head `head`'s part of evict(); called, instead of evict(), only when heads_independent().
+  virtual void evict_head(LayerRows& layer, int /*head*/, int budget) { evict(layer, budget); }
   // Once, when the prompt has ended (default: the same as any update).
   virtual void finish_prompt(LayerRows& layer, int budget) { evict(layer, budget); }
   // Forget per-sequence state (the rows themselves are cleared by the cache).
