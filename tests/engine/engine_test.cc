@@ -204,47 +204,68 @@ TEST(EngineRandom, EveryWeightTypeStaysCloseToF32) {
   }
 }
 
+// A random Q8_0 Llama with 8 query heads and 2 layers, loaded (its file removed at once).
+Model random_q8_model(int dim, int n_kv_heads, int ffn_dim, const std::string& name) {
+  RandomModelSpec spec;
+  spec.dim = dim;
+  spec.n_layers = 2;
+  spec.n_heads = 8;
+  spec.n_kv_heads = n_kv_heads;
+  spec.ffn_dim = ffn_dim;
+  spec.weight_type = TensorType::q8_0;
+  const std::string path = temp_path(name);
+  write_random_model(path, spec);
+  Model model = Model::load(path);
+  std::filesystem::remove(path);
+  return model;
+}
+
+std::vector<int32_t> counting_prompt(int n) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < n; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
+  return prompt;
+}
+
+// The prompt's logits (`mode`), then those of `steps` decode steps, on `threads` threads; the
+// cache's slots over layer 0's heads at the end go to *slots when given.
+std::vector<float> prompt_then_decode(const Model& model, size_t threads, const KVCacheConfig& c,
+                                      const std::vector<int32_t>& prompt, Logits mode, int steps,
+                                      int64_t* slots = nullptr) {
+  ThreadPool pool(threads);
+  Engine engine(model, &pool);
+  auto cache = engine.make_cache(c);
+  std::vector<float> logits, all;
+  engine.begin_prompt(*cache);
+  engine.forward(prompt, *cache, mode, logits);
+  engine.end_prompt(*cache);
+  all = logits;
+  for (int step = 0; step < steps; ++step) {
+    const int32_t token = int32_t(10 + step);
+    engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  if (slots != nullptr) {
+    *slots = 0;
+    for (int h = 0; h < cache->layer(0).n_heads(); ++h) *slots += cache->layer(0).head(h).n_slots();
+  }
+  return all;
+}
+
 // A model big enough that every parallel path runs (matmuls over kMatmulParallelMacs, attention
 // split over KV heads): prompt and decode logits, and the cache's choices, must not depend on
 // the thread count. Evicting caches with both score sources, so the fed-back attention is covered.
 TEST(EngineRandom, ThreadCountNeverChangesTheOutput) {
-  RandomModelSpec spec;
-  spec.dim = 512;
-  spec.n_layers = 2;
-  spec.n_heads = 8;
-  spec.n_kv_heads = 2;
-  spec.ffn_dim = 1024;
-  spec.weight_type = TensorType::q8_0;
-  const std::string path = temp_path("threads");
-  write_random_model(path, spec);
-  const Model model = Model::load(path);
-  std::filesystem::remove(path);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 150; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
+  const Model model = random_q8_model(512, 2, 1024, "threads");
+  const std::vector<int32_t> prompt = counting_prompt(150);
   for (const char* method : {"full", "squeeze"}) {
     for (ScoreSource score : {ScoreSource::key_proxy, ScoreSource::attention}) {
       SCOPED_TRACE(std::string(method) + (score == ScoreSource::attention ? " attention" : " key-proxy"));
+      KVCacheConfig c;
+      c.method = method;
+      c.budget = 64;
+      c.score = score;
       std::vector<std::vector<float>> runs;
-      for (size_t threads : {1u, 2u, 3u}) {
-        ThreadPool pool(threads);
-        Engine engine(model, &pool);
-        KVCacheConfig c;
-        c.method = method;
-        c.budget = 64;
-        c.score = score;
-        auto cache = engine.make_cache(c);
-        std::vector<float> logits, all;
-        engine.begin_prompt(*cache);
-        engine.forward(prompt, *cache, Logits::all, logits);
-        engine.end_prompt(*cache);
-        all = logits;
-        for (int step = 0; step < 8; ++step) {
-          const int32_t token = int32_t(10 + step);
-          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-          all.insert(all.end(), logits.begin(), logits.end());
-        }
-        runs.push_back(std::move(all));
-      }
+      for (size_t threads : {1u, 2u, 3u}) runs.push_back(prompt_then_decode(model, threads, c, prompt, Logits::all, 8));
       EXPECT_EQ(runs[0], runs[1]);
       EXPECT_EQ(runs[0], runs[2]);
     }
@@ -254,43 +275,20 @@ TEST(EngineRandom, ThreadCountNeverChangesTheOutput) {
 // Caches large enough that each layer's per-head bookkeeping runs on the pool (4 KV heads x 531
 // slots >= kParallelHeadSlots), with policies that score heads alone and one that does not (tova).
 TEST(EngineRandom, ThreadCountNeverChangesALargeEvictingCache) {
-  RandomModelSpec spec;
-  spec.dim = 256;
-  spec.n_layers = 2;
-  spec.n_heads = 8;
-  spec.n_kv_heads = 4;
-  spec.ffn_dim = 512;
-  spec.weight_type = TensorType::q8_0;
-  const std::string path = temp_path("threads_large");
-  write_random_model(path, spec);
-  const Model model = Model::load(path);
-  std::filesystem::remove(path);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 560; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
+  const Model model = random_q8_model(256, 4, 512, "threads_large");
+  const std::vector<int32_t> prompt = counting_prompt(560);
   for (const char* method : {"h2o", "chunkkv", "tova", "window"}) {
     for (const char* kv : {"f16", "kivi2"}) {
       SCOPED_TRACE(std::string(method) + " " + kv);
+      KVCacheConfig c;
+      c.method = method;
+      c.budget = 530;
+      c.set("kv_type", kv);
       std::vector<std::vector<float>> runs;
       for (size_t threads : {1u, 2u, 3u}) {
-        ThreadPool pool(threads);
-        Engine engine(model, &pool);
-        KVCacheConfig c;
-        c.method = method;
-        c.budget = 530;
-        c.set("kv_type", kv);
-        auto cache = engine.make_cache(c);
-        std::vector<float> logits, all;
-        engine.forward(prompt, *cache, Logits::last, logits);
-        all = logits;
-        for (int step = 0; step < 12; ++step) {
-          const int32_t token = int32_t(10 + step);
-          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-          all.insert(all.end(), logits.begin(), logits.end());
-        }
         int64_t slots = 0;
-        for (int h = 0; h < 4; ++h) slots += cache->layer(0).head(h).n_slots();
+        runs.push_back(prompt_then_decode(model, threads, c, prompt, Logits::last, 12, &slots));
         EXPECT_GE(slots, kParallelHeadSlots);
-        runs.push_back(std::move(all));
       }
       EXPECT_EQ(runs[0], runs[1]);
       EXPECT_EQ(runs[0], runs[2]);
