@@ -30,6 +30,7 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
   }
   rows_.n_batch = n_batch;
   rows_.n_kv_heads = n_kv_heads;
+  kivi_storage_ = kv_kivi(config.key_type()) || kv_kivi(config.value_type());
   const KiviLayout kivi{config.kivi_group, config.kivi_residual, config.kivi_sinks()};
   rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads),
                      HeadStore(config.head_dim, config.key_type(), config.value_type(), kivi));
@@ -96,8 +97,7 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   const size_t per_head = size_t(n_tokens) * size_t(dim);
   // Storing goes with the values stored (a prompt chunk), except that KIVI's storage also regroups
   // held rows, work that goes with the slots.
-  const bool kivi = kv_kivi(config_.key_type()) || kv_kivi(config_.value_type());
-  const bool worth_it = int64_t(n) >= kParallelHeadValues || (kivi && total_slots() >= kParallelHeadSlots);
+  const bool worth_it = int64_t(n) >= kParallelHeadValues || (kivi_storage_ && total_slots() >= kParallelHeadSlots);
   for_each_head(pool, worth_it, [&](size_t h) {
     update_.slots[h].clear();
     rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens,
@@ -219,8 +219,7 @@ void LayerCache::settle(ThreadPool* pool) {
   const int64_t before = rows_.tokens_seen - config_.max_distance;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
-  const bool kivi = kv_kivi(config_.key_type()) || kv_kivi(config_.value_type());
-  const bool worth_it = (policy_->bounded() || kivi || prompt_end) && total_slots() >= kParallelHeadSlots;
+  const bool worth_it = (policy_->bounded() || kivi_storage_ || prompt_end) && total_slots() >= kParallelHeadSlots;
   if (!prompt_end && policy_->heads_independent()) {
     // Each head alone, the same steps in the same order as below (the heads share nothing).
     for_each_head(pool, worth_it, [&](size_t h) {
@@ -241,16 +240,16 @@ void LayerCache::settle(ThreadPool* pool) {
   for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end); });
 }
 
-void LayerCache::settle_head(HeadStore& h, bool prompt_end) {
-  h.apply_evictions();  // shifts current before the next query reads them
+void LayerCache::settle_head(HeadStore& head, bool prompt_end) {
+  head.apply_evictions();  // shifts current before the next query reads them
   // KIVI's held rows (dead rows inside quantized key groups) and whole groups count as needed.
   if (policy_->bounded()) {
-    const int target = h.capacity_for(std::max(budget_ + 1, h.n_live()) + h.held());
-    if (h.capacity() > target) h.compact(target);
-  } else if (prompt_end && h.capacity() > h.capacity_for(h.rows_needed())) {
-    h.compact(h.rows_needed());
+    const int target = head.capacity_for(std::max(budget_ + 1, head.n_live()) + head.held());
+    if (head.capacity() > target) head.compact(target);
+  } else if (prompt_end && head.capacity() > head.capacity_for(head.rows_needed())) {
+    head.compact(head.rows_needed());
   }
-  h.settle_kivi();  // after the evictions: KIVI's groups form from the rows that stay
+  head.settle_kivi();  // after the evictions: KIVI's groups form from the rows that stay
 }
 
 void LayerCache::evict_aged(HeadStore& head, int64_t before) const {

@@ -19,10 +19,6 @@ class ChunkedPolicy final : public CumulativePolicy {
       : CumulativePolicy(config), chunk_size_(config.get_int("chunk_size")) {}
   std::string_view name() const override { return "chunked"; }
 
-  void evict(LayerRows& layer, int budget) override {
-    for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
-  }
-
   void evict_head(LayerRows& layer, int h, int budget) override {
     evict_chunks(layer.heads[size_t(h)], budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_));
   }

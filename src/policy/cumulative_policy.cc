@@ -20,10 +20,6 @@ void CumulativePolicy::score_attention(LayerRows& layer, int head, const float* 
   }
 }
 
-void CumulativePolicy::evict(LayerRows& layer, int budget) {
-  for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
-}
-
 void CumulativePolicy::evict_head(LayerRows& layer, int head, int budget) {
   HeadStore& store = layer.heads[size_t(head)];
   evict_lowest(store, budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_), store.scores());

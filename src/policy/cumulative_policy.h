@@ -4,14 +4,14 @@
 #pragma once
 
 #include "policy/eviction.h"
-#include "squeezekv/policy/token_policy.h"
+#include "policy/per_head_policy.h"
 
 namespace squeezekv {
 
 // The cache fields a cumulative policy reads (its subclasses too).
 inline constexpr std::string_view kCumulativeReads[] = {"n_sink", "recent", "decay", "score"};
 
-class CumulativePolicy : public TokenPolicy {
+class CumulativePolicy : public PerHeadPolicy {
  public:
   explicit CumulativePolicy(const KVCacheConfig& config)
       : n_sink_(config.n_sink), recent_(config.recent), decay_(float(config.decay)),
@@ -21,8 +21,6 @@ class CumulativePolicy : public TokenPolicy {
   void score_keys(LayerRows& layer, const UpdateRows& update) override;
   void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
                        int n_slots) override;
-  void evict(LayerRows& layer, int budget) override;
-  bool heads_independent() const override { return true; }
   void evict_head(LayerRows& layer, int head, int budget) override;
 
  protected:

@@ -8,12 +8,12 @@
 
 #include "policy/eviction.h"
 #include "squeezekv/core/component_info.h"
-#include "squeezekv/policy/token_policy.h"
+#include "policy/per_head_policy.h"
 
 namespace squeezekv {
 namespace {
 
-class KnormPolicy final : public TokenPolicy {
+class KnormPolicy final : public PerHeadPolicy {
  public:
   explicit KnormPolicy(const KVCacheConfig& config) : n_sink_(config.n_sink), recent_(config.recent) {}
   std::string_view name() const override { return "knorm"; }
@@ -33,10 +33,6 @@ class KnormPolicy final : public TokenPolicy {
     }
   }
 
-  void evict(LayerRows& layer, int budget) override {
-    for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
-  }
-  bool heads_independent() const override { return true; }
   void evict_head(LayerRows& layer, int head, int budget) override {
     HeadStore& store = layer.heads[size_t(head)];
     evict_lowest(store, budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_), store.scores());

@@ -2,19 +2,15 @@
 // n_sink tokens ever seen plus the most recent budget - n_sink. window: the most recent budget rows.
 #include "policy/eviction.h"
 #include "squeezekv/core/component_info.h"
-#include "squeezekv/policy/token_policy.h"
+#include "policy/per_head_policy.h"
 
 namespace squeezekv {
 namespace {
 
-class StreamingPolicy final : public TokenPolicy {
+class StreamingPolicy final : public PerHeadPolicy {
  public:
   StreamingPolicy(int n_sink, bool sinks) : n_sink_(sinks ? n_sink : 0), sinks_(sinks) {}
   std::string_view name() const override { return sinks_ ? "streaming" : "window"; }
-  void evict(LayerRows& layer, int budget) override {
-    for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
-  }
-  bool heads_independent() const override { return true; }
   void evict_head(LayerRows& layer, int head, int budget) override {
     evict_lowest(layer.heads[size_t(head)], budget, Protection{n_sink_}, nullptr);
   }

@@ -137,6 +137,7 @@ class LayerCache {
   BudgetCoordinator* coordinator_;
   LayerRows rows_;
   UpdateRows update_;
+  bool kivi_storage_ = false;  // keys or values in KIVI formats (resolved once: key_type() looks the method up)
   double concentration_ = 0.0;
   bool in_update_ = false;
   bool first_update_done_ = false;

@@ -39,7 +39,8 @@ class TokenPolicy {
   // (no state shared across heads or kept in the policy): the cache then runs them for different
   // heads at once, on several threads. False (the default) keeps every call on one thread.
   virtual bool heads_independent() const { return false; }
-  // Head `head`'s part of evict(); called, instead of evict(), only when heads_independent().
+  // Head `head`'s part of evict(); called, instead of evict(), only when heads_independent()
+  // (src/policy/per_head_policy.h: such policies write evict_head, and evict() loops over it).
   virtual void evict_head(LayerRows& layer, int /*head*/, int budget) { evict(layer, budget); }
   // Once, when the prompt has ended (default: the same as any update).
   virtual void finish_prompt(LayerRows& layer, int budget) { evict(layer, budget); }
