@@ -16,6 +16,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/kv_rows.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -38,6 +39,16 @@ HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
 }
 
 #include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
+
+// Rows stream from memory in a long decode step (a head's keys and values outgrow the caches from
+// a few thousand rows), and the hardware prefetcher alone leaves the kernels waiting on loads:
+// each pass over `bytes` of rows asks for the lines kRowPrefetchBytes ahead.
+constexpr size_t kRowPrefetchBytes = 1024;
+constexpr size_t kPrefetchRows = 4;  // the value sums ask once per this many rows
+HWY_INLINE void PrefetchRowsAhead(const void* p, size_t bytes) {
+  const auto* b = static_cast<const uint8_t*>(p) + kRowPrefetchBytes;
+  for (size_t line = 0; line < bytes; line += 64) hwy::Prefetch(b + line);
+}
 
 // Dot products end in a horizontal sum of a vector's lanes; one per (row, query) costs more than
 // the row's multiply-adds. LaneSums adds up N vectors at once into the N lanes of one vector
@@ -204,6 +215,7 @@ void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* ro
       if constexpr (LaneSums<D>::kLanes >= 4) {
         constexpr size_t R = LaneSums<D>::kLanes / G;
         DotsInLaneBlocks<G>(d, n_rows, out + g * ld_out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
+          PrefetchRowsAhead(base + j * rb, size_t(count) * rb);
           QDotRows<G, R, kQ8>(d, q + g * ld_q, ld_q, base + j * rb, rb, count, dim, B, acc);
         });
       } else {  // one or two lanes: a row at a time
@@ -239,26 +251,29 @@ HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_
       for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::LoadU(d, out + g * ld_out + offset(k, v));
     }
   }
-  for (size_t j = 0; j < n_rows; ++j) {
-    if (!AnyWeight<G>(w, ld_w, j)) continue;
-    hn::Vec<D> wg[G];
-    for (size_t g = 0; g < G; ++g) wg[g] = hn::Set(d, w[g * ld_w + j]);
-    for (size_t k = 0; k < kBlocks; ++k) {
-      const uint8_t* blk = base + j * rb + (b0 + k) * block_bytes;
-      const auto scale = BlockScale(d, blk);
-      hn::Vec<D> x[kVecs];
-      for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
-      for (size_t v = 0; v < kVecs; v += kQ8 ? 1 : 2) {
-        if constexpr (kQ8) {
-          x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
-        } else if constexpr (kVecs >= 2) {
-          Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
-          x[v] = hn::Mul(x[v], scale);
-          x[v + 1] = hn::Mul(x[v + 1], scale);
+  for (size_t j0 = 0; j0 < n_rows; j0 += kPrefetchRows) {
+    if (b0 == 0 && v0 == 0) PrefetchRowsAhead(base + j0 * rb, kPrefetchRows * rb);
+    for (size_t j = j0; j < std::min(n_rows, j0 + kPrefetchRows); ++j) {
+      if (!AnyWeight<G>(w, ld_w, j)) continue;
+      hn::Vec<D> wg[G];
+      for (size_t g = 0; g < G; ++g) wg[g] = hn::Set(d, w[g * ld_w + j]);
+      for (size_t k = 0; k < kBlocks; ++k) {
+        const uint8_t* blk = base + j * rb + (b0 + k) * block_bytes;
+        const auto scale = BlockScale(d, blk);
+        hn::Vec<D> x[kVecs];
+        for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
+        for (size_t v = 0; v < kVecs; v += kQ8 ? 1 : 2) {
+          if constexpr (kQ8) {
+            x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
+          } else if constexpr (kVecs >= 2) {
+            Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
+            x[v] = hn::Mul(x[v], scale);
+            x[v + 1] = hn::Mul(x[v + 1], scale);
+          }
         }
-      }
-      for (size_t g = 0; g < G; ++g) {
-        for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::MulAdd(wg[g], x[v], acc[g][k][v]);
+        for (size_t g = 0; g < G; ++g) {
+          for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::MulAdd(wg[g], x[v], acc[g][k][v]);
+        }
       }
     }
   }
@@ -430,7 +445,9 @@ HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* r
   if constexpr (LaneSums<D>::kLanes >= 4) {
     if (dim % N == 0) {
       constexpr size_t R = LaneSums<D>::kLanes / G;
+      const size_t elem = type == KVType::f32 ? 4 : 2;
       DotsInLaneBlocks<G>(d, n_rows, out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
+        PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j * dim * elem, size_t(count) * dim * elem);
         for (size_t i = 0; i < dim; i += N) {
           ForEachRow(count, [&](auto r) {
             const auto row = LoadRow(d, rows, type, (j + r) * dim + i);
@@ -489,13 +506,17 @@ HWY_INLINE void WeightedSumTile(D d, const float* w, size_t ld_w, const void* ro
   for (size_t g = 0; g < G; ++g) {
     for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::LoadU(d, out + g * ld_out + i0 + v * N);
   }
-  for (size_t j = 0; j < n_rows; ++j) {
-    if (!AnyWeight<G>(w, ld_w, j)) continue;
-    hn::Vec<D> x[kVecs];
-    for (size_t v = 0; v < kVecs; ++v) x[v] = LoadRow(d, rows, type, j * dim + i0 + v * N);
-    for (size_t g = 0; g < G; ++g) {
-      const auto wg = hn::Set(d, w[g * ld_w + j]);
-      for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::MulAdd(wg, x[v], acc[g][v]);
+  const size_t row_bytes = dim * (type == KVType::f32 ? 4 : 2);
+  for (size_t j0 = 0; j0 < n_rows; j0 += kPrefetchRows) {
+    if (i0 == 0) PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j0 * row_bytes, kPrefetchRows * row_bytes);
+    for (size_t j = j0; j < std::min(n_rows, j0 + kPrefetchRows); ++j) {
+      if (!AnyWeight<G>(w, ld_w, j)) continue;
+      hn::Vec<D> x[kVecs];
+      for (size_t v = 0; v < kVecs; ++v) x[v] = LoadRow(d, rows, type, j * dim + i0 + v * N);
+      for (size_t g = 0; g < G; ++g) {
+        const auto wg = hn::Set(d, w[g * ld_w + j]);
+        for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::MulAdd(wg, x[v], acc[g][v]);
+      }
     }
   }
   for (size_t g = 0; g < G; ++g) {
