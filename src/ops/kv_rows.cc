@@ -45,9 +45,11 @@ HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
 // each pass over `bytes` of rows asks for the lines kRowPrefetchBytes ahead.
 constexpr size_t kRowPrefetchBytes = 1024;
 constexpr size_t kPrefetchRows = 4;  // the value sums ask once per this many rows
+// The addresses run past the rows' end near it: formed as integers (a pointer past its array is
+// undefined), and a prefetch never faults.
 HWY_INLINE void PrefetchRowsAhead(const void* p, size_t bytes) {
-  const auto* b = static_cast<const uint8_t*>(p) + kRowPrefetchBytes;
-  for (size_t line = 0; line < bytes; line += 64) hwy::Prefetch(b + line);
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kRowPrefetchBytes;
+  for (size_t line = 0; line < bytes; line += 64) hwy::Prefetch(reinterpret_cast<const void*>(ahead + line));
 }
 
 // Dot products end in a horizontal sum of a vector's lanes; one per (row, query) costs more than
