@@ -52,6 +52,16 @@ HWY_INLINE void PrefetchRowsAhead(const void* p, size_t bytes) {
   for (size_t line = 0; line < bytes; line += 64) hwy::Prefetch(reinterpret_cast<const void*>(ahead + line));
 }
 
+// f(j) for each row j < n_rows in order, asking for the rows ahead once per kPrefetchRows rows
+// when `ask` (a tile's first pass over the rows; later passes find them in cache).
+template <class F>
+HWY_INLINE void ForRowsAskingAhead(const void* rows, size_t row_bytes, size_t n_rows, bool ask, const F& f) {
+  for (size_t j0 = 0; j0 < n_rows; j0 += kPrefetchRows) {
+    if (ask) PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j0 * row_bytes, kPrefetchRows * row_bytes);
+    for (size_t j = j0; j < std::min(n_rows, j0 + kPrefetchRows); ++j) f(j);
+  }
+}
+
 // Dot products end in a horizontal sum of a vector's lanes; one per (row, query) costs more than
 // the row's multiply-adds. LaneSums adds up N vectors at once into the N lanes of one vector
 // (lane k = the sum of vector k's lanes): log2(N) levels, each pairing vectors by a blend, a
@@ -253,32 +263,29 @@ HWY_INLINE void QWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_
       for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::LoadU(d, out + g * ld_out + offset(k, v));
     }
   }
-  for (size_t j0 = 0; j0 < n_rows; j0 += kPrefetchRows) {
-    if (b0 == 0 && v0 == 0) PrefetchRowsAhead(base + j0 * rb, kPrefetchRows * rb);
-    for (size_t j = j0; j < std::min(n_rows, j0 + kPrefetchRows); ++j) {
-      if (!AnyWeight<G>(w, ld_w, j)) continue;
-      hn::Vec<D> wg[G];
-      for (size_t g = 0; g < G; ++g) wg[g] = hn::Set(d, w[g * ld_w + j]);
-      for (size_t k = 0; k < kBlocks; ++k) {
-        const uint8_t* blk = base + j * rb + (b0 + k) * block_bytes;
-        const auto scale = BlockScale(d, blk);
-        hn::Vec<D> x[kVecs];
-        for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
-        for (size_t v = 0; v < kVecs; v += kQ8 ? 1 : 2) {
-          if constexpr (kQ8) {
-            x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
-          } else if constexpr (kVecs >= 2) {
-            Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
-            x[v] = hn::Mul(x[v], scale);
-            x[v + 1] = hn::Mul(x[v + 1], scale);
-          }
-        }
-        for (size_t g = 0; g < G; ++g) {
-          for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::MulAdd(wg[g], x[v], acc[g][k][v]);
+  ForRowsAskingAhead(base, rb, n_rows, b0 == 0 && v0 == 0, [&](size_t j) {
+    if (!AnyWeight<G>(w, ld_w, j)) return;
+    hn::Vec<D> wg[G];
+    for (size_t g = 0; g < G; ++g) wg[g] = hn::Set(d, w[g * ld_w + j]);
+    for (size_t k = 0; k < kBlocks; ++k) {
+      const uint8_t* blk = base + j * rb + (b0 + k) * block_bytes;
+      const auto scale = BlockScale(d, blk);
+      hn::Vec<D> x[kVecs];
+      for (size_t v = 0; v < kVecs; ++v) x[v] = hn::Zero(d);  // (every one is set below)
+      for (size_t v = 0; v < kVecs; v += kQ8 ? 1 : 2) {
+        if constexpr (kQ8) {
+          x[v] = hn::Mul(Q8Codes(d, blk + 2 + (v0 + v) * N), scale);
+        } else if constexpr (kVecs >= 2) {
+          Q4Codes(d, blk + 2 + ((v0 + v) / 2) * N, x[v], x[v + 1]);
+          x[v] = hn::Mul(x[v], scale);
+          x[v + 1] = hn::Mul(x[v + 1], scale);
         }
       }
+      for (size_t g = 0; g < G; ++g) {
+        for (size_t v = 0; v < kVecs; ++v) acc[g][k][v] = hn::MulAdd(wg[g], x[v], acc[g][k][v]);
+      }
     }
-  }
+  });
   for (size_t g = 0; g < G; ++g) {
     for (size_t k = 0; k < kBlocks; ++k) {
       for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[g][k][v], d, out + g * ld_out + offset(k, v));
@@ -447,9 +454,9 @@ HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* r
   if constexpr (LaneSums<D>::kLanes >= 4) {
     if (dim % N == 0) {
       constexpr size_t R = LaneSums<D>::kLanes / G;
-      const size_t elem = type == KVType::f32 ? 4 : 2;
+      const size_t rb = kv_row_bytes(type, dim);
       DotsInLaneBlocks<G>(d, n_rows, out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
-        PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j * dim * elem, size_t(count) * dim * elem);
+        PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j * rb, size_t(count) * rb);
         for (size_t i = 0; i < dim; i += N) {
           ForEachRow(count, [&](auto r) {
             const auto row = LoadRow(d, rows, type, (j + r) * dim + i);
@@ -508,19 +515,15 @@ HWY_INLINE void WeightedSumTile(D d, const float* w, size_t ld_w, const void* ro
   for (size_t g = 0; g < G; ++g) {
     for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::LoadU(d, out + g * ld_out + i0 + v * N);
   }
-  const size_t row_bytes = dim * (type == KVType::f32 ? 4 : 2);
-  for (size_t j0 = 0; j0 < n_rows; j0 += kPrefetchRows) {
-    if (i0 == 0) PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j0 * row_bytes, kPrefetchRows * row_bytes);
-    for (size_t j = j0; j < std::min(n_rows, j0 + kPrefetchRows); ++j) {
-      if (!AnyWeight<G>(w, ld_w, j)) continue;
-      hn::Vec<D> x[kVecs];
-      for (size_t v = 0; v < kVecs; ++v) x[v] = LoadRow(d, rows, type, j * dim + i0 + v * N);
-      for (size_t g = 0; g < G; ++g) {
-        const auto wg = hn::Set(d, w[g * ld_w + j]);
-        for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::MulAdd(wg, x[v], acc[g][v]);
-      }
+  ForRowsAskingAhead(rows, kv_row_bytes(type, dim), n_rows, i0 == 0, [&](size_t j) {
+    if (!AnyWeight<G>(w, ld_w, j)) return;
+    hn::Vec<D> x[kVecs];
+    for (size_t v = 0; v < kVecs; ++v) x[v] = LoadRow(d, rows, type, j * dim + i0 + v * N);
+    for (size_t g = 0; g < G; ++g) {
+      const auto wg = hn::Set(d, w[g * ld_w + j]);
+      for (size_t v = 0; v < kVecs; ++v) acc[g][v] = hn::MulAdd(wg, x[v], acc[g][v]);
     }
-  }
+  });
   for (size_t g = 0; g < G; ++g) {
     for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[g][v], d, out + g * ld_out + i0 + v * N);
   }
