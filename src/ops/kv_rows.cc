@@ -3,6 +3,7 @@
 #include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "ops/kv_quant.h"
+#include "ops/stream_prefetch.h"
 
 #include <algorithm>
 #include <bit>
@@ -16,7 +17,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/kv_rows.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -41,23 +41,16 @@ HWY_INLINE float LoadOne(const void* rows, KVType type, size_t offset) {
 #include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
 
 // Rows stream from memory in a long decode step (a head's keys and values outgrow the caches from
-// a few thousand rows), and the hardware prefetcher alone leaves the kernels waiting on loads:
-// each pass over `bytes` of rows asks for the lines kRowPrefetchBytes ahead.
-constexpr size_t kRowPrefetchBytes = 1024;
-constexpr size_t kPrefetchRows = 4;  // the value sums ask once per this many rows
-// The addresses run past the rows' end near it: formed as integers (a pointer past its array is
-// undefined), and a prefetch never faults.
-HWY_INLINE void PrefetchRowsAhead(const void* p, size_t bytes) {
-  const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kRowPrefetchBytes;
-  for (size_t line = 0; line < bytes; line += 64) hwy::Prefetch(reinterpret_cast<const void*>(ahead + line));
-}
+// a few thousand rows): the kernels ask for them ahead (ops/stream_prefetch.h), the key dots once
+// per block of rows, the value sums once per kPrefetchRows rows.
+constexpr size_t kPrefetchRows = 4;
 
 // f(j) for each row j < n_rows in order, asking for the rows ahead once per kPrefetchRows rows
 // when `ask` (a tile's first pass over the rows; later passes find them in cache).
 template <class F>
 HWY_INLINE void ForRowsAskingAhead(const void* rows, size_t row_bytes, size_t n_rows, bool ask, const F& f) {
   for (size_t j0 = 0; j0 < n_rows; j0 += kPrefetchRows) {
-    if (ask) PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j0 * row_bytes, kPrefetchRows * row_bytes);
+    if (ask) prefetch_ahead(static_cast<const uint8_t*>(rows) + j0 * row_bytes, kPrefetchRows * row_bytes);
     for (size_t j = j0; j < std::min(n_rows, j0 + kPrefetchRows); ++j) f(j);
   }
 }
@@ -227,7 +220,7 @@ void QRowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* ro
       if constexpr (LaneSums<D>::kLanes >= 4) {
         constexpr size_t R = LaneSums<D>::kLanes / G;
         DotsInLaneBlocks<G>(d, n_rows, out + g * ld_out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
-          PrefetchRowsAhead(base + j * rb, size_t(count) * rb);
+          prefetch_ahead(base + j * rb, size_t(count) * rb);
           QDotRows<G, R, kQ8>(d, q + g * ld_q, ld_q, base + j * rb, rb, count, dim, B, acc);
         });
       } else {  // one or two lanes: a row at a time
@@ -456,7 +449,7 @@ HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* r
       constexpr size_t R = LaneSums<D>::kLanes / G;
       const size_t rb = kv_row_bytes(type, dim);
       DotsInLaneBlocks<G>(d, n_rows, out, ld_out, [&](hn::Vec<D>* acc, size_t j, auto count) {
-        PrefetchRowsAhead(static_cast<const uint8_t*>(rows) + j * rb, size_t(count) * rb);
+        prefetch_ahead(static_cast<const uint8_t*>(rows) + j * rb, size_t(count) * rb);
         for (size_t i = 0; i < dim; i += N) {
           ForEachRow(count, [&](auto r) {
             const auto row = LoadRow(d, rows, type, (j + r) * dim + i);

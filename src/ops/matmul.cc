@@ -12,10 +12,10 @@
 #include <cstring>
 
 #include "hwy/aligned_allocator.h"
-#include "hwy/cache_control.h"
 #include "ops/activation_q8.h"
 #include "ops/quant_formats.h"
 #include "ops/repacked_layout.h"
+#include "ops/stream_prefetch.h"
 #include "squeezekv/ops/matmul.h"
 #include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/tensor_type.h"
@@ -91,10 +91,6 @@ HWY_INLINE float DotHalf(const uint8_t* row, const float* x, int64_t n) {
 }
 
 // ------------------------------ quantised weights (integer dots with quantised x)
-
-// Software prefetch distance in the weight stream (the hardware prefetcher alone leaves the
-// K-quant kernels waiting on loads).
-constexpr int64_t kPrefetchBytes = 1024;
 
 // x86 targets with 256-bit integer ops multiply weight bytes by int8 activations directly
 // (vpmaddubsw), which Highway 1.0 has no op for; the others widen both sides to int16.
@@ -240,11 +236,6 @@ HWY_INLINE __m256i SignedByteDot(__m256i w, __m256i x) {
   return ByteDot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
 }
 
-// Prefetches the weight stream kPrefetchBytes ahead of p, `bytes` of it (whole cache lines).
-HWY_INLINE void PrefetchAhead(const uint8_t* p, int64_t bytes) {
-  for (int64_t line = 0; line < bytes; line += 64) hwy::Prefetch(p + kPrefetchBytes + line);
-}
-
 // The accumulation orders of the x86 quantised kernels (this file is built with
 // -ffp-contract=off, so every product and sum below is rounded exactly where it is written). The
 // row kernels hold 8 blocks in the lanes of one vector; the tiled prompt kernels
@@ -292,7 +283,7 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
   float acc[K] = {}, acc_min[K] = {};  // the two terms in separate sums
   for (int64_t b = 0; b < n / quant::q4_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q4_k_bytes;
-    PrefetchAhead(block, quant::q4_k_bytes);
+    prefetch_ahead(block, quant::q4_k_bytes);
     uint8_t scale[8], min[8];
     quant::q4_k_unpack_scales(block + quant::q4_k_scales_offset, scale, min);
     const auto d_scale = ScaledBytes(hn::Set(ds, LoadHalf(block)), scale, 0);
@@ -407,7 +398,7 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
       std::memcpy(&d_bits[i], block, 2);
       w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
     }
-    PrefetchAhead(row + b * quant::q8_0_bytes, 8 * quant::q8_0_bytes);
+    prefetch_ahead(row + b * quant::q8_0_bytes, 8 * quant::q8_0_bytes);
     const auto d = hn::PromoteTo(ds, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(d_bits)));
     for (int k = 0; k < K; ++k) {
       const int8_t* xk = x[k].q8 + b * quant::q8_0_elems;
@@ -464,7 +455,7 @@ HWY_INLINE void DotQ4_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
       d[i] = LoadHalf(block);
       w[i] = Q4_0Codes(block);
     }
-    PrefetchAhead(row + b * quant::q4_0_bytes, 8 * quant::q4_0_bytes);
+    prefetch_ahead(row + b * quant::q4_0_bytes, 8 * quant::q4_0_bytes);
     const auto dv = hn::Load(ds, d);
     for (int k = 0; k < K; ++k) {
       const int8_t* xk = x[k].q8 + b * quant::q4_0_elems;
@@ -586,7 +577,7 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
   float acc[K] = {};
   for (int64_t b = 0; b < n / quant::q6_k_elems; ++b) {
     const uint8_t* block = row + b * quant::q6_k_bytes;
-    PrefetchAhead(block, quant::q6_k_bytes);
+    prefetch_ahead(block, quant::q6_k_bytes);
     const auto d = hn::Set(ds, LoadHalf(block + quant::q6_k_d_offset));
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + quant::q6_k_scales_offset));
     __m256i q[8], scale[8];  // stream 4h + j: its 32 values as bytes, and its two scales as int16
