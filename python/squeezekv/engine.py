@@ -48,6 +48,7 @@ class Model:
         return range(self.n_layers)
 
     def tokenize(self, text: str, add_bos: bool = True) -> list:
+        """Token ids of text; with add_bos, BOS first when the model asks for one (add_bos_token)."""
         return self._native.tokenize(text, add_bos)
 
     def tokenize_file(self, path: Union[str, os.PathLike]) -> list:

@@ -12,6 +12,7 @@
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/base/utf8.h"
+#include "squeezekv/engine/chat_template.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/eval/text_file.h"
 
@@ -26,6 +27,7 @@ struct GenerateArgs {
   std::string prompt_file;
   bool stats = false;
   bool json = false;
+  bool chat = false;
 };
 
 // Budgets as text; "all" for a layer that never evicts.
@@ -50,12 +52,23 @@ void run(GenerateArgs& a) {
   // The output's tokens are kept only where they are printed or counted: a stream without
   // --json or --stats runs in constant memory.
   a.gen.keep_tokens = a.json || a.stats;
-  if (!a.json) {
+  if (!a.json && !a.chat) {
     std::printf("%s", a.prompt.c_str());
     std::fflush(stdout);
   }
+  // --chat: the prompt is one user turn in the model's own chat template, and the answer ends with
+  // the assistant's turn.
+  std::vector<int32_t> prompt_tokens;
+  if (a.chat) {
+    const ChatTemplate chat = chat_template_of(model.file());
+    const ChatMessage turn{"user", a.prompt};
+    prompt_tokens = encode_chat(model.tokenizer(), chat.format, render_chat(chat, std::span(&turn, 1)));
+    a.gen.stop_token = end_of_turn(model.tokenizer(), chat.format);
+  } else {
+    prompt_tokens = model.tokenizer().encode(a.prompt, true);
+  }
   Utf8Stream text;  // never prints half a character
-  const GenerateResult r = generate(engine, *cache, a.prompt, a.gen, [&](int32_t token) {
+  const GenerateResult r = generate(engine, *cache, std::move(prompt_tokens), a.gen, [&](int32_t token) {
     if (a.json) return;
     std::printf("%s", text.push(model.tokenizer().piece(token)).c_str());
     std::fflush(stdout);
@@ -112,6 +125,8 @@ void register_generate(CLI::App& app) {
                 "tokens; without it a stream runs in constant memory)");
   cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "keep generating past the end-of-sequence token");
   cmd->add_flag("--json", args->json, "print one JSON object instead of streaming text");
+  cmd->add_flag("--chat", args->chat, "send the prompt as one user message through the model's chat template "
+                "(tokenizer.chat_template: ChatML, Llama 3) and print only the reply, which ends with the turn");
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);

@@ -50,8 +50,7 @@ void run(ServeArgs& a) {
   limits.max_tokens = a.max_tokens;
   limits.cache = config;
   limits.cache.head_dim = model.config().head_dim;
-  const auto chat_template = model.file().find_string("tokenizer.chat_template");
-  limits.chat_format = serve::detect_chat_format(chat_template ? *chat_template : std::string_view());
+  limits.chat = chat_template_of(model.file());
 
   serve::SchedulerOptions sched;
   sched.kv_limit_bytes = size_t(a.kv_limit_mib * 1024.0 * 1024.0);
@@ -64,7 +63,7 @@ void run(ServeArgs& a) {
   std::fprintf(stderr,
                "squeezekv serve: listening on http://%s:%d (model %s, cache %s budget %d, chat %s, KV limit %.1f MiB)\n",
                http.host.c_str(), server.port(), limits.model_id.c_str(), cache_label(config).c_str(), config.budget,
-               std::string(serve::chat_format_name(limits.chat_format)).c_str(), a.kv_limit_mib);
+               std::string(chat_format_name(limits.chat.format)).c_str(), a.kv_limit_mib);
   std::fflush(stderr);
   std::thread waiter([&] {
     int sig = 0;

@@ -18,13 +18,18 @@ double GenerateResult::decode_tokens_per_second() const {
 
 GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt,
                         const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
+  return generate(engine, cache, engine.model().tokenizer().encode(prompt, true), options, on_token);
+}
+
+GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> prompt_tokens,
+                        const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
   using Clock = std::chrono::steady_clock;
   const Model& model = engine.model();
   require(options.n_predict >= 0, "n_predict", options.n_predict, "must be >= 0");
   require(options.n_batch >= 1, "n_batch", options.n_batch, "must be >= 1");
   const int n_ctx = options.n_ctx > 0 ? options.n_ctx : model.config().context_length;
   GenerateResult result;
-  result.prompt_tokens = model.tokenizer().encode(prompt, true);
+  result.prompt_tokens = std::move(prompt_tokens);
   const auto n_prompt = int64_t(result.prompt_tokens.size());
   require(n_prompt >= 1, "prompt", "\"\"", "the prompt encodes to no token");
   if (keeps_every_row(cache.config())) {
@@ -41,7 +46,6 @@ GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& pr
   prefill(engine, cache, result.prompt_tokens, prefill_options, logits);
   result.prompt_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   start = Clock::now();
-  const auto eos = model.tokenizer().eos();
   const int64_t window = options.speed_window;
   const bool timed = window > 0 && options.n_predict >= 2 * window;
   Clock::time_point last_from{};
@@ -49,7 +53,8 @@ GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& pr
     if (timed && i == window) result.first_window_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (timed && i == options.n_predict - window) last_from = Clock::now();
     const int32_t token = sampler.sample(logits.data(), model.config().vocab);
-    if (eos && token == *eos && !options.ignore_eos) {
+    const bool ends = model.tokenizer().is_end_of_generation(token) || options.stop_token == token;
+    if (ends && !options.ignore_eos) {
       result.stopped_at_eos = true;
       break;
     }

@@ -2,6 +2,7 @@
 // tokenizer_bpe.cc.
 #include "squeezekv/engine/tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/tokenizer_util.h"
@@ -34,6 +35,11 @@ int parse_byte_token(std::string_view text) {
   int lo = hex_digit(text[4]);
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
+
+// Tokens that end a turn or a text in the vocabularies squeezekv reads (llama.cpp's end-of-generation
+// spellings for them).
+constexpr std::string_view kEndSpellings[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                              "<|endoftext|>", "<|eom_id|>", "<|end_of_text|>"};
 
 }  // namespace
 
@@ -87,6 +93,14 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   // Later duplicates win, as in llama.cpp's token_to_id.
   ids_.reserve(n);
   for (size_t i = 0; i < n; ++i) ids_[tokens_[i]] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < n; ++i) {
+    const TokenType t = types_[i];
+    const bool special = t == TokenType::control || t == TokenType::user_defined || t == TokenType::unknown;
+    if (special && !tokens_[i].empty()) special_ids_.push_back(static_cast<int32_t>(i));
+  }
+  std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int32_t a, int32_t b) {
+    return tokens_[static_cast<size_t>(a)].size() > tokens_[static_cast<size_t>(b)].size();
+  });
 
   auto special = [&](std::string_view key) -> std::optional<int32_t> {
     std::optional<uint32_t> id = file.find_u32(key);
@@ -100,6 +114,12 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   bos_ = special("tokenizer.ggml.bos_token_id");
   eos_ = special("tokenizer.ggml.eos_token_id");
   unk_ = special("tokenizer.ggml.unknown_token_id");
+  if (eos_) end_ids_.push_back(*eos_);
+  for (std::string_view spelling : kEndSpellings) {
+    if (auto it = ids_.find(spelling); it != ids_.end()) end_ids_.push_back(it->second);
+  }
+  std::sort(end_ids_.begin(), end_ids_.end());
+  end_ids_.erase(std::unique(end_ids_.begin(), end_ids_.end()), end_ids_.end());
 
   if (model_ == TokenizerModel::spm) {
     add_bos_ = file.find_bool("tokenizer.ggml.add_bos_token").value_or(true);
@@ -118,16 +138,53 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
-  if (add_bos && bos_) out.push_back(*bos_);
+  if (add_special && add_bos_ && bos_) out.push_back(*bos_);
+  // The text cut into raw fragments and special tokens (llama.cpp's tokenizer_st_partition): each
+  // special token in turn, longest first, is split out of every raw fragment that spells it.
+  struct Fragment {
+    std::string_view text;
+    int32_t id;  // >= 0: a special token
+  };
+  std::vector<Fragment> fragments{{text, -1}}, next;
+  for (const int32_t id : special_ids_) {
+    if (!parse_special && types_[static_cast<size_t>(id)] != TokenType::user_defined) continue;
+    const std::string& spelling = tokens_[static_cast<size_t>(id)];
+    if (text.find(spelling) == std::string_view::npos) continue;  // the common case, one scan
+    next.clear();
+    for (const Fragment& f : fragments) {
+      if (f.id >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      size_t from = 0;
+      for (size_t at; (at = f.text.find(spelling, from)) != std::string_view::npos; from = at + spelling.size()) {
+        if (at > from) next.push_back({f.text.substr(from, at - from), -1});
+        next.push_back({{}, id});
+      }
+      if (from < f.text.size()) next.push_back({f.text.substr(from), -1});
+    }
+    fragments.swap(next);
+  }
+  for (const Fragment& f : fragments) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+    } else {
+      encode_text(f.text, out);
+    }
+  }
+  return out;
+}
+
+void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  // SentencePiece prefixes every raw fragment with a space (llama.cpp: after each special token).
   if (model_ == TokenizerModel::spm) {
     encode_spm(text, out);
   } else {
     encode_bpe(text, out);
   }
-  return out;
 }
 
 void Tokenizer::check_id(int32_t id) const {
@@ -140,6 +197,10 @@ void Tokenizer::check_id(int32_t id) const {
 std::string_view Tokenizer::token_text(int32_t id) const {
   check_id(id);
   return tokens_[static_cast<size_t>(id)];
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  return std::binary_search(end_ids_.begin(), end_ids_.end(), id);
 }
 
 TokenType Tokenizer::token_type(int32_t id) const {

@@ -4,6 +4,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <initializer_list>
 #include <memory>
 #include <queue>
 #include <vector>
@@ -76,62 +77,74 @@ constexpr const char* kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kDigitRegex = R"(\p{N})";
 constexpr const char* kQwen2Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 }  // namespace
 
+// One or more regexes applied in turn, as llama.cpp's unicode_regex_split: each splits every piece
+// the previous one left (matches and the text between them), seeing only that piece.
 class Tokenizer::Pretokenizer {
  public:
-  explicit Pretokenizer(const char* pattern) {
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    code_ =
-        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
-                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(error, message, sizeof message);
-      throw Error("tokenizer: cannot compile the pre-tokenizer regex: " +
-                  std::string(reinterpret_cast<const char*>(message)));
+  explicit Pretokenizer(std::initializer_list<const char*> patterns) {
+    for (const char* pattern : patterns) {
+      int error = 0;
+      PCRE2_SIZE offset = 0;
+      pcre2_code* code =
+          pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                        PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+      if (!code) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(error, message, sizeof message);
+        throw Error("tokenizer: cannot compile the pre-tokenizer regex: " +
+                    std::string(reinterpret_cast<const char*>(message)));
+      }
+      codes_.push_back(code);
+      pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // optional: the interpreter is the fallback
     }
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // optional: the interpreter is the fallback
   }
-  ~Pretokenizer() { pcre2_code_free(code_); }
+  ~Pretokenizer() {
+    for (pcre2_code* code : codes_) pcre2_code_free(code);
+  }
   Pretokenizer(const Pretokenizer&) = delete;
   Pretokenizer& operator=(const Pretokenizer&) = delete;
 
-  // Calls word(piece) for consecutive pieces covering all of text: the regex matches, and
-  // whatever lies between them (invalid UTF-8 the regex cannot match).
+  // Calls word(piece) for consecutive pieces covering all of text.
   template <typename F>
   void split(std::string_view text, F&& word) const {
+    split_with(0, text, word);
+  }
+
+ private:
+  // The pieces of regex `level` in text (its matches, and whatever lies between them: invalid
+  // UTF-8 the regex cannot match), each split further by the regexes after it.
+  template <typename F>
+  void split_with(size_t level, std::string_view text, F& word) const {
+    if (level == codes_.size()) return word(text);
+    pcre2_code* code = codes_[level];
     std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
-        pcre2_match_data_create_from_pattern(code_, nullptr), &pcre2_match_data_free);
+        pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
     if (!match) throw Error("tokenizer: out of memory for the regex match data");
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0;
     while (pos < text.size()) {
-      int rc = pcre2_match(code_, subject, text.size(), pos, 0, match.get(), nullptr);
+      int rc = pcre2_match(code, subject, text.size(), pos, 0, match.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0)
         throw Error("tokenizer: regex match failed with PCRE2 error " + std::to_string(rc));
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match.get());
       size_t begin = ov[0];
       size_t end = ov[1];
-      if (begin > pos) word(text.substr(pos, begin - pos));
-      if (end == begin) {  // an empty match cannot happen with these patterns; never loop
-        end = begin + 1;
-        word(text.substr(begin, 1));
-      } else {
-        word(text.substr(begin, end - begin));
-      }
+      if (begin > pos) split_with(level + 1, text.substr(pos, begin - pos), word);
+      if (end == begin) end = begin + 1;  // an empty match cannot happen with these patterns; never loop
+      split_with(level + 1, text.substr(begin, end - begin), word);
       pos = end;
     }
-    if (pos < text.size()) word(text.substr(pos));
+    if (pos < text.size()) split_with(level + 1, text.substr(pos), word);
   }
 
- private:
-  pcre2_code* code_ = nullptr;
+  std::vector<pcre2_code*> codes_;
 };
 
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -140,20 +153,21 @@ Tokenizer::~Tokenizer() = default;
 
 void Tokenizer::init_bpe(const GgufFile& file) {
   std::string_view pre = file.find_string("tokenizer.ggml.pre").value_or("default");
-  const char* pattern = nullptr;
   if (pre == "default" || pre == "gpt2" || pre == "gpt-2") {
-    pattern = kGpt2Regex;
+    pretokenizer_ = std::make_shared<const Pretokenizer>(std::initializer_list<const char*>{kGpt2Regex});
   } else if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe") {
-    pattern = kLlama3Regex;
+    pretokenizer_ = std::make_shared<const Pretokenizer>(std::initializer_list<const char*>{kLlama3Regex});
     ignore_merges_ = true;
   } else if (pre == "qwen2") {
-    pattern = kQwen2Regex;
+    pretokenizer_ = std::make_shared<const Pretokenizer>(std::initializer_list<const char*>{kQwen2Regex});
+  } else if (pre == "smollm" || pre == "starcoder") {
+    // Every digit a word of its own, then GPT-2's split (Hugging Face's Digits(individual_digits)).
+    pretokenizer_ = std::make_shared<const Pretokenizer>(std::initializer_list<const char*>{kDigitRegex, kGpt2Regex});
   } else {
     throw FormatError("tokenizer: key 'tokenizer.ggml.pre' = " + quoted_excerpt(pre) +
                       ": unsupported pre-tokenizer (supported: default, gpt2, llama3, "
-                      "llama-v3, llama-bpe, qwen2)");
+                      "llama-v3, llama-bpe, qwen2, smollm, starcoder)");
   }
-  pretokenizer_ = std::make_shared<const Pretokenizer>(pattern);
 
   // "left right" -> rank; rules whose parts or result are not tokens can never apply.
   auto merges = file.get_strings("tokenizer.ggml.merges");

@@ -133,7 +133,9 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
   reference_stats.layer_kept.assign(size_t(mc.n_layers), 0.0);
   for (int ci = 0; ci < chunks; ++ci) {
     std::copy(tokens.begin() + long(ci) * options.n_ctx, tokens.begin() + long(ci + 1) * options.n_ctx, chunk.begin());
-    if (auto bos = engine.model().tokenizer().bos()) chunk[0] = *bos;
+    // BOS first where the model wants one (llama-perplexity: only when add_bos_token is set).
+    const Tokenizer& tokenizer = engine.model().tokenizer();
+    if (tokenizer.add_bos_default() && tokenizer.bos()) chunk[0] = *tokenizer.bos();
     // The shared full-cache pass: reference distributions for KL and top-1, and the scores of
     // every configuration that is the full cache itself (KL 0 by construction, not recomputed).
     run_chunk(*reference, &reference_stats, [&](int k, const float* row) {

@@ -174,6 +174,32 @@ HWY_INLINE float DotQ4_0(const uint8_t* row, const int16_t* xq, const float* xs,
   return Sum(acc);
 }
 
+// Q4_1 (value = d * q + m) on int16 lanes: d * xs * (q . xq) per block, plus m * xs * (sum of xq),
+// the scaled sum the activations carry; the two terms are summed apart and added at the end.
+HWY_INLINE float DotQ4_1(const uint8_t* row, const int16_t* xq, const float* xs, const float* x_sum, int64_t n) {
+  const D16 d16;
+  const D32 d32;
+  const DW dw;
+  const size_t lanes = hn::Lanes(d16);
+  const auto low_mask = hn::Set(d16, 0xf);
+  auto acc = hn::Zero(dw);
+  float acc_min = 0.0f;
+  for (int64_t b = 0; b < n / quant::q4_1_elems; ++b) {
+    const uint8_t* block = row + b * quant::q4_1_bytes;
+    const int16_t* qx = xq + b * 32;
+    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
+    for (size_t j = 0; j < 16; j += lanes) {
+      const auto packed = LoadBytes(block + quant::q4_1_qs_offset + j);
+      sum0 = hn::ReorderWidenMulAccumulate(d32, hn::And(packed, low_mask), hn::LoadU(d16, qx + j), sum0, sum1);
+      sum0 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(packed), hn::LoadU(d16, qx + 16 + j), sum0, sum1);
+    }
+    const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0, sum1));
+    acc = hn::MulAdd(dot, hn::Set(dw, LoadHalf(block) * xs[b]), acc);
+    acc_min += LoadHalf(block + 2) * x_sum[b];
+  }
+  return Sum(acc) + acc_min;
+}
+
 // Sum of adjacent int16 products widened to int32 (vpmaddwd on x86).
 template <class D32, class V16>
 HWY_INLINE hn::Vec<D32> PairDot(D32 d32, V16 a, V16 b) {
@@ -244,10 +270,11 @@ HWY_INLINE __m256i SignedByteDot(__m256i w, __m256i x) {
 //  - Q8_0 (memory-bound when decoding; its tiles keep 8 tokens in registers with two chains):
 //    block i's float(dot) * factor is fused into acc[i % 2] in block order; the result is
 //    acc[0] + acc[1].
-//  - Q4_0, Q4_K and Q6_K (compute-bound when decoding): per run of 8 blocks (Q4_0) or per
+//  - Q4_0, Q4_1, Q4_K and Q6_K (compute-bound when decoding): per run of 8 blocks (Q4_0, Q4_1) or per
 //    super-block's 8 sub-blocks (x blocks for Q6_K), p_i = float(dot_i) * factor_i, summed as the
 //    tree ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) and added to a running sum; Q4_0 blocks
-//    after the last run of 8 add their p one by one.
+//    after the last run of 8 add their p one by one. Q4_1's minimum terms m_i * xs_i * (sum of x_i)
+//    form a second sum in the same order, added to the first at the end.
 
 // One fused multiply-add on scalars (one rounding, as each lane of a vector MulAdd).
 HWY_INLINE float Fma1(float a, float b, float c) {
@@ -431,11 +458,14 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
 #if SQUEEZEKV_X86_BYTE_DOT
 // A Q4_0 block's 32 codes as unsigned bytes 0..15 in element order (its low nibbles are elements
 // 0-15, its high nibbles 16-31).
-HWY_INLINE __m256i Q4_0Codes(const uint8_t* block) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+// 16 bytes of nibbles laid out as Q4_0's (and Q4_1's) as 32 unsigned bytes 0..15 in element order.
+HWY_INLINE __m256i NibbleCodes(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i low4 = _mm_set1_epi8(0x0f);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
 }
+
+HWY_INLINE __m256i Q4_0Codes(const uint8_t* block) { return NibbleCodes(block + 2); }
 
 // Q4_0 (value = d * (q - 8)) rows dotted with K tokens on x86: the codes meet the int8 activations
 // as unsigned bytes (at most 2 * 15 * 127 a pair), and -8 * (the block's sum of activations), the
@@ -478,6 +508,52 @@ HWY_INLINE void DotQ4_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
     }
   }
   for (int k = 0; k < K; ++k) out[k] = acc[k];
+}
+#endif
+
+#if SQUEEZEKV_X86_BYTE_DOT
+// Q4_1 (value = d * q + m) rows dotted with K tokens on x86: the codes meet the int8 activations
+// as unsigned bytes, as Q4_0's, with no offset; the minimum adds m * (xs * sum of xq) per block
+// (the activations' scaled sum, as Q4_K's mins). Runs of 8 blocks add each term as a tree
+// (TreeSum8), the blocks after the last run one by one; the dot is the code term plus the min term.
+template <int K>
+HWY_INLINE void DotQ4_1Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  const DS ds;
+  float acc[K] = {}, acc_min[K] = {};
+  const int64_t n_blocks = n / quant::q4_1_elems;
+  int64_t b = 0;
+  for (; b + 8 <= n_blocks; b += 8) {
+    HWY_ALIGN float d[8], m[8];
+    __m256i w[8];
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* block = row + (b + i) * quant::q4_1_bytes;
+      d[i] = LoadHalf(block);
+      m[i] = LoadHalf(block + 2);
+      w[i] = NibbleCodes(block + quant::q4_1_qs_offset);
+    }
+    prefetch_ahead(row + b * quant::q4_1_bytes, 8 * quant::q4_1_bytes);
+    const auto dv = hn::Load(ds, d), mv = hn::Load(ds, m);
+    for (int k = 0; k < K; ++k) {
+      const int8_t* xk = x[k].q8 + b * quant::q4_1_elems;
+      __m256i dots[8];
+      for (int i = 0; i < 8; ++i) dots[i] = ByteDot(w[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i)));
+      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
+      acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b))));
+      acc_min[k] += TreeSum8(hn::Mul(mv, hn::LoadU(ds, x[k].scaled_sum + b)));
+    }
+  }
+  for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
+    const uint8_t* block = row + b * quant::q4_1_bytes;
+    const __m256i wb = NibbleCodes(block + quant::q4_1_qs_offset);
+    const float d = LoadHalf(block), m = LoadHalf(block + 2);
+    for (int k = 0; k < K; ++k) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q4_1_elems));
+      const int32_t sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{ByteDot(wb, xv)}));
+      acc[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
+      acc_min[k] += m * x[k].scaled_sum[b];
+    }
+  }
+  for (int k = 0; k < K; ++k) out[k] = acc[k] + acc_min[k];
 }
 #endif
 
@@ -624,6 +700,13 @@ HWY_INLINE void QuantizedDots(TensorType type, const uint8_t* row, const TokenQ8
       return DotQ4_K<K>(row, x, n, out);
     case TensorType::q6_k:
       return DotQ6_K<K>(row, x, n, out);
+    case TensorType::q4_1:
+#if SQUEEZEKV_X86_BYTE_DOT
+      return DotQ4_1Tokens<K>(row, x, n, out);
+#else
+      for (int k = 0; k < K; ++k) out[k] = DotQ4_1(row, x[k].q, x[k].scale, x[k].scaled_sum, n);
+      return;
+#endif
     default:  // q4_0
 #if SQUEEZEKV_X86_BYTE_DOT
       return DotQ4_0Tokens<K>(row, x, n, out);

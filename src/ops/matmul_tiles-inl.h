@@ -1,5 +1,5 @@
 // Prompt products as register tiles on x86 targets with VNNI (vpdpbusd): 16 weight rows x up to
-// 8 tokens (Q8_0) or 4 (Q4_0, Q4_K, Q6_K). Included by matmul.cc inside its per-target namespace, after
+// 8 tokens (Q8_0) or 4 (Q4_0, Q4_1, Q4_K, Q6_K). Included by matmul.cc inside its per-target namespace, after
 // the row kernels, whose TokenQ8 and accumulation orders it shares.
 //
 // Why a panel: in GGUF a block's 32 bytes belong to one row, so a vector of them serves one
@@ -32,8 +32,8 @@ constexpr int64_t kTileMinTokens = 4, kTileMinTokensQ8_0 = 3;
 
 // 16 rows regrouped for the tiles. bytes: per 32 columns (a Q8_0 block, a Q4_K sub-block, a Q6_K
 // x block), 8 vectors, vector g = columns 4g..4g+3 of each row as unsigned bytes. factor: per
-// block, d of each row (Q8_0, Q4_0), per sub-block d * scale (Q4_K), per super-block d (Q6_K);
-// factor_min: per sub-block, dmin * min (Q4_K).
+// block, d of each row (Q8_0, Q4_0, Q4_1), per sub-block d * scale (Q4_K), per super-block d (Q6_K);
+// factor_min: per sub-block, dmin * min (Q4_K), per block m (Q4_1).
 // (std::vector would drop __m512i's alignment: GCC ignores a vector type's attributes in template
 // arguments.)
 template <class T>
@@ -302,6 +302,74 @@ struct Q4_0Tiles : PanelView {
   }
 
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
+};
+
+struct Q4_1Tiles : PanelView {
+  static constexpr int64_t kUnitCols = quant::q4_1_elems, kUnitBytes = quant::q4_1_bytes, kStreamUnits = 16;
+  static constexpr int kMaxTokens = 4;
+
+  // Q4_1: as Q4_0's panel (codes 0..15 regrouped, factor d), with the rows' minimum m as factor_min.
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                             Panel& panel) {
+    panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
+    panel.factor.reserve(static_cast<size_t>(n_blocks));
+    panel.factor_min.reserve(static_cast<size_t>(n_blocks));
+    size_t offsets[kTileRows], code_offsets[kTileRows];
+    RowOffsets(stride, valid, offsets);
+    for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
+    HWY_ALIGN uint8_t codes[kTileRows][32];
+    for (int64_t j = 0; j < n_blocks; ++j) {
+      const uint8_t* block = rows + j * quant::q4_1_bytes;
+      HWY_ALIGN uint16_t d[kTileRows], m[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), NibbleCodes(block + offsets[r] + quant::q4_1_qs_offset));
+        std::memcpy(&d[r], block + offsets[r], 2);
+        std::memcpy(&m[r], block + offsets[r] + 2, 2);
+      }
+      TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
+      panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+      panel.factor_min.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m)));
+    }
+  }
+
+  // Q4_1: the code term into a0 and the minimum term into a1, each as its row kernel sums it (runs
+  // of 8 blocks as trees, then the remaining blocks one by one; a streamed row's panels are runs of
+  // 8 until the last).
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
+                                             __m512* a0, __m512* a1) {
+    const auto* const bytes_ptr = panel->bytes.data();
+    const auto* const factor_ptr = panel->factor.data();
+    const auto* const min_ptr = panel->factor_min.data();
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+      __m512i s[T];
+      for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
+      BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q4_1_elems, s);
+      const __m512 d = factor_ptr[j];
+      for (int k = 0; k < T; ++k) {
+        p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
+      }
+    };
+    auto minimum = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+      for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(min_ptr[j], _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
+    };
+    int64_t j = 0;
+    for (; j + 8 <= n_blocks; j += 8) {
+      AddTreeOf8<T>(product, j, a0);
+      AddTreeOf8<T>(minimum, j, a1);
+    }
+    for (; j < n_blocks; ++j) {
+      __m512 p[T], q[T];
+      product(j, p);
+      minimum(j, q);
+      for (int k = 0; k < T; ++k) {
+        a0[k] = _mm512_add_ps(a0[k], p[k]);
+        a1[k] = _mm512_add_ps(a1[k], q[k]);
+      }
+    }
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
 };
 
 struct Q4_KTiles : PanelView {
@@ -804,7 +872,7 @@ HWY_INLINE SQUEEZEKV_VNNI void EveryToken(Tile tile, const detail::MatmulInput& 
 // that needs Q8_0's panels to hold an even number of blocks (its two chains alternate) and Q4_0's
 // whole runs of 8 (its trees).
 constexpr int64_t kStreamedMaxTokens = 16;
-static_assert(Q8_0Tiles::kStreamUnits % 2 == 0 && Q4_0Tiles::kStreamUnits % 8 == 0,
+static_assert(Q8_0Tiles::kStreamUnits % 2 == 0 && Q4_0Tiles::kStreamUnits % 8 == 0 && Q4_1Tiles::kStreamUnits % 8 == 0,
               "streamed panels must keep the row kernels' accumulation order");
 
 // Tiles of T of the tokens from t on against a panel of n units from block x0; returns the next
@@ -871,7 +939,8 @@ HWY_INLINE bool HasVnni() {
 HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
   if (type == TensorType::q8_0) return HasVnni() && n_tok >= kTileMinTokensQ8_0;
   return HasVnni() && n_tok >= kTileMinTokens &&
-         (type == TensorType::q4_0 || type == TensorType::q4_k || type == TensorType::q6_k);
+         (type == TensorType::q4_0 || type == TensorType::q4_1 || type == TensorType::q4_k ||
+          type == TensorType::q6_k);
 }
 
 // What both kinds of weights share: for each 16 rows, a call of more than 16 tokens takes the
@@ -1020,6 +1089,8 @@ SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::MatmulInput& 
       return KindRows<Q8_0Tiles>(w, in, row_begin, row_end, panel, y);
     case TensorType::q4_0:
       return KindRows<Q4_0Tiles>(w, in, row_begin, row_end, panel, y);
+    case TensorType::q4_1:
+      return KindRows<Q4_1Tiles>(w, in, row_begin, row_end, panel, y);
     case TensorType::q6_k:
       return KindRows<Q6_KTiles>(w, in, row_begin, row_end, panel, y);
     default:  // q4_k (UseTiles admits no other type)

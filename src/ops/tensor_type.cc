@@ -28,6 +28,7 @@ bool is_supported(uint32_t id) {
     case TensorType::f32:
     case TensorType::f16:
     case TensorType::q4_0:
+    case TensorType::q4_1:
     case TensorType::q8_0:
     case TensorType::q4_k:
     case TensorType::q6_k:
@@ -59,6 +60,8 @@ BlockLayout block_layout(TensorType type) {
       return {1, 2};
     case TensorType::q4_0:
       return {quant::q4_0_elems, quant::q4_0_bytes};
+    case TensorType::q4_1:
+      return {quant::q4_1_elems, quant::q4_1_bytes};
     case TensorType::q8_0:
       return {quant::q8_0_elems, quant::q8_0_bytes};
     case TensorType::q4_k:
@@ -107,6 +110,8 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
       return;
     case TensorType::q4_0:
       return quant::dequantize_q4_0(bytes, dst, n);
+    case TensorType::q4_1:
+      return quant::dequantize_q4_1(bytes, dst, n);
     case TensorType::q8_0:
       return quant::dequantize_q8_0(bytes, dst, n);
     case TensorType::q4_k:
@@ -131,6 +136,8 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
       return;
     case TensorType::q4_0:
       return quant::quantize_q4_0(src, bytes, n);
+    case TensorType::q4_1:
+      return quant::quantize_q4_1(src, bytes, n);
     case TensorType::q8_0:
       return quant::quantize_q8_0(src, bytes, n);
     case TensorType::q4_k:

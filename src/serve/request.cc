@@ -206,9 +206,9 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   if (chat) {
     if (!j.contains("messages")) bad("messages", "'messages' is required");
     const auto messages = parse_messages(j["messages"]);
-    r.prompt = render_chat(limits.chat_format, messages);
-    r.tokens = encode_chat(tokenizer, limits.chat_format, r.prompt);
-    r.stop_token = end_of_turn(tokenizer, limits.chat_format);
+    r.prompt = render_chat(limits.chat, messages);
+    r.tokens = encode_chat(tokenizer, limits.chat.format, r.prompt);
+    r.stop_token = end_of_turn(tokenizer, limits.chat.format);
   } else {
     if (!j.contains("prompt")) bad("prompt", "'prompt' is required");
     const json& p = j["prompt"];

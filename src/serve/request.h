@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "serve/chat_template.h"
+#include "squeezekv/engine/chat_template.h"
 #include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/engine/sampler.h"
 
@@ -27,7 +27,7 @@ struct RequestLimits {
   int max_prompt_tokens = 0;   // longest prompt (the context -c)
   int n_ctx = 0;               // a full cache's context: prompt + max_tokens must fit
   KVCacheConfig cache;         // the server's default cache
-  ChatFormat chat_format = ChatFormat::plain;
+  ChatTemplate chat;
 };
 
 struct CompletionRequest {

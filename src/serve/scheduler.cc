@@ -166,8 +166,7 @@ void Scheduler::finish(Session& s, const std::string& reason) {
 
 bool Scheduler::emit(Session& s, int32_t token) {
   const CompletionRequest& r = s.job.request;
-  const auto eos = model_.tokenizer().eos();
-  if (!r.ignore_eos && ((eos && token == *eos) || (r.stop_token && token == *r.stop_token))) {
+  if (!r.ignore_eos && (model_.tokenizer().is_end_of_generation(token) || (r.stop_token && token == *r.stop_token))) {
     s.held += s.utf8.finish();
     s.job.channel->push(s.held);
     finish(s, "stop");

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -226,7 +228,7 @@ const std::vector<std::string> kMerges = {
     "' S",                 // 18
 };
 
-std::vector<uint8_t> bpe_model(const std::string& pre) {
+std::vector<uint8_t> bpe_model(const std::string& pre, bool add_bos = true) {
   std::vector<std::string> tokens;
   for (int b = 0; b < 256; ++b) tokens.push_back(gpt2_char(b));
   for (const std::string& m : kMerges) {
@@ -245,6 +247,7 @@ std::vector<uint8_t> bpe_model(const std::string& pre) {
   w.add_array("tokenizer.ggml.merges", std::span<const std::string>(kMerges));
   w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tokens.size() - 1));
   w.add_u32("tokenizer.ggml.eos_token_id", 4294967295u);
+  w.add_bool("tokenizer.ggml.add_bos_token", add_bos);
   return w.to_bytes();
 }
 
@@ -274,6 +277,36 @@ TEST_F(tokenizerBpe, MergesByRankThenLeftmost) {
   EXPECT_EQ(pieces(t, "abc"), (S{"a", "bc"}));  // rank 4 before rank 5
   EXPECT_EQ(t.encode("the", true).front(), t.bos());
   EXPECT_EQ(t.encode("", false), (Ids{}));
+}
+
+// As llama_tokenize's add_special: BOS only where tokenizer.ggml.add_bos_token asks for it
+// (SmolLM2 sets it false, although it names a BOS token).
+TEST_F(tokenizerBpe, BosOnlyWhenTheModelAsksForIt) {
+  GgufFile f = GgufFile::from_bytes(bpe_model("gpt2", false), "bpe-no-bos");
+  const Tokenizer t(f);
+  ASSERT_TRUE(t.bos().has_value());
+  EXPECT_FALSE(t.add_bos_default());
+  EXPECT_EQ(t.encode(" the", true), t.encode(" the", false));
+  EXPECT_EQ(make("gpt2").encode(" the", true).front(), make("gpt2").bos());
+}
+
+// smollm (and starcoder): every digit a word of its own before GPT-2's split.
+TEST_F(tokenizerBpe, SmollmPretokenizerSplitsDigits) {
+  Tokenizer t = make("smollm");
+  EXPECT_EQ(pieces(t, "a123"), (S{"a", "1", "2", "3"}));
+  EXPECT_EQ(pieces(t, " 42 the"), (S{G, "4", "2", G + "the"}));
+}
+
+// Control tokens spelled in the text are text unless parse_special; then they are one token each,
+// and the text around them is encoded on its own.
+TEST_F(tokenizerBpe, ParsesSpecialTokensOnlyWhenAsked) {
+  Tokenizer t = make("gpt2");
+  const int32_t bos = *t.bos();
+  const Ids plain = t.encode("a<|bos|>a", false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), bos), 0);
+  const Ids parsed = t.encode("a<|bos|>a", false, true);
+  EXPECT_EQ(parsed, (Ids{t.encode("a", false)[0], bos, t.encode("a", false)[0]}));
+  EXPECT_EQ(t.encode("<|bos|><|bos|>", false, true), (Ids{bos, bos}));
 }
 
 TEST_F(tokenizerBpe, Gpt2Pretokenizer) {

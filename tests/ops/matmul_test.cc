@@ -28,7 +28,7 @@ using testing::random_x;
 using testing::TestMatrix;
 
 const TensorType all_types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0,
-                                TensorType::q4_0, TensorType::q4_k, TensorType::q6_k};
+                                TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k};
 
 bool is_quantized(TensorType type) { return block_layout(type).block_elems > 1; }
 
@@ -181,7 +181,8 @@ TEST(ops_matmul, FusedProductsEqualSeparateMatmuls) {
 TEST(ops_matmul, ExactActivationsGiveExactDots) {
   testing::for_each_target([&] {
     uint32_t seed = 500;
-    for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k, TensorType::q6_k}) {
+    for (const TensorType type :
+         {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k}) {
       const int64_t n_cols = column_counts(type).back();
       SCOPED_TRACE(name(type));
       const TestMatrix m = make_matrix(type, 5, n_cols, ++seed);

@@ -49,12 +49,13 @@ TEST(ops_quant, TypeTable) {
   EXPECT_EQ(tensor_type_name(1000), "type 1000");
 
   EXPECT_FALSE(block_layout(uint32_t{13}).has_value());
-  EXPECT_FALSE(block_layout(uint32_t{3}).has_value());
+  EXPECT_FALSE(block_layout(uint32_t{16}).has_value());
   const struct {
     TensorType type;
     int64_t elems, bytes;
   } expected[] = {{TensorType::f32, 1, 4},     {TensorType::f16, 1, 2},    {TensorType::bf16, 1, 2},
-                  {TensorType::q8_0, 32, 34},  {TensorType::q4_0, 32, 18}, {TensorType::q4_k, 256, 144},
+                  {TensorType::q8_0, 32, 34},  {TensorType::q4_0, 32, 18}, {TensorType::q4_1, 32, 20},
+                  {TensorType::q4_k, 256, 144},
                   {TensorType::q6_k, 256, 210}};
   for (const auto& e : expected) {
     const auto layout = block_layout(static_cast<uint32_t>(e.type));
@@ -99,6 +100,22 @@ TEST(ops_quant, Q4_0HandBuilt) {
   // -4 (q = 0) is the value of largest magnitude, so d = -4 / -8 = 0.5 and the bytes come back.
   std::vector<uint8_t> again(18);
   quantize_row(TensorType::q4_0, y.data(), again.data(), 32);
+  EXPECT_EQ(again, block);
+}
+
+TEST(ops_quant, Q4_1HandBuilt) {
+  std::vector<uint8_t> block(20);
+  put_u16(block.data(), fp16_half);           // d = 0.5
+  put_u16(block.data() + 2, fp16_quarter);    // m = 0.25
+  for (int j = 0; j < 16; ++j) block[4 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const auto y = dequantize(TensorType::q4_1, block, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * static_cast<float>(j) + 0.25f) << j;            // low nibbles: elements 0..15
+    EXPECT_EQ(y[16 + j], 0.5f * static_cast<float>(15 - j) + 0.25f) << j;  // high nibbles: 16..31
+  }
+  // min 0.25 and max 7.75 span 15 steps of 0.5, so quantising gives the same bytes back.
+  std::vector<uint8_t> again(20);
+  quantize_row(TensorType::q4_1, y.data(), again.data(), 32);
   EXPECT_EQ(again, block);
 }
 
@@ -296,6 +313,16 @@ TEST(ops_quant, RoundTripBounds) {
       }
     }
     {
+      // Q4_1: half a step of (max - min) / 15, the step and min rounded to fp16 (relative 2^-11).
+      const auto r = round_trip(TensorType::q4_1, n, seed);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* b = r.x.data() + i / 32 * 32;
+        const float range = *std::max_element(b, b + 32) - *std::min_element(b, b + 32);
+        const float amax = max_abs(b, 32);
+        ASSERT_LE(std::fabs(r.y[i] - r.x[i]), range / 30 + (range + amax) / 1024 + 16 * 0x1p-25f) << i;
+      }
+    }
+    {
       const auto r = round_trip(TensorType::q4_k, n, seed);
       for (int64_t i = 0; i < n; ++i) {
         const float* sb = r.x.data() + i / 256 * 256;
@@ -326,7 +353,8 @@ TEST(ops_quant, RoundTripRelativeRms) {
     TensorType type;
     double max_relative_rms;
   } cases[] = {{TensorType::q8_0, 0.007}, {TensorType::q6_k, 0.03}, {TensorType::q4_k, 0.12},
-               {TensorType::q4_0, 0.15},  {TensorType::f16, 4e-4},  {TensorType::bf16, 3e-3}};
+               {TensorType::q4_0, 0.15},  {TensorType::q4_1, 0.12}, {TensorType::f16, 4e-4},
+               {TensorType::bf16, 3e-3}};
   for (const auto& c : cases) {
     std::vector<uint8_t> bytes(row_bytes(c.type, n));
     std::vector<float> y(n);
@@ -345,7 +373,7 @@ TEST(ops_quant, RoundTripRelativeRms) {
 }
 
 TEST(ops_quant, ZerosStayZero) {
-  for (const auto type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k, TensorType::q6_k}) {
+  for (const auto type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k}) {
     std::vector<float> x(512, 0.0f), y(512, 1.0f);
     std::vector<uint8_t> bytes(row_bytes(type, 512));
     quantize_row(type, x.data(), bytes.data(), 512);

@@ -168,7 +168,7 @@ TEST(ServeHttp, ThirtyTwoClientsAtOnceSomeLeavingMidStream) {
   }
   // Room for about six full-cache sessions at once: the rest queue.
   const size_t one_full = Scheduler(stories(), nullptr, {}).promise(
-      parse_request(clients[0].body.dump(), false, RequestLimits{"m", 200, 512, 512, full, ChatFormat::plain},
+      parse_request(clients[0].body.dump(), false, RequestLimits{"m", 200, 512, 512, full, ChatTemplate{}},
                     stories().tokenizer()));
   const size_t limit = 6 * one_full;
   Served s(limit, 64);
@@ -223,7 +223,7 @@ TEST(ServeHttp, ThirtyTwoClientsAtOnceSomeLeavingMidStream) {
 TEST(ServeHttp, AFullQueueAnswers503WithRetryAfter) {
   const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 150}, {"temperature", 0}};
   const size_t one = Scheduler(stories(), nullptr, {}).promise(parse_request(
-      body.dump(), false, RequestLimits{"m", 200, 512, 512, KVCacheConfig{.method = "full"}, ChatFormat::plain},
+      body.dump(), false, RequestLimits{"m", 200, 512, 512, KVCacheConfig{.method = "full"}, ChatTemplate{}},
       stories().tokenizer()));
   Served s(one, 1);  // one session runs, one waits
   std::vector<int> statuses(4);

@@ -1,9 +1,8 @@
-// The server's pieces without HTTP: chat templates, request checking (every bad input is a 4xx
+// The server's pieces without HTTP: request checking (every bad input is a 4xx
 // naming its field), and the admission promise, which must bound what a cache really holds.
 #include <gtest/gtest.h>
 
 #include "serve/admission.h"
-#include "serve/chat_template.h"
 #include "serve/request.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/methods/registry.h"
@@ -13,26 +12,6 @@ namespace squeezekv::serve {
 namespace {
 
 using test::stories;
-
-TEST(ChatTemplate, DetectsTheFamiliesByTheirMarkers) {
-  EXPECT_EQ(detect_chat_format("{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
-                               "{{ m.content }}<|eot_id|>{% endfor %}"),
-            ChatFormat::llama3);
-  EXPECT_EQ(detect_chat_format("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>"),
-            ChatFormat::chatml);
-  EXPECT_EQ(detect_chat_format("{{ bos_token }}[INST] {{ m.content }} [/INST]"), ChatFormat::plain);
-  EXPECT_EQ(detect_chat_format(""), ChatFormat::plain);
-}
-
-TEST(ChatTemplate, RendersEachFormat) {
-  const ChatMessage m[] = {{"system", "Be brief."}, {"user", "Hi"}};
-  EXPECT_EQ(render_chat(ChatFormat::chatml, m),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(render_chat(ChatFormat::llama3, m),
-            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>"
-            "\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(render_chat(ChatFormat::plain, m), "system: Be brief.\nuser: Hi\nassistant:");
-}
 
 RequestLimits limits() {
   RequestLimits l;

@@ -215,8 +215,8 @@ SQUEEZEKV_API squeezekv_model_info squeezekv_model_get_info(const squeezekv_mode
 SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init_for_model(const squeezekv_model* model,
                                                             const squeezekv_cache_params* params);
 
-/* Token ids of text[0, text_len) (text_len < 0: NUL-terminated), BOS first when add_bos.
- * Returns the count, or -count when n_max is too small. */
+/* Token ids of text[0, text_len) (text_len < 0: NUL-terminated); with add_bos, BOS first when the
+ * model asks for one (tokenizer.ggml.add_bos_token), as llama_tokenize's add_special. Returns the count, or -count when n_max is too small. */
 SQUEEZEKV_API int32_t squeezekv_tokenize(const squeezekv_model* model, const char* text, int32_t text_len,
                                         int32_t* tokens, int32_t n_max, bool add_bos);
 /* UTF-8 text of tokens, NUL-terminated. Returns the length without the NUL, or -(length + 1)

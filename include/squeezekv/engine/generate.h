@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct GenerateOptions {
   int n_ctx = 0;
   SamplerOptions sampler;
   bool ignore_eos = false;   // keep generating past EOS (long streams)
+  std::optional<int32_t> stop_token;  // also ends generation, as EOS does (a chat's end of turn)
   bool keep_tokens = true;   // false: result.tokens stays empty, memory stays constant
   int64_t speed_window = 10000;  // tokens timed at the start and the end of the output
 };
@@ -37,8 +39,13 @@ struct GenerateResult {
   bool stopped_at_eos = false;
 };
 
-// on_token is called with each generated token as soon as it is sampled (streaming).
+// on_token is called with each generated token as soon as it is sampled (streaming). The prompt
+// is encoded with the model's special tokens (BOS where it asks for one).
 GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token = {});
+// The same from prompt tokens (a chat rendered by chat_template.h, say).
+GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> prompt_tokens,
                         const GenerateOptions& options,
                         const std::function<void(int32_t)>& on_token = {});
 

@@ -48,9 +48,16 @@ class Tokenizer {
   std::optional<int32_t> eos() const { return eos_; }
   std::optional<int32_t> unk() const { return unk_; }
   bool add_bos_default() const { return add_bos_; }  // tokenizer.ggml.add_bos_token
+  // Whether generation ends at this token, as llama.cpp's llama_vocab_is_eog: EOS, and the control
+  // tokens that end a turn or a text ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", ...).
+  bool is_end_of_generation(int32_t id) const;
 
-  // Token ids of `text`; BOS first when add_bos (and a BOS id is set).
-  std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
+  // Token ids of `text`, as llama.cpp's llama_tokenize: with add_special, BOS first when the model
+  // asks for one (tokenizer.ggml.add_bos_token, and a BOS id is set). User-defined tokens spelled
+  // in the text always become their own ids; with parse_special, control tokens too ("<|im_end|>"
+  // as one token), otherwise their spelling is encoded as text. Where spellings overlap, longer
+  // special tokens are split out first.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const;
 
   // Text of a whole sequence: byte tokens become raw bytes, control tokens vanish; for "llama"
   // the space prepended by encode is removed again, so decode(encode(s)) == s.
@@ -71,6 +78,7 @@ class Tokenizer {
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void bpe_word(std::string_view word, std::vector<int32_t>& out) const;
   void init_bpe(const GgufFile& file);
+  void encode_text(std::string_view text, std::vector<int32_t>& out) const;  // one fragment
 
   TokenizerModel model_ = TokenizerModel::spm;
   std::vector<std::string> tokens_;
@@ -78,6 +86,10 @@ class Tokenizer {
   std::vector<TokenType> types_;
   std::unordered_map<std::string_view, int32_t> ids_;  // views into tokens_
   std::optional<int32_t> bos_, eos_, unk_;
+  // Control, user-defined and unknown tokens with a spelling, longest first (ties: lower id first):
+  // the order in which encode splits them out of the text.
+  std::vector<int32_t> special_ids_;
+  std::vector<int32_t> end_ids_;  // is_end_of_generation's tokens, sorted
   bool add_bos_ = true;
   bool add_space_prefix_ = true;       // spm: prepend " " before encoding
   std::array<int32_t, 256> byte_ids_;  // spm: <0xXX> tokens (-1 when absent)

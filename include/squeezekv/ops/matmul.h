@@ -5,7 +5,7 @@
 // row and accumulate its dot in double):
 //  - F32, F16, BF16 weights: products in f32 with SIMD partial sums, so
 //    |y - y_exact| <= 1e-5 * sum_i |w_i * x_i|.
-//  - Q8_0, Q4_0, Q4_K, Q6_K weights: like ggml's vec_dot_*_q8_*, x is first quantised to 8 bits
+//  - Q8_0, Q4_0, Q4_1, Q4_K, Q6_K weights: like ggml's vec_dot_*_q8_*, x is first quantised to 8 bits
 //    per 32-element block (x_i ~= s_b * q_i, s_b = max_b |x| / 127 kept in f32) and each block's
 //    dot is exact in integers, so, with b ranging over the 32-element blocks of the row,
 //    |y - y_exact| <= sum_b (sum_{i in b} |w_i|) * max_{i in b} |x_i| / 254 + 1e-5 * sum_i |w_i * x_i|.

@@ -13,6 +13,7 @@ enum class TensorType : uint32_t {
   f32 = 0,
   f16 = 1,
   q4_0 = 2,
+  q4_1 = 3,
   q8_0 = 8,
   q4_k = 12,
   q6_k = 14,

@@ -1,17 +1,21 @@
 // Chat messages to a prompt. The GGUF's tokenizer.chat_template is a Jinja program; rather than run
 // Jinja, the two common families are recognised by their markers (Llama 3's header tokens, ChatML's
-// <|im_start|> as in Qwen2) and rendered by hand. Anything else gets the plain fallback.
+// <|im_start|> as in SmolLM2 and Qwen2) and rendered by hand, with the system message the template
+// adds to a conversation that has none. Anything else gets the plain fallback. Used by `serve` and
+// `generate --chat`.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "squeezekv/engine/gguf.h"
 #include "squeezekv/engine/tokenizer.h"
 
-namespace squeezekv::serve {
+namespace squeezekv {
 
 enum class ChatFormat {
   llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
@@ -24,12 +28,22 @@ struct ChatMessage {
   std::string content;
 };
 
+struct ChatTemplate {
+  ChatFormat format = ChatFormat::plain;
+  // The system message the template puts first when a conversation starts without one (SmolLM2's
+  // "You are a helpful AI assistant named SmolLM, ..."); empty when it adds none.
+  std::string default_system;
+};
+
 // From the template text (empty: no template in the file).
 ChatFormat detect_chat_format(std::string_view chat_template);
+ChatTemplate parse_chat_template(std::string_view chat_template);
+// The model file's tokenizer.chat_template (plain when it has none).
+ChatTemplate chat_template_of(const GgufFile& file);
 std::string_view chat_format_name(ChatFormat format);
 
 // The conversation with the assistant's turn opened, as text (markers included).
-std::string render_chat(ChatFormat format, std::span<const ChatMessage> messages);
+std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> messages);
 
 // Token ids of a rendered prompt: the format's markers become their single special tokens where
 // the vocabulary has them (the tokenizer alone would spell them out), the rest is encoded as text.
@@ -39,4 +53,4 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, 
 // stops there as at EOS.
 std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format);
 
-}  // namespace squeezekv::serve
+}  // namespace squeezekv

@@ -1,8 +1,8 @@
-#include "serve/chat_template.h"
+#include "squeezekv/engine/chat_template.h"
 
 #include <array>
 
-namespace squeezekv::serve {
+namespace squeezekv {
 namespace {
 
 constexpr std::array<std::string_view, 4> kLlama3Markers = {"<|start_header_id|>", "<|end_header_id|>",
@@ -28,6 +28,45 @@ ChatFormat detect_chat_format(std::string_view t) {
   return ChatFormat::plain;
 }
 
+namespace {
+
+// The text of a ChatML system turn the template writes as one literal, "<|im_start|>system\n" then
+// plain text up to "<|im_end|>" (SmolLM2's and Qwen2's defaults); a turn built from the messages
+// ("... system\n' + messages[0]['content']") is skipped. The newline may be written as an escape.
+std::string chatml_default_system(std::string_view t) {
+  constexpr std::string_view open = "<|im_start|>system", close = "<|im_end|>";
+  for (size_t at = t.find(open); at != std::string_view::npos; at = t.find(open, at + 1)) {
+    size_t from = at + open.size();
+    if (t.compare(from, 1, "\n") == 0) {
+      from += 1;
+    } else if (t.compare(from, 2, "\\n") == 0) {
+      from += 2;
+    } else {
+      continue;
+    }
+    const size_t end = t.find(close, from);
+    if (end == std::string_view::npos) break;
+    const std::string_view text = t.substr(from, end - from);
+    if (text.empty() || text.find_first_of("'\"{}\\\n") != std::string_view::npos) continue;
+    return std::string(text);
+  }
+  return {};
+}
+
+}  // namespace
+
+ChatTemplate parse_chat_template(std::string_view t) {
+  ChatTemplate chat;
+  chat.format = detect_chat_format(t);
+  if (chat.format == ChatFormat::chatml) chat.default_system = chatml_default_system(t);
+  return chat;
+}
+
+ChatTemplate chat_template_of(const GgufFile& file) {
+  const auto text = file.find_string("tokenizer.chat_template");
+  return parse_chat_template(text ? *text : std::string_view());
+}
+
 std::string_view chat_format_name(ChatFormat format) {
   switch (format) {
     case ChatFormat::llama3: return "llama3";
@@ -37,10 +76,10 @@ std::string_view chat_format_name(ChatFormat format) {
   return "plain";
 }
 
-std::string render_chat(ChatFormat format, std::span<const ChatMessage> messages) {
+std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> messages) {
   std::string out;
-  for (const ChatMessage& m : messages) {
-    switch (format) {
+  const auto append = [&](const ChatMessage& m) {
+    switch (chat.format) {
       case ChatFormat::llama3:
         out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
         break;
@@ -51,8 +90,12 @@ std::string render_chat(ChatFormat format, std::span<const ChatMessage> messages
         out += m.role + ": " + m.content + "\n";
         break;
     }
+  };
+  if (!chat.default_system.empty() && (messages.empty() || messages[0].role != "system")) {
+    append(ChatMessage{"system", chat.default_system});
   }
-  switch (format) {
+  for (const ChatMessage& m : messages) append(m);
+  switch (chat.format) {
     case ChatFormat::llama3: out += "<|start_header_id|>assistant<|end_header_id|>\n\n"; break;
     case ChatFormat::chatml: out += "<|im_start|>assistant\n"; break;
     case ChatFormat::plain: out += "assistant:"; break;
@@ -64,7 +107,7 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, 
   // No markers: exactly what `generate -p TEXT` encodes.
   if (format == ChatFormat::plain) return tokenizer.encode(text, true);
   std::vector<int32_t> ids;
-  if (tokenizer.bos()) ids.push_back(*tokenizer.bos());
+  if (tokenizer.add_bos_default() && tokenizer.bos()) ids.push_back(*tokenizer.bos());
   const auto append_text = [&](std::string_view piece) {
     if (piece.empty()) return;
     const auto more = tokenizer.encode(piece, false);
@@ -104,4 +147,4 @@ std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format
   return std::nullopt;
 }
 
-}  // namespace squeezekv::serve
+}  // namespace squeezekv
