@@ -24,10 +24,29 @@ const std::vector<int32_t>& text_tokens() {
   return tokens;
 }
 
+using KeptRows = std::vector<std::vector<int64_t>>;  // per layer and head: positions held, sorted
+
 struct Outcome {
-  std::vector<std::vector<float>> logits;          // every chunk's, then every decode step's
-  std::vector<std::vector<int64_t>> kept;          // per layer and head at the end: positions held
+  std::vector<std::vector<float>> logits;  // every chunk's, then every decode step's
+  KeptRows kept;                           // at the end
+  std::vector<KeptRows> kept_after;        // after each chunk and decode step
 };
+
+KeptRows kept_rows(const ModelCache& cache) {
+  KeptRows out;
+  for (int l = 0; l < cache.n_layers(); ++l) {
+    for (int h = 0; h < cache.layer(l).n_heads(); ++h) {
+      const HeadStore& head = cache.layer(l).head(h);
+      std::vector<int64_t> kept;
+      for (int s = 0; s < head.n_slots(); ++s) {
+        if (head.positions()[s] != HeadStore::kFree) kept.push_back(head.positions()[s]);
+      }
+      std::sort(kept.begin(), kept.end());
+      out.push_back(kept);
+    }
+  }
+  return out;
+}
 
 // `prompt` tokens in chunks of `chunk` (Logits::all), then decode steps up to `total`.
 Outcome run(const KVCacheConfig& config, bool blocks, int prompt, int total, int chunk, ThreadPool* pool) {
@@ -42,23 +61,15 @@ Outcome run(const KVCacheConfig& config, bool blocks, int prompt, int total, int
     const int n = std::min(chunk, prompt - i);
     engine.forward(std::span(tokens).subspan(size_t(i), size_t(n)), *cache, Logits::all, logits);
     out.logits.push_back(logits);
+    out.kept_after.push_back(kept_rows(*cache));
   }
   engine.end_prompt(*cache);
   for (int i = prompt; i < total; ++i) {
     engine.forward(std::span(tokens).subspan(size_t(i), 1), *cache, Logits::last, logits);
     out.logits.push_back(logits);
+    out.kept_after.push_back(kept_rows(*cache));
   }
-  for (int l = 0; l < cache->n_layers(); ++l) {
-    for (int h = 0; h < cache->layer(l).n_heads(); ++h) {
-      const HeadStore& head = cache->layer(l).head(h);
-      std::vector<int64_t> kept;
-      for (int s = 0; s < head.n_slots(); ++s) {
-        if (head.positions()[s] != HeadStore::kFree) kept.push_back(head.positions()[s]);
-      }
-      std::sort(kept.begin(), kept.end());
-      out.kept.push_back(kept);
-    }
-  }
+  out.kept = kept_rows(*cache);
   return out;
 }
 
@@ -72,12 +83,20 @@ KVCacheConfig config(const char* method, int budget, PositionRule rule, ScoreSou
   return c;
 }
 
+// Logits of every call that both runs make over the same rows are compared; where an eviction
+// near a tie went the other way (the scores differ by rounding too), the calls until the rows
+// agree again are not comparable and are counted instead: at most a quarter of them (on an AVX2
+// machine, h2o under the span rule ran 9 of 45 calls over different rows and ended on the same).
 void expect_close(const Outcome& blocks, const Outcome& tokens, double worst_bound, double mean_bound) {
   ASSERT_EQ(blocks.logits.size(), tokens.logits.size());
   double worst = 0, total = 0;
-  size_t count = 0;
+  size_t count = 0, apart = 0;
   for (size_t i = 0; i < blocks.logits.size(); ++i) {
     ASSERT_EQ(blocks.logits[i].size(), tokens.logits[i].size());
+    if (i > 0 && blocks.kept_after[i - 1] != tokens.kept_after[i - 1]) {
+      ++apart;
+      continue;
+    }
     for (size_t j = 0; j < blocks.logits[i].size(); ++j) {
       ASSERT_TRUE(std::isfinite(blocks.logits[i][j]));
       worst = std::max(worst, double(std::fabs(blocks.logits[i][j] - tokens.logits[i][j])));
@@ -85,6 +104,7 @@ void expect_close(const Outcome& blocks, const Outcome& tokens, double worst_bou
       ++count;
     }
   }
+  EXPECT_LE(apart * 4, blocks.logits.size()) << apart << " of " << blocks.logits.size() << " calls over different rows";
   EXPECT_LT(worst, worst_bound) << "largest logit difference";
   EXPECT_LT(total / double(count), mean_bound) << "mean logit difference";
   EXPECT_EQ(blocks.kept, tokens.kept);
