@@ -15,5 +15,4 @@ if [ "${1:-}" = "--synth" ]; then
   exec build/squeezekv synth "$@"
 fi
 models="${SQUEEZEKV_MODELS:-$HOME/.cache/squeezekv/models}"
-python3 scripts/demo_needle.py --model "$models/SmolLM2-135M-Instruct.Q4_1.gguf" \
-  --text ../shared/data/tinystories_val.txt "$@"
+python3 scripts/demo_needle.py --model "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$@"

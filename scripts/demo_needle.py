@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """The main job, on a real model: a fact hidden early in a long document, asked for at its end.
 
-Builds a document of about --chars characters of real text (about 4,000 SmolLM2 tokens by default)
-with one pass key placed at --depth of it, asks for the key through the model's chat template, and
-answers it with the full cache and with SqueezeAttention at budgets down to about 10 % of the full
-cache's rows (and a sliding window at the smallest budget, for contrast). Each line shows the
-answer, whether it is right, the resident K/V bytes and the speed: the demo shows where the
-trade-off lies, whatever it shows. Then one short chat reply. Run by scripts/demo.sh.
+Builds a document of about --tokens tokens (4,000 by default) as llama.cpp's passkey example does
+(Mohtashami and Jaggi's test: a pass key inside repeated filler sentences; --text FILE takes real
+text as the haystack instead), puts the key at --depth of it and asks for it at the end. It is
+answered greedily with the full cache and with SqueezeAttention at budgets down to about 10 % of
+the full cache's rows, the prompt prefilled in chunks of 512 with eviction between them
+(query-agnostic: the question arrives in the last chunk); for contrast, SnapKV at the smallest
+budget with the whole prompt in one chunk (query-aware: its window sees the question) and a sliding
+window. Each line shows the answer, whether it is right, the share of K/V rows kept, the resident
+K/V bytes and the speed: the demo shows where the trade-off lies, whatever it shows. Then one
+short chat reply through the model's chat template. Run by scripts/demo.sh.
 """
 import argparse
 import json
@@ -14,17 +18,30 @@ import subprocess
 import sys
 
 
-def document(text_path: str, chars: int, depth: float, key: str) -> str:
-    with open(text_path, encoding="utf-8", errors="replace") as f:
-        haystack = f.read(chars)
-    # Cut at sentence ends so that the needle stands as a sentence of its own.
-    cut = haystack.rfind(". ", 0, int(len(haystack) * depth)) + 2
-    needle = f" Remember this: the pass key is {key}. The pass key is {key}. "
-    return haystack[:cut] + needle + haystack[cut:].rsplit(". ", 1)[0] + "."
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+         "I will quiz you about the important information there.\n\n")
+
+
+def document(tokens: int, depth: float, key: str, text_path: str) -> str:
+    """About `tokens` tokens of haystack (SmolLM2 spells a filler sentence in 24 tokens, English
+    text in about one token per 4 characters) with the pass key at `depth`."""
+    needle = f"The pass key is {key}. Remember it. {key} is the pass key. "
+    if text_path:
+        with open(text_path, encoding="utf-8", errors="replace") as f:
+            haystack = f.read(tokens * 4)
+        cut = haystack.rfind(". ", 0, int(len(haystack) * depth)) + 2
+        body = haystack[:cut] + needle + haystack[cut:]
+    else:
+        n = tokens // 24
+        parts = [FILLER] * n
+        parts.insert(int(n * depth), needle)
+        body = "".join(parts)
+    return INTRO + body + "\nWhat is the pass key? The pass key is"
 
 
 def run(squeezekv: str, model: str, prompt_file: str, extra: list) -> dict:
-    cmd = [squeezekv, "generate", "-m", model, "-f", prompt_file, "--chat", "-n", "16", "--json"] + extra
+    cmd = [squeezekv, "generate", "-m", model, "-f", prompt_file, "-n", "8", "--temp", "0", "--json"] + extra
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"demo: {' '.join(cmd)} failed:\n{done.stderr}")
@@ -35,23 +52,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--squeezekv", default="build/squeezekv")
     ap.add_argument("--model", required=True)
-    ap.add_argument("--text", required=True, help="the haystack: any long English text")
-    ap.add_argument("--chars", type=int, default=15500, help="characters of text (about 4,000 tokens)")
+    ap.add_argument("--text", default="", help="real text as the haystack (default: the passkey filler)")
+    ap.add_argument("--tokens", type=int, default=4000, help="about how long the document is")
     ap.add_argument("--depth", type=float, default=0.1, help="where the pass key sits, 0 to 1")
     ap.add_argument("--key", default="68315")
-    ap.add_argument("--budgets", default="1024,512,400", help="squeeze budgets (rows per layer and KV head)")
+    ap.add_argument("--budgets", default="1024,400", help="squeeze budgets (rows per layer and KV head)")
     ap.add_argument("--threads", default="2")
     args = ap.parse_args()
 
-    question = "\n\nWhat is the pass key? Answer with the number only."
     prompt_file = "build/demo_needle_prompt.txt"
     with open(prompt_file, "w", encoding="utf-8") as f:
-        f.write(document(args.text, args.chars, args.depth, args.key) + question)
+        f.write(document(args.tokens, args.depth, args.key, args.text))
 
     configs = [("full cache", ["--method", "full"])]
     budgets = [int(b) for b in args.budgets.split(",")]
     configs += [(f"squeeze, budget {b}", ["--method", "squeeze", "--budget", str(b)]) for b in budgets]
-    configs.append((f"window, budget {budgets[-1]}", ["--method", "window", "--budget", str(budgets[-1])]))
+    small = str(budgets[-1])
+    # Query-aware for contrast: the whole prompt as one chunk, so SnapKV's window sees the question.
+    configs.append((f"snapkv {small}, 1 chunk", ["--method", "snapkv", "--budget", small, "-b", "16384"]))
+    configs.append((f"window, budget {small}", ["--method", "window", "--budget", small]))
     print(f"A pass key ({args.key}) hidden {int(args.depth * 100)} % into a document, asked for at its end "
           f"({args.model.rsplit('/', 1)[-1]}, {args.threads} threads):\n")
     print(f"{'cache':<22} {'answer':<18} {'right':<6} {'rows kept':>10} {'KV resident':>12} {'prompt tok/s':>13} "
@@ -59,13 +78,14 @@ def main() -> None:
     full_rows = None
     for label, extra in configs:
         r = run(args.squeezekv, args.model, prompt_file, extra + ["-t", args.threads])
-        answer = r["text"].strip().replace("\n", " ")
+        answer = r["text"].strip().replace("\n", " ") or "(nothing)"
         rows = sum(r["layer_kept"])
         full_rows = full_rows or rows
         print(f"{label:<22} {answer[:18]:<18} {'yes' if args.key in answer else 'no':<6} "
               f"{100.0 * rows / full_rows:>9.1f}% {r['kv_kept_bytes'] / 2**20:>8.2f} MiB "
               f"{r['prompt_tokens_per_second']:>13.1f} {r['decode_tokens_per_second']:>13.1f}")
-    print(f"\n(the prompt: {r['prompt_tokens']} tokens; 'rows kept' counts K/V rows against the full cache's)")
+    print(f"\n(the prompt: {r['prompt_tokens']} tokens, prefilled 512 at a time; 'rows kept' counts K/V rows "
+          "against the full cache's)")
 
     print("\nA short chat reply through the model's chat template:\n")
     chat = [args.squeezekv, "generate", "-m", args.model, "--chat", "-n", "48", "-t", args.threads,
