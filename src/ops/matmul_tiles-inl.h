@@ -249,30 +249,58 @@ struct Q8_0Tiles {
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
 };
 
+// The nibble formats' panel (Q4_0, Q4_1): each row's block decoded to 32 code bytes (0..15) in a
+// small buffer, then regrouped; factor: each row's d; factor_min: each row's m (Q4_1, whose blocks
+// hold it at kMinOffset; 0: none).
+template <int64_t kBlockBytes, int64_t kQsOffset, int64_t kMinOffset>
+HWY_INLINE SQUEEZEKV_VNNI void PackNibbleRows(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                              Panel& panel) {
+  panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
+  panel.factor.reserve(static_cast<size_t>(n_blocks));
+  if (kMinOffset > 0) panel.factor_min.reserve(static_cast<size_t>(n_blocks));
+  size_t offsets[kTileRows], code_offsets[kTileRows];
+  RowOffsets(stride, valid, offsets);
+  for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
+  HWY_ALIGN uint8_t codes[kTileRows][32];
+  for (int64_t j = 0; j < n_blocks; ++j) {
+    const uint8_t* block = rows + j * kBlockBytes;
+    HWY_ALIGN uint16_t d[kTileRows], m[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), NibbleCodes(block + offsets[r] + kQsOffset));
+      std::memcpy(&d[r], block + offsets[r], 2);
+      if (kMinOffset > 0) std::memcpy(&m[r], block + offsets[r] + kMinOffset, 2);
+    }
+    TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
+    panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+    if (kMinOffset > 0) {
+      panel.factor_min.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m)));
+    }
+  }
+}
+
+// p[k] = float(block j's integer dot with token k, plus Q4_0's offset -8 * (the block sum) when
+// kOffset) * (d * the token's block scale), for the nibble panels.
+template <int T, bool kOffset>
+HWY_INLINE SQUEEZEKV_VNNI void NibbleProducts(const Panel& panel, const TokenQ8* x, int64_t x0, int64_t j, __m512* p) {
+  __m512i s[T];
+  for (int k = 0; k < T; ++k) {
+    s[k] = kOffset ? _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), 4) : _mm512_setzero_si512();
+  }
+  BlockDots<T>(panel.bytes.data() + j * 8, x, (x0 + j) * 32, s);
+  const __m512 d = panel.factor.data()[j];
+  for (int k = 0; k < T; ++k) {
+    p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
+  }
+}
+
 struct Q4_0Tiles : PanelView {
   static constexpr int64_t kUnitCols = quant::q4_0_elems, kUnitBytes = quant::q4_0_bytes, kStreamUnits = 16;
   static constexpr int kMaxTokens = 4;
 
-  // Q4_0: each row's block decoded to 32 code bytes (0..15) in a small buffer, then regrouped; the
-  // tiles add -8 * (the token's block sum).
+  // Q4_0: the nibble panel; the tiles add -8 * (the token's block sum).
   static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
                                              Panel& panel) {
-    panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
-    panel.factor.reserve(static_cast<size_t>(n_blocks));
-    size_t offsets[kTileRows], code_offsets[kTileRows];
-    RowOffsets(stride, valid, offsets);
-    for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
-    HWY_ALIGN uint8_t codes[kTileRows][32];
-    for (int64_t j = 0; j < n_blocks; ++j) {
-      const uint8_t* block = rows + j * quant::q4_0_bytes;
-      HWY_ALIGN uint16_t d[kTileRows];
-      for (int r = 0; r < kTileRows; ++r) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), Q4_0Codes(block + offsets[r]));
-        std::memcpy(&d[r], block + offsets[r], 2);
-      }
-      TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
-      panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
-    }
+    PackNibbleRows<quant::q4_0_bytes, 2, 0>(rows, stride, valid, n_blocks, panel);
   }
 
   // Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel (a
@@ -281,17 +309,7 @@ struct Q4_0Tiles : PanelView {
   template <int T>
   static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
                                              __m512* a0, __m512*) {
-    const auto* const bytes_ptr = panel->bytes.data();
-    const auto* const factor_ptr = panel->factor.data();
-    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-      __m512i s[T];
-      for (int k = 0; k < T; ++k) s[k] = _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), 4);
-      BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q4_0_elems, s);
-      const __m512 d = factor_ptr[j];
-      for (int k = 0; k < T; ++k) {
-        p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
-      }
-    };
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, true>(*panel, x, x0, j, p); };
     int64_t j = 0;
     for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
     for (; j < n_blocks; ++j) {
@@ -308,28 +326,10 @@ struct Q4_1Tiles : PanelView {
   static constexpr int64_t kUnitCols = quant::q4_1_elems, kUnitBytes = quant::q4_1_bytes, kStreamUnits = 16;
   static constexpr int kMaxTokens = 4;
 
-  // Q4_1: as Q4_0's panel (codes 0..15 regrouped, factor d), with the rows' minimum m as factor_min.
+  // Q4_1: the nibble panel with the rows' minimum m as factor_min.
   static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
                                              Panel& panel) {
-    panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
-    panel.factor.reserve(static_cast<size_t>(n_blocks));
-    panel.factor_min.reserve(static_cast<size_t>(n_blocks));
-    size_t offsets[kTileRows], code_offsets[kTileRows];
-    RowOffsets(stride, valid, offsets);
-    for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
-    HWY_ALIGN uint8_t codes[kTileRows][32];
-    for (int64_t j = 0; j < n_blocks; ++j) {
-      const uint8_t* block = rows + j * quant::q4_1_bytes;
-      HWY_ALIGN uint16_t d[kTileRows], m[kTileRows];
-      for (int r = 0; r < kTileRows; ++r) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), NibbleCodes(block + offsets[r] + quant::q4_1_qs_offset));
-        std::memcpy(&d[r], block + offsets[r], 2);
-        std::memcpy(&m[r], block + offsets[r] + 2, 2);
-      }
-      TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
-      panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
-      panel.factor_min.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m)));
-    }
+    PackNibbleRows<quant::q4_1_bytes, quant::q4_1_qs_offset, 2>(rows, stride, valid, n_blocks, panel);
   }
 
   // Q4_1: the code term into a0 and the minimum term into a1, each as its row kernel sums it (runs
@@ -338,18 +338,8 @@ struct Q4_1Tiles : PanelView {
   template <int T>
   static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
                                              __m512* a0, __m512* a1) {
-    const auto* const bytes_ptr = panel->bytes.data();
-    const auto* const factor_ptr = panel->factor.data();
     const auto* const min_ptr = panel->factor_min.data();
-    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-      __m512i s[T];
-      for (int k = 0; k < T; ++k) s[k] = _mm512_setzero_si512();
-      BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q4_1_elems, s);
-      const __m512 d = factor_ptr[j];
-      for (int k = 0; k < T; ++k) {
-        p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
-      }
-    };
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, false>(*panel, x, x0, j, p); };
     auto minimum = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
       for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(min_ptr[j], _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
     };
