@@ -40,6 +40,7 @@ std::string join(const std::vector<int>& v) {
 
 void run(GenerateArgs& a) {
   KVCacheConfig config = a.cache.resolve();
+  require_effective(a.cache, config);
   if (!a.prompt_file.empty()) a.prompt = read_text_file(a.prompt_file, "--file");
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
@@ -107,7 +108,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--temp", args->gen.sampler.temperature, "temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", args->gen.sampler.top_k, "top-k sampling (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", args->gen.sampler.top_p, "top-p sampling (1 = off)")->capture_default_str();
-  cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed, 0 to 2^64 - 1 (no random seed: -1 is refused)")->capture_default_str();
   cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams (keeps the output's "
                 "tokens; without it a stream runs in constant memory)");
   cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "keep generating past the end-of-sequence token");
