@@ -32,21 +32,11 @@ const char* const kBodies[] = {
     R"({"messages":[{"role":"user","content":"Tell me a story.","name":"x"}],"n":1,"logprobs":false,"user":"u"})",
 };
 
-RequestLimits limits() {
-  RequestLimits l;
-  l.model_id = "stories260K";
-  l.max_tokens = 1000;
-  l.max_prompt_tokens = 64;
-  l.n_ctx = 512;
-  l.cache.method = "full";
-  l.cache.head_dim = stories().config().head_dim;
-  return l;
-}
 
 TEST(ServeFuzz, MutatedBodiesParseOrFailWithAContractError) {
   const uint64_t seed = test::fuzz_seed(20261204);
   std::mt19937_64 rng(seed);
-  const RequestLimits l = limits();
+  const RequestLimits l = test::stories_limits();
   int parsed = 0, refused = 0;
   for (int i = 0; i < test::fuzz_count(10000); ++i) {
     const size_t which = size_t(rng() % std::size(kBodies));

@@ -9,6 +9,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/methods/registry.h"
+#include "served.h"
 #include "stories_model.h"
 
 namespace squeezekv::serve {
@@ -36,16 +37,7 @@ TEST(ChatTemplate, RendersEachFormat) {
   EXPECT_EQ(render_chat(ChatFormat::plain, m), "system: Be brief.\nuser: Hi\nassistant:");
 }
 
-RequestLimits limits() {
-  RequestLimits l;
-  l.model_id = "stories260K";
-  l.max_tokens = 1000;
-  l.max_prompt_tokens = 64;
-  l.n_ctx = 512;
-  l.cache.method = "full";
-  l.cache.head_dim = stories().config().head_dim;
-  return l;
-}
+RequestLimits limits() { return test::stories_limits(); }
 
 TEST(ParseRequest, AGoodRequest) {
   const auto r = parse_request(
@@ -168,13 +160,47 @@ TEST(ParseRequest, EveryBadInputNamesItsField) {
   }
 }
 
+// The prompt of the promise tests: 48 tokens.
+std::vector<int32_t> story_tokens() {
+  return stories().tokenizer().encode(
+      "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
+      "friends. One day she saw a big red ball under a tree and ran to get it.", true);
+}
+
+struct Held {
+  size_t most = 0;     // the most K/V bytes resident after any update
+  size_t promise = 0;  // what admission promised for the session
+};
+
+// A session as the scheduler runs it: the prompt in chunks, then greedy decoding to max_tokens,
+// the cache's resident bytes taken after every update.
+Held run_session(Engine& engine, const KVCacheConfig& config, const std::vector<int32_t>& text, int max_tokens,
+                 int chunk) {
+  auto cache = engine.make_cache(config);
+  Held held;
+  held.promise = promised_kv_bytes(cache->config(), stories().config(), {int64_t(text.size()), max_tokens, chunk});
+  if (auto* coordinator = cache->coordinator()) coordinator->set_max_rows(int(text.size()) + max_tokens);
+  std::vector<float> logits;
+  engine.begin_prompt(*cache);
+  for (size_t i = 0; i < text.size(); i += size_t(chunk)) {
+    const size_t n = std::min(text.size() - i, size_t(chunk));
+    engine.forward(std::span(text).subspan(i, n), *cache, Logits::last, logits);
+    held.most = std::max(held.most, cache->kept_bytes());
+  }
+  engine.end_prompt(*cache);
+  for (int t = 1; t < max_tokens; ++t) {
+    const auto token = int32_t(argmax(logits.data(), stories().config().vocab));
+    engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+    held.most = std::max(held.most, cache->kept_bytes());
+  }
+  return held;
+}
+
 // The promise against what each method really holds, at every step of a chunked prompt and a
 // long generation (past eviction), for chunk sizes around the budget.
 TEST(Admission, ThePromiseBoundsWhatTheCacheHolds) {
   Engine engine(stories(), nullptr);
-  const auto text = stories().tokenizer().encode(
-      "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
-      "friends. One day she saw a big red ball under a tree and ran to get it.", true);
+  const auto text = story_tokens();
   for (const MethodInfo& m : all_methods()) {
     for (const int chunk : {1, 7, 64}) {
       SCOPED_TRACE(std::string(m.id) + " chunk " + std::to_string(chunk));
@@ -183,26 +209,9 @@ TEST(Admission, ThePromiseBoundsWhatTheCacheHolds) {
       c.budget = 40;  // above snapkv's window; the prompt (48 tokens) is longer
       c.score = ScoreSource::attention;
       const int max_tokens = 100;
-      auto cache = engine.make_cache(c);
-      const size_t promise = promised_kv_bytes(cache->config(), stories().config(),
-                                               {int64_t(text.size()), max_tokens, chunk});
-      if (auto* coordinator = cache->coordinator()) coordinator->set_max_rows(int(text.size()) + max_tokens);
-      std::vector<float> logits;
-      size_t most = 0;
-      engine.begin_prompt(*cache);
-      for (size_t i = 0; i < text.size(); i += size_t(chunk)) {
-        const size_t n = std::min(text.size() - i, size_t(chunk));
-        engine.forward(std::span(text).subspan(i, n), *cache, Logits::last, logits);
-        most = std::max(most, cache->kept_bytes());
-      }
-      engine.end_prompt(*cache);
-      for (int t = 1; t < max_tokens; ++t) {
-        const auto token = int32_t(argmax(logits.data(), stories().config().vocab));
-        engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-        most = std::max(most, cache->kept_bytes());
-      }
-      EXPECT_LE(most, promise);
-      EXPECT_GT(most, 0u);
+      const Held held = run_session(engine, c, text, max_tokens, chunk);
+      EXPECT_LE(held.most, held.promise);
+      EXPECT_GT(held.most, 0u);
     }
   }
 }
@@ -212,9 +221,7 @@ TEST(Admission, ThePromiseBoundsWhatTheCacheHolds) {
 // one chunk and token by token.
 TEST(Admission, ThePromiseBoundsEveryStorageFormat) {
   Engine engine(stories(), nullptr);
-  const auto text = stories().tokenizer().encode(
-      "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
-      "friends. One day she saw a big red ball under a tree and ran to get it.", true);
+  const auto text = story_tokens();
   struct Storage {
     const char* kv_type;
     int group, residual;
@@ -246,25 +253,8 @@ TEST(Admission, ThePromiseBoundsEveryStorageFormat) {
         SCOPED_TRACE(std::string(m.id) + " " + st.kv_type + " group " + std::to_string(st.group) + " residual " +
                      std::to_string(st.residual) + " chunk " + std::to_string(chunk));
         const int max_tokens = 100;
-        auto cache = engine.make_cache(c);
-        const size_t promise = promised_kv_bytes(cache->config(), stories().config(),
-                                                 {int64_t(text.size()), max_tokens, chunk});
-        if (auto* coordinator = cache->coordinator()) coordinator->set_max_rows(int(text.size()) + max_tokens);
-        std::vector<float> logits;
-        size_t most = 0;
-        engine.begin_prompt(*cache);
-        for (size_t i = 0; i < text.size(); i += size_t(chunk)) {
-          const size_t n = std::min(text.size() - i, size_t(chunk));
-          engine.forward(std::span(text).subspan(i, n), *cache, Logits::last, logits);
-          most = std::max(most, cache->kept_bytes());
-        }
-        engine.end_prompt(*cache);
-        for (int t = 1; t < max_tokens; ++t) {
-          const auto token = int32_t(argmax(logits.data(), stories().config().vocab));
-          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-          most = std::max(most, cache->kept_bytes());
-        }
-        EXPECT_LE(most, promise);
+        const Held held = run_session(engine, c, text, max_tokens, chunk);
+        EXPECT_LE(held.most, held.promise);
         ++checked;
       }
     }

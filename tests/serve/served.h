@@ -18,6 +18,19 @@ using serve::HttpServer;
 using serve::Scheduler;
 using serve::SchedulerOptions;
 
+// What the request tests allow: stories260K, max_tokens up to 1000, 64-token prompts, a
+// full-cache context of 512.
+inline serve::RequestLimits stories_limits() {
+  serve::RequestLimits l;
+  l.model_id = "stories260K";
+  l.max_tokens = 1000;
+  l.max_prompt_tokens = 64;
+  l.n_ctx = 512;
+  l.cache.method = "full";
+  l.cache.head_dim = stories().config().head_dim;
+  return l;
+}
+
 constexpr int kChunk = 8;  // prompt tokens per prefill step: prompts take several steps
 
 class Served {
