@@ -188,6 +188,7 @@ class ConnectionThreads : public httplib::TaskQueue {
 
 ConnectionServer::ConnectionServer(ConnectionLimits limits) : limits_(limits) {
   new_task_queue = [n = limits_.max_connections] { return new ConnectionThreads(n); };
+  set_keep_alive_max_count(1000);  // requests per connection (the library's default is 5)
 }
 
 void ConnectionServer::close_after_answer() { t_close = true; }
@@ -225,8 +226,9 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
     stream.start_request();
     t_close = false;
     bool closed = false;
-    ok = process_request(stream, served + 1 >= keep_alive_max_count_, closed, nullptr);
-    if (!ok || closed || t_close || stream.timed_out()) break;
+    const bool last = served + 1 >= keep_alive_max_count_;  // its answer says "Connection: close"
+    ok = process_request(stream, last, closed, nullptr);
+    if (!ok || closed || last || t_close || stream.timed_out()) break;
   }
   t_stream = nullptr;
   ::shutdown(sock, SHUT_RDWR);
