@@ -272,6 +272,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModel + " --seed -1", "--seed: -1: must be an integer in [0, 18446744073709551615]"},
         BadInput{"generate " + kModel + " --seed 18446744073709551616", "--seed: 18446744073709551616"},
         BadInput{"random-model -o x.gguf --seed -1", "--seed: -1"},
+        BadInput{"generate " + kModel + " -n -5", "--n-predict: Value -5 not in range"},
+        BadInput{"generate " + kModel + " --top-k -1", "--top-k: Value -1 not in range"},
+        BadInput{"generate " + kModel + " -t -1", "--threads: Value -1 not in range"},
+        BadInput{"generate " + kModel + " -b 0", "--batch-size: Value 0 not in range"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --chunks -1", "--chunks: Value -1"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --stream --warmup 0", "--warmup: Value 0"},
         // The host named when it cannot be listened on, not the port (#41.12).
         BadInput{"serve " + kModel + " --host 999.1.1.1 --port 18090", "--host = 999.1.1.1"},
         // Options without effect in the combination given, naming both (#41.11).
