@@ -54,6 +54,11 @@ int32_t copy_rows(const HeadStore& store, const std::vector<int>& slots, float* 
 
 }  // namespace
 
+void require_rows(const float* keys, const float* values) {
+  require(keys != nullptr, "keys", "NULL", "a block of keys [n_batch, n_kv_heads, n_tokens, head_dim] is required");
+  require(values != nullptr, "values", "NULL", "a block of values [n_batch, n_kv_heads, n_tokens, head_dim] is required");
+}
+
 const KVCacheConfig& to_config(const squeezekv_cache_params* params) {
   const KVCacheConfig& c = require_handle(params, "params").config;
   c.validate();
@@ -197,6 +202,7 @@ squeezekv_status squeezekv_cache_update(squeezekv_cache* cache, int32_t layer, c
                                       const float* values, int32_t n_tokens) {
   return guarded(__func__, [&] {
     require_handle(cache, "cache");
+    squeezekv::capi::require_rows(keys, values);
     cache->layer(layer).update(keys, values, n_tokens);
   });
 }
@@ -205,6 +211,7 @@ squeezekv_status squeezekv_cache_begin_update(squeezekv_cache* cache, int32_t la
                                             const float* values, int32_t n_tokens) {
   return guarded(__func__, [&] {
     require_handle(cache, "cache");
+    squeezekv::capi::require_rows(keys, values);
     cache->layer(layer).begin_update(keys, values, n_tokens);
   });
 }

@@ -71,6 +71,7 @@ int32_t squeezekv_tokenize(const squeezekv_model* model, const char* text, int32
     const std::vector<int32_t> ids = m.tokenizer().encode(std::string_view(text, len), add_bos);
     const auto n = int32_t(ids.size());
     if (n_max < n) return -n;
+    squeezekv::require(tokens != nullptr || n == 0, "tokens", "NULL", "an output array of n_max ids is required");
     std::copy(ids.begin(), ids.end(), tokens);
     return n;
   });
@@ -80,11 +81,12 @@ int32_t squeezekv_detokenize(const squeezekv_model* model, const int32_t* tokens
                             int32_t buf_size) {
   return guarded_count(__func__, [&] {
     const squeezekv::Model& m = require_handle(model, "model").model;
-    squeezekv::require(n_tokens >= 0 && (tokens != nullptr || n_tokens == 0), "n_tokens", n_tokens,
-                       "must be >= 0 with a token array");
+    squeezekv::require(n_tokens >= 0, "n_tokens", n_tokens, "must be >= 0");
+    squeezekv::require(tokens != nullptr || n_tokens == 0, "tokens", "NULL", "an array of n_tokens ids is required");
     const std::string text = m.tokenizer().decode(std::span<const int32_t>(tokens, size_t(n_tokens)));
     const auto n = int32_t(text.size());
     if (buf_size < n + 1) return -(n + 1);
+    squeezekv::require(buf != nullptr, "buf", "NULL", "an output buffer of buf_size bytes is required");
     std::memcpy(buf, text.data(), text.size());
     buf[n] = '\0';
     return n;
@@ -116,6 +118,8 @@ int32_t squeezekv_generate(const squeezekv_model* model, squeezekv_cache* cache,
                        "generation needs a model cache (squeezekv_cache_init_for_model)");
     squeezekv::require(prompt != nullptr, "prompt", "NULL", "a prompt is required");
     if (n_max < p.n_predict) return -p.n_predict;
+    squeezekv::require(tokens != nullptr || p.n_predict == 0, "tokens", "NULL",
+                       "an output array of n_max ids is required");
     squeezekv::GenerateOptions options;
     options.n_predict = p.n_predict;
     options.n_batch = p.n_batch;
@@ -143,13 +147,15 @@ squeezekv_status squeezekv_perplexity(const squeezekv_model* model, const int32_
   return guarded(__func__, [&] {
     const squeezekv::Model& m = require_handle(model, "model").model;
     const squeezekv_perplexity_params& p = require_handle(params, "params");
-    squeezekv::require(n_tokens >= 0 && (tokens != nullptr || n_tokens == 0), "n_tokens", n_tokens,
-                       "must be >= 0 with a token array");
-    squeezekv::require(n_configs >= 1 && configs != nullptr && results != nullptr, "n_configs", n_configs,
-                       "must be >= 1 with config and result arrays");
+    squeezekv::require(n_tokens >= 0, "n_tokens", n_tokens, "must be >= 0");
+    squeezekv::require(tokens != nullptr || n_tokens == 0, "tokens", "NULL", "an array of n_tokens ids is required");
+    squeezekv::require(n_configs >= 1, "n_configs", n_configs, "must be >= 1");
+    squeezekv::require(configs != nullptr, "configs", "NULL", "an array of n_configs parameter handles is required");
+    squeezekv::require(results != nullptr, "results", "NULL", "an output array of n_configs results is required");
     std::vector<squeezekv::KVCacheConfig> list;
     for (int32_t i = 0; i < n_configs; ++i) {
-      squeezekv::KVCacheConfig shaped = require_handle(configs[i], "configs[i]").config;
+      const std::string name = "configs[" + std::to_string(i) + "]";
+      squeezekv::KVCacheConfig shaped = require_handle(configs[i], name.c_str()).config;
       shaped.head_dim = m.config().head_dim;
       shaped.validate();
       list.push_back(std::move(shaped));

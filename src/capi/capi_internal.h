@@ -68,6 +68,9 @@ const T& require_handle(const T* handle, const char* name) {
   return *handle;
 }
 
+// keys and values of an update, each named when NULL.
+void require_rows(const float* keys, const float* values);
+
 // The configuration behind a handle, validated (InvalidArgument naming the first bad parameter).
 const KVCacheConfig& to_config(const squeezekv_cache_params* params);
 

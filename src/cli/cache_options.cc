@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "squeezekv/base/errors.h"
+#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/methods/registry.h"
+#include "squeezekv/ops/kv_rows.h"
 
 namespace squeezekv::cli {
 namespace {
@@ -84,6 +87,33 @@ void add_cache_options(CLI::App& app, CacheOptions& o, std::initializer_list<std
     option->type_name(type_name(*spec));
     o.options[name] = option;
   }
+}
+
+void require_effective(const CacheOptions& o, const KVCacheConfig& config) {
+  const bool kivi = kv_kivi(config.key_type()) || kv_kivi(config.value_type());
+  const std::string policy = resolved_policy(config), allocator = resolved_allocator(config);
+  for (const auto& [name, option] : o.options) {
+    if (option->count() == 0) continue;
+    const std::string given = require_param(name).cli_flag() + " = " + o.given.at(name);
+    if ((name == "kivi_group" || name == "kivi_residual" || name == "kivi_fp16_sinks") && !kivi) {
+      throw InvalidArgument(given + ": has no effect with --kv-type " + to_string(config.key_type()) +
+                            " (KIVI storage only: --kv-type, --k-type or --v-type kivi2 or kivi4)");
+    }
+    if (name == "max_distance" && (policy == "full" || config.positions != PositionRule::span)) {
+      throw InvalidArgument(given + ": has no effect with " +
+                            (policy == "full" ? "--method " + config.method + " (a full cache evicts nothing)"
+                                              : "--positions " + to_string(config.positions) + " (span only)"));
+    }
+    const std::vector<std::string> owners = param_owners(name);
+    if (owners.empty() || owners.front() == "cache") continue;  // a field every cache reads
+    if (std::find(owners.begin(), owners.end(), "policy " + policy) == owners.end() &&
+        std::find(owners.begin(), owners.end(), "allocator " + allocator) == owners.end()) {
+      throw InvalidArgument(given + ": has no effect with --method " + cache_label(config) + " (read by " +
+                            owners.front() + ")");
+    }
+  }
+  const std::string unfit = kivi_budget_unfit(config);
+  if (!unfit.empty()) throw InvalidArgument(unfit);
 }
 
 nlohmann::json to_json(const ParamValue& value) {

@@ -28,6 +28,12 @@ struct CacheOptions {
   KVCacheConfig resolve(const std::map<std::string, std::string, std::less<>>& overrides = {}) const;
 };
 
+// For a command that runs one cache (generate, perplexity, serve): throws InvalidArgument when an
+// option given has no effect on `config` (a KIVI option without KIVI storage, --max-distance
+// without an evicting span-rule cache, a component parameter its policy and allocator do not
+// read), naming both options, or when KIVI storage would compress nothing (kivi_budget.h).
+void require_effective(const CacheOptions& options, const KVCacheConfig& config);
+
 // Adds one option per registered parameter that the command line exposes, except `exclude`.
 void add_cache_options(CLI::App& app, CacheOptions& options, std::initializer_list<std::string_view> exclude = {});
 

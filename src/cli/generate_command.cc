@@ -2,6 +2,7 @@
 // resident KV bytes against a full cache to stderr.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,7 @@ std::string join(const std::vector<int>& v) {
 
 void run(GenerateArgs& a) {
   KVCacheConfig config = a.cache.resolve();
+  require_effective(a.cache, config);
   if (!a.prompt_file.empty()) a.prompt = read_text_file(a.prompt_file, "--file");
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
@@ -114,13 +116,15 @@ void register_generate(CLI::App& app) {
   add_model_options(*cmd, args->model);
   auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
   cmd->add_option("-f,--file", args->prompt_file, "read the prompt from this file (instead of -p)")->excludes(prompt);
-  cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")->capture_default_str();
+  cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")
+      ->capture_default_str()->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size of a full cache (0 = the model's); an evicting cache takes any length")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--temp", args->gen.sampler.temperature, "temperature (0 = greedy)")->capture_default_str();
-  cmd->add_option("--top-k", args->gen.sampler.top_k, "top-k sampling (0 = off)")->capture_default_str();
+  cmd->add_option("--top-k", args->gen.sampler.top_k, "top-k sampling (0 = off)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--top-p", args->gen.sampler.top_p, "top-p sampling (1 = off)")->capture_default_str();
-  cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed, 0 to 2^64 - 1 (no random seed: -1 is refused)")->capture_default_str();
   cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams (keeps the output's "
                 "tokens; without it a stream runs in constant memory)");
   cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "keep generating past the end-of-sequence token");

@@ -8,6 +8,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "squeezekv/base/errors.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   squeezekv::cli::register_sweep(app);
   squeezekv::cli::register_random_model(app);
   squeezekv::cli::register_serve(app);
+  squeezekv::cli::check_unsigned_options(app);
   // CLI11 reports an unknown first word as a missing subcommand; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    squeezekv::cli::require_list_items(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);

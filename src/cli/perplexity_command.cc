@@ -63,6 +63,7 @@ void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& t
 
 void run(PerplexityArgs& a) {
   const KVCacheConfig config = a.cache.resolve();
+  require_effective(a.cache, config);
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());

@@ -3,6 +3,9 @@
 // running and queued requests are told the server is shutting down, then it exits 0.
 #include <pthread.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +15,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/option_checks.h"
 #include "serve/http_server.h"
 #include "squeezekv/base/errors.h"
 
@@ -26,11 +30,21 @@ struct ServeArgs {
   size_t queue = 64;
   int max_sessions = 64;
   int max_tokens = 1 << 16;
+  double read_timeout_s = 10, idle_timeout_s = 5;
 };
+
+// Seconds as milliseconds, in (0, 1 hour].
+std::chrono::milliseconds timeout(const char* name, double seconds) {
+  require(std::isfinite(seconds) && seconds > 0 && seconds <= 3600, name, seconds, "must lie in (0, 3600] seconds");
+  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+}
 
 void run(ServeArgs& a) {
   const KVCacheConfig config = a.cache.resolve();
-  require(a.kv_limit_mib > 0, "--kv-limit-mib", a.kv_limit_mib, "must be > 0");
+  require_effective(a.cache, config);
+  // Finite and at most 1 PiB, so that the byte count is exact and not 0 (inf converted to size_t is undefined).
+  require(std::isfinite(a.kv_limit_mib) && a.kv_limit_mib * 1024.0 * 1024.0 >= 1.0 && a.kv_limit_mib <= double(1 << 30),
+          "--kv-limit-mib", a.kv_limit_mib, "must lie in (0, 1073741824] MiB (at least one byte)");
   require(a.model.n_batch >= 1, "--batch-size", a.model.n_batch, "must be >= 1");
   // Signals are taken by one thread (sigwait), so every thread started below inherits the mask.
   sigset_t signals;
@@ -43,6 +57,8 @@ void run(ServeArgs& a) {
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   serve::HttpOptions http = a.http;
+  http.connections.read_timeout = timeout("--read-timeout", a.read_timeout_s);
+  http.connections.idle_timeout = timeout("--idle-timeout", a.idle_timeout_s);
   serve::RequestLimits& limits = http.limits;
   limits.model_id = std::filesystem::path(a.model.model_path).stem().string();
   limits.n_ctx = a.model.n_ctx > 0 ? a.model.n_ctx : model.config().context_length;
@@ -90,14 +106,22 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--host", args->http.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", args->http.port, "port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--kv-limit-mib", args->kv_limit_mib, "K/V memory of all sessions together, in MiB")->capture_default_str();
-  cmd->add_option("--queue", args->queue, "requests waiting for memory at most; beyond, 503")->capture_default_str();
+  cmd->add_option("--queue", args->queue, "requests waiting for memory at most; beyond, 503")
+      ->capture_default_str()->check(uint_range(1 << 20));
   cmd->add_option("--max-sessions", args->max_sessions, "sessions decoding together at most")
       ->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--max-tokens", args->max_tokens, "largest max_tokens a request may ask")
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--max-body", args->http.max_body_bytes, "largest request body in bytes (413 beyond)")->capture_default_str();
-  cmd->add_option("--http-threads", args->http.threads, "HTTP threads (concurrent connections)")
-      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-body", args->http.max_body_bytes, "largest request body in bytes (413 beyond)")
+      ->capture_default_str()->check(int_range(1, 1 << 30));
+  cmd->add_option("--max-connections,--http-threads", args->http.connections.max_connections,
+                  "connections open at once, a thread each (streams hold one); beyond, 503 at once")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
+  cmd->add_option("--read-timeout", args->read_timeout_s,
+                  "seconds a request (line, headers, body) may take to arrive; beyond, the connection closes")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", args->idle_timeout_s, "seconds an idle keep-alive connection stays open")
+      ->capture_default_str();
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);
   cmd->callback([args] { run(*args); });

@@ -10,14 +10,15 @@
 namespace squeezekv::cli {
 
 void add_stream_options(CLI::App& app, StreamArgs& a) {
-  app.add_flag("--stream", a.stream, "score the text as one stream, never reset (warm-up, then every "
+  // The stream's own options need --stream: without it they would be ignored without a word.
+  auto* stream = app.add_flag("--stream", a.stream, "score the text as one stream, never reset (warm-up, then every "
                "next-token prediction, per segment); -c and --chunks do not apply")->group("Stream");
   app.add_option("--warmup", a.options.warmup, "stream: tokens fed before scoring starts")
-      ->capture_default_str()->group("Stream");
+      ->capture_default_str()->group("Stream")->needs(stream)->check(CLI::Range(1, 1 << 30));
   app.add_option("--segment", a.options.segment, "stream: scored tokens per reported segment")
-      ->capture_default_str()->group("Stream");
+      ->capture_default_str()->group("Stream")->needs(stream)->check(CLI::Range(1, 1 << 30));
   app.add_option("--stream-tokens", a.options.max_tokens, "stream: the first N tokens of the text (0 = all)")
-      ->capture_default_str()->group("Stream");
+      ->capture_default_str()->group("Stream")->needs(stream)->check(CLI::Range(0, 1 << 30));
 }
 
 nlohmann::json stream_json(const StreamResult& r) {

@@ -13,6 +13,12 @@ namespace {
 // `rows` ends with at most this capacity.
 int64_t grown_capacity(int64_t rows) { return rows + std::max<int64_t>(rows / 8, 16); }
 
+int64_t round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
+
+// Rows a KIVI fp16 pool may stand free beside its live ones: settle_kivi trims a pool with more
+// than 8 free rows, and an update's takes allocate 4 rows at a time before the next trim.
+constexpr int64_t kPoolSlack = 12;
+
 }  // namespace
 
 int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionShape& shape) {
@@ -36,19 +42,43 @@ int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionSh
 }
 
 size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, const SessionShape& shape) {
-  // Per row, a bound on what any format holds: f32 4 bytes a value, the block formats and KIVI's
-  // fp16 rows at most 2. KIVI that evicts may hold dead rows inside its quantized key groups, up to
-  // a group per live row: its keys are promised G rows of codes each.
+  const auto layers = int64_t(model.n_layers);
   const auto hd = size_t(model.head_dim);
-  auto row_bound = [&](KVType t, bool key) -> size_t {
-    if (t == KVType::f32) return 4 * hd;
-    if (key && kv_kivi(t) && resolved_policy(config) != "full") {
-      return std::max(2 * hd, kivi_key_group_bytes(kivi_bits(t), size_t(config.kivi_group), hd));
-    }
-    return 2 * hd;
-  };
-  const size_t per_row = row_bound(config.key_type(), true) + row_bound(config.value_type(), false);
-  return size_t(promised_rows(config, model.n_layers, shape)) * size_t(model.n_kv_heads) * per_row;
+  const KVType k = config.key_type(), v = config.value_type();
+  const bool full = resolved_policy(config) == "full";
+  const int64_t live = promised_rows(config, model.n_layers, shape);  // per KV head, summed over layers
+  const int64_t seen = shape.prompt_tokens + shape.max_tokens;
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(shape.chunk, std::max<int64_t>(1, shape.prompt_tokens)));
+  const int64_t G = config.kivi_group;
+  // Slots (allocated rows) per KV head, summed over the layers. Row formats: the live bound, as
+  // HeadStore's capacity follows it. KIVI keys come in whole groups and grow by 1/64 (at least a
+  // group); an evicting head also keeps the dead rows of its quantized groups, and grows only
+  // when each of those is more than half live (it reopens the others first), so its slots stay
+  // under twice its live rows plus the growth step and the rounding to groups.
+  int64_t slots = live;
+  if (kv_kivi(k)) {
+    const int64_t unbounded = layers * round_up(seen + std::max(seen / 64, G), G);
+    slots = full ? unbounded : std::min(unbounded, 2 * live + 2 * live / 64 + layers * 2 * G);
+  }
+  // Every slot holds its codes (or row) whether live, dead or free: the slot arrays are allocated whole.
+  const size_t key_bytes = kv_kivi(k) ? size_t((slots + G - 1) / G) * kivi_key_group_bytes(kivi_bits(k), size_t(G), hd)
+                                      : size_t(slots) * kv_row_bytes(k, hd);
+  const size_t value_row = kv_kivi(v) ? kivi_value_row_bytes(kivi_bits(v), size_t(G), hd) : kv_row_bytes(v, hd);
+  // KIVI's fp16 pools come on top of the codes. Keys: a full cache quantizes every full group once
+  // the residual (at least a group) waits, so it holds fewer than max(residual, G) + G waiting
+  // keys plus an update's rows and the pinned sinks; an evicting one may keep every live key in
+  // fp16 (open groups, and reopened groups' keys stay fp16). Values: the newest residual, an
+  // update's rows and the sinks, never more than the live rows.
+  const int64_t pinned = config.kivi_sinks();
+  const int64_t residual = config.kivi_residual;
+  int64_t pool_rows = 0;
+  if (kv_kivi(k)) {
+    pool_rows += full ? layers * std::min(seen, std::max(residual, G) + G + chunk + pinned) : live;
+    pool_rows += layers * kPoolSlack;
+  }
+  if (kv_kivi(v)) pool_rows += std::min(live, layers * (residual + chunk + pinned)) + layers * kPoolSlack;
+  const size_t per_head = key_bytes + size_t(slots) * value_row + size_t(pool_rows) * 2 * hd;
+  return per_head * size_t(model.n_kv_heads);
 }
 
 }  // namespace squeezekv::serve

@@ -21,7 +21,8 @@ struct SessionShape {
 // Rows per KV head summed over the layers: the bound behind promised_kv_bytes.
 int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionShape& shape);
 
-// promised_rows x KV heads x head_dim x 2 (K and V) x the element size of config.kv_type.
+// The bytes behind promised_rows: per KV head, the slot arrays of keys and values in their formats
+// (KIVI: codes of whole groups, dead rows included) plus KIVI's fp16 pools, x KV heads.
 size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, const SessionShape& shape);
 
 }  // namespace squeezekv::serve

@@ -2,13 +2,19 @@
 
 #include <httplib.h>
 
-#include <sys/socket.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "serve/error_contract.h"
 #include "squeezekv/base/errors.h"
 
 namespace squeezekv::serve {
@@ -18,19 +24,23 @@ using namespace std::chrono_literals;
 
 namespace {
 
-json error_body(const std::string& message, const std::string& type, const std::string& param) {
-  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
-                     {"code", nullptr}}}};
+// Every error answer goes through here (error_contract.h): its one status and body, and the
+// connection closed after it when the request's bytes could not all be read.
+void send_error(const httplib::Request& req, httplib::Response& res, Failure failure, const std::string& message,
+                const std::string& param) {
+  const FailureSpec& spec = failure_spec(failure);
+  res.status = spec.status;
+  res.set_content(error_json(failure, message, param), "application/json");
+  if (spec.closes) {
+    if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
+    ConnectionServer::close_after_answer();
+  }
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param) {
-  const char* type = status == 503 ? "server_overloaded" : status >= 500 ? "server_error"
-                     : status == 404 ? "not_found_error" : "invalid_request_error";
-  res.status = status;
-  res.set_content(error_body(message, type, param).dump(), "application/json");
-}
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const std::string& data) { return "data: " + data + "\n\n"; }
+std::string sse(const json& j) { return sse(dump(j)); }
 
 // cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients connecting at once gets
 // connections reset. Its socket is private: find our listening socket by its port and listen
@@ -50,28 +60,49 @@ void widen_backlog(int port) {
   }
 }
 
+// --host must be an address of this machine: a name that does not resolve, or resolves elsewhere,
+// is named as the host's fault (not the port's).
+void require_local_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found);
+  require(rc == 0 && found != nullptr, "--host", host, std::string("not an address: ") + ::gai_strerror(rc));
+  std::string why;
+  bool ok = false;
+  for (const addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    ok = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: any free one, only the address is tried
+    if (!ok) why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  require(ok, "--host", host, "cannot listen on this address (" + why + ")");
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
   const Model& model;
   Scheduler& scheduler;
   HttpOptions options;
-  httplib::Server server;
+  ConnectionServer server;
   HttpCounters counters;
   std::atomic<uint64_t> next_id{1};
   int bound_port = 0;
 
-  Impl(const Model& m, Scheduler& s, HttpOptions o) : model(m), scheduler(s), options(std::move(o)) {}
+  Impl(const Model& m, Scheduler& s, HttpOptions o)
+      : model(m), scheduler(s), options(std::move(o)), server(options.connections) {}
 
   void routes();
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
 };
 
 void HttpServer::Impl::routes() {
-  server.new_task_queue = [n = options.threads] { return new httplib::ThreadPool(size_t(n)); };
   server.set_payload_max_length(options.max_body_bytes);
-  server.set_read_timeout(30, 0);
-  server.set_write_timeout(30, 0);
   server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
@@ -79,24 +110,64 @@ void HttpServer::Impl::routes() {
     const json body = {{"object", "list"},
                        {"data", json::array({{{"id", options.limits.model_id}, {"object", "model"}, {"created", 0},
                                               {"owned_by", "squeezekv"}}})}};
-    res.set_content(body.dump(), "application/json");
+    res.set_content(dump(body), "application/json");
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    counters.connections_open = server.open_connections();
+    counters.connections_refused = server.refused_connections();
     res.set_content(render_metrics(scheduler.stats(), counters), "text/plain; version=0.0.4");
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
   server.Post("/v1/chat/completions",
               [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
-  // httplib's own refusals (unknown route, body too large, ...) get the JSON error shape too.
+  // The body's length is checked before any of it is read: cpp-httplib takes "-5" for 2^64 - 5
+  // bytes and waits for them, and it reads chunked bodies without a limit.
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    using Handled = httplib::Server::HandlerResponse;
+    if (req.has_header("Transfer-Encoding")) {
+      ++counters.client_errors;
+      send_error(req, res, Failure::length_required, "a request body needs a Content-Length (chunked bodies are refused)",
+                 "Transfer-Encoding");
+      return Handled::Handled;
+    }
+    const size_t count = req.get_header_value_count("Content-Length");
+    if (count == 0) return Handled::Unhandled;
+    const std::string text = req.get_header_value("Content-Length");
+    uint64_t length = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
+    if (count > 1 || text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      ++counters.client_errors;
+      send_error(req, res, Failure::bad_content_length,
+                 "Content-Length = " + text + ": must be one decimal byte count" + (count > 1 ? " (given twice)" : ""),
+                 "Content-Length");
+      return Handled::Handled;
+    }
+    if (length > options.max_body_bytes) {
+      ++counters.client_errors;
+      send_error(req, res, Failure::body_too_large,
+                 "Content-Length = " + text + ": the body is larger than --max-body (" +
+                     std::to_string(options.max_body_bytes) + " bytes)",
+                 "Content-Length");
+      return Handled::Handled;
+    }
+    return Handled::Unhandled;
+  });
+  // httplib's own refusals (unknown route, a request it could not read) get the JSON shape too.
   server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ++counters.client_errors;
-    std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) message = "no route " + req.method + " " + req.path;
-    if (res.status == 413) message = "the body is larger than --max-body (" + std::to_string(options.max_body_bytes) + " bytes)";
-    send_error(res, res.status, message, "");
+    if (res.status == 404) return send_error(req, res, Failure::no_route, "no route " + req.method + " " + req.path, "");
+    if (res.status == 413) {
+      return send_error(req, res, Failure::body_too_large,
+                        "the body is larger than --max-body (" + std::to_string(options.max_body_bytes) + " bytes)", "");
+    }
+    send_error(req, res, Failure::bad_head,
+               "the request could not be read (HTTP " + std::to_string(res.status) +
+                   "): a request line or header that does not parse, or a request that did not arrive within "
+                   "the read timeout",
+               "");
   });
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       std::rethrow_exception(ep);
@@ -104,7 +175,7 @@ void HttpServer::Impl::routes() {
       what = e.what();
     } catch (...) {
     }
-    send_error(res, 500, what, "");
+    send_error(req, res, Failure::inference_failed, what, "");
   });
 }
 
@@ -115,7 +186,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     request = parse_request(req.body, chat, options.limits, model.tokenizer());
   } catch (const RequestError& e) {
     ++counters.client_errors;
-    return send_error(res, e.status, e.what(), e.param);
+    return send_error(req, res, e.failure, e.what(), e.param);
   }
   const bool stream = request.stream, include_usage = request.include_usage;
   const size_t promise = scheduler.promise(request);
@@ -126,17 +197,18 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
       break;
     case Admission::never_fits:
       ++counters.client_errors;
-      return send_error(res, 400,
+      return send_error(req, res, Failure::never_fits,
                         "this request's cache needs up to " + std::to_string(promise) + " K/V bytes, more than the " +
                             "server's limit (--kv-limit-mib); lower max_tokens or choose a smaller cache",
                         "squeezekv");
     case Admission::queue_full:
       ++counters.rejected;
       res.set_header("Retry-After", "1");
-      return send_error(res, 503, "the server is busy: every K/V byte is promised and the queue is full", "");
+      return send_error(req, res, Failure::queue_full, "the server is busy: every K/V byte is promised and the queue is full",
+                        "");
     case Admission::shutting_down:
       ++counters.rejected;
-      return send_error(res, 503, "the server is shutting down", "");
+      return send_error(req, res, Failure::shutting_down, "the server is shutting down", "");
   }
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   const auto created = int64_t(std::time(nullptr));
@@ -180,7 +252,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             if (!u.done) continue;
             std::string tail;
             if (u.error_status != 0) {
-              tail = sse(error_body(u.error, u.error_status == 503 ? "server_overloaded" : "server_error", ""));
+              tail = sse(error_json(failure_of_status(u.error_status), u.error, ""));
             } else {
               json last = chat ? chunk({{"index", 0}, {"delta", json::object()}, {"finish_reason", u.finish_reason}})
                                : chunk({{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}});
@@ -201,34 +273,24 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         release);
     return;
   }
-  // Not streamed: the answer is one JSON object, sent when complete. It goes through a content
-  // provider as well, so that a client leaving while it waits is noticed and its session freed.
-  res.set_chunked_content_provider(
-      "application/json",
-      [=, this, text = std::string()](size_t, httplib::DataSink& sink) mutable {
-        ChannelUpdate u;
-        for (;;) {
-          if (!sink.is_writable()) return false;
-          if (!channel->take(u, 50ms)) continue;
-          text += u.text;
-          if (!u.done) continue;
-          json body;
-          if (u.error_status != 0) {
-            body = error_body(u.error, u.error_status == 503 ? "server_overloaded" : "server_error", "");
-          } else {
-            json choice = chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
-                                      {"finish_reason", u.finish_reason}}
-                               : json{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
-            body = {{"id", id}, {"object", object}, {"created", created}, {"model", model_id},
-                    {"choices", json::array({choice})}, {"usage", usage_json(u.usage)}};
-          }
-          const std::string s = body.dump();
-          if (!sink.write(s.data(), s.size())) return false;
-          sink.done();
-          return true;
-        }
-      },
-      release);
+  // Not streamed: the answer waits here until the end, so that its status is the outcome's (a 503
+  // when the server shuts down meanwhile, not a 200 sent ahead of it). The client leaving while
+  // it waits cancels the session.
+  std::string text;
+  ChannelUpdate u;
+  for (;;) {
+    if (ConnectionServer::client_gone()) return release(false);
+    if (!channel->take(u, 50ms)) continue;
+    text += u.text;
+    if (u.done) break;
+  }
+  if (u.error_status != 0) return send_error(req, res, failure_of_status(u.error_status), u.error, "");
+  const json choice = chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
+                                  {"finish_reason", u.finish_reason}}
+                           : json{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
+  const json body = {{"id", id}, {"object", object}, {"created", created}, {"model", model_id},
+                     {"choices", json::array({choice})}, {"usage", usage_json(u.usage)}};
+  res.set_content(dump(body), "application/json");
 }
 
 HttpServer::HttpServer(const Model& model, Scheduler& scheduler, HttpOptions options)
@@ -240,12 +302,14 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::bind() {
   const HttpOptions& o = impl_->options;
+  require_local_address(o.host);
   if (o.port == 0) {
     impl_->bound_port = impl_->server.bind_to_any_port(o.host.c_str());
   } else {
     impl_->bound_port = impl_->server.bind_to_port(o.host.c_str(), o.port) ? o.port : -1;
   }
-  require(impl_->bound_port > 0, "port", o.port, "cannot listen on " + o.host + ":" + std::to_string(o.port));
+  require(impl_->bound_port > 0, "--port", o.port,
+          "cannot listen on " + o.host + ":" + std::to_string(o.port) + " (the port is in use, or needs privileges)");
   widen_backlog(impl_->bound_port);
 }
 

@@ -27,6 +27,9 @@ std::string render_metrics(const SchedulerStats& s, const HttpCounters& h) {
          double(s.cancelled));
   metric(out, "squeezekv_client_disconnects_total", "counter", "Clients gone before their answer ended.",
          double(h.disconnects.load()));
+  metric(out, "squeezekv_connections_open", "gauge", "HTTP connections open.", double(h.connections_open.load()));
+  metric(out, "squeezekv_connections_refused_total", "counter", "Connections refused beyond --max-connections.",
+         double(h.connections_refused.load()));
   metric(out, "squeezekv_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", double(s.prompt_tokens));
   metric(out, "squeezekv_generated_tokens_total", "counter", "Tokens generated.", double(s.completion_tokens));
   metric(out, "squeezekv_generated_tokens_per_second", "gauge", "Tokens generated per second over the last 5 s.",

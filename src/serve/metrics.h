@@ -15,6 +15,7 @@ struct HttpCounters {
   std::atomic<uint64_t> client_errors{0};  // 4xx answers
   std::atomic<uint64_t> rejected{0};       // 503: queue full or shutting down
   std::atomic<uint64_t> disconnects{0};    // clients gone before their answer ended
+  std::atomic<uint64_t> connections_open{0}, connections_refused{0};  // copied from the connection loop
 };
 
 std::string render_metrics(const SchedulerStats& stats, const HttpCounters& http);

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "serve/json_error.h"
+#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
@@ -13,7 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) { throw RequestError(400, param, message); }
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw RequestError(Failure::invalid_field, param, message);
+}
 
 std::string type_of(const json& v) { return v.type_name(); }
 
@@ -104,6 +108,8 @@ KVCacheConfig parse_cache(const json& v, KVCacheConfig config) {
   }
   try {
     config.validate();
+    const std::string unfit = kivi_budget_unfit(config);
+    if (!unfit.empty()) throw InvalidArgument(unfit);
   } catch (const Error& e) {
     // Messages read "name = value: why" (errors.h): the field is the name.
     const std::string what = e.what();
@@ -120,8 +126,8 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    bad("", std::string("the body is not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    throw json_body_error(body, e);  // bad syntax, a string not UTF-8, a number beyond a double
   }
   if (!j.is_object()) bad("", "the body must be a JSON object");
   CompletionRequest r;
@@ -163,11 +169,15 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   if (j.contains("model") && !j["model"].is_null()) {
     const std::string model = get_string(j["model"], "model");
     if (model != limits.model_id) {
-      throw RequestError(404, "model", "the model '" + model + "' does not exist (this server has '" + limits.model_id + "')");
+      throw RequestError(Failure::unknown_model, "model", "the model '" + model + "' does not exist (this server has '" + limits.model_id + "')");
     }
   }
+  const auto given = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  if (given("max_tokens") && given("max_completion_tokens")) {
+    bad("max_completion_tokens", "give 'max_tokens' or 'max_completion_tokens', not both");
+  }
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    if (j.contains(key) && !j[key].is_null()) r.max_tokens = int(get_int(j[key], key, 1, limits.max_tokens));
+    if (given(key)) r.max_tokens = int(get_int(j[key], key, 1, limits.max_tokens));
   }
   if (j.contains("temperature") && !j["temperature"].is_null()) {
     r.sampler.temperature = float(get_number(j["temperature"], "temperature", 0.0, 2.0));
@@ -183,6 +193,9 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean()) bad("stream", "'stream' must be a boolean");
     r.stream = j["stream"].get<bool>();
+  }
+  if (given("stream_options") && !r.stream) {
+    bad("stream_options", "'stream_options' is only allowed when 'stream' is true");  // as OpenAI answers
   }
   if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
     if (!j["ignore_eos"].is_boolean()) bad("ignore_eos", "'ignore_eos' must be a boolean");
@@ -222,7 +235,7 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   }
   const auto n_prompt = int64_t(r.tokens.size());
   if (n_prompt > limits.max_prompt_tokens) {
-    bad(chat ? "messages" : "prompt", "the prompt has " + std::to_string(n_prompt) + " tokens, more than the " +
+    throw RequestError(Failure::prompt_too_long, chat ? "messages" : "prompt", "the prompt has " + std::to_string(n_prompt) + " tokens, more than the " +
                                           std::to_string(limits.max_prompt_tokens) + " this server allows");
   }
   if (resolved_policy(r.cache) == "full" && n_prompt + r.max_tokens > limits.n_ctx) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/error_contract.h"
 #include "squeezekv/engine/chat_template.h"
 #include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/engine/sampler.h"
@@ -14,9 +15,10 @@
 namespace squeezekv::serve {
 
 struct RequestError : std::runtime_error {
-  RequestError(int status_, std::string param_, const std::string& message)
-      : std::runtime_error(message), status(status_), param(std::move(param_)) {}
-  int status;         // 400, 404, 413, 503, ...
+  RequestError(Failure failure_, std::string param_, const std::string& message)
+      : std::runtime_error(message), failure(failure_), status(failure_spec(failure_).status), param(std::move(param_)) {}
+  Failure failure;
+  int status;         // failure's (error_contract.h)
   std::string param;  // the offending field ("" when none)
 };
 
@@ -38,8 +40,8 @@ struct CompletionRequest {
   SamplerOptions sampler;
   std::vector<std::string> stop;  // up to 4 strings; the output ends before the first one
   bool stream = false;
-  bool include_usage = false;
-  bool ignore_eos = false;        // as llama.cpp's server: generate max_tokens whatever comes     // stream_options.include_usage: a last chunk with the counts
+  bool include_usage = false;     // stream_options.include_usage: a last chunk with the counts
+  bool ignore_eos = false;        // as llama.cpp's server: generate max_tokens whatever comes
   KVCacheConfig cache;
   std::optional<int32_t> stop_token;  // the chat format's end of turn, when the vocabulary has it
 };

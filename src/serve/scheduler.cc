@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "serve/admission.h"
 #include "squeezekv/base/utf8.h"
@@ -260,6 +261,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       ++violations;
       std::fprintf(stderr, "squeezekv serve: session %llu holds %zu KV bytes, above its promise of %zu\n",
                    static_cast<unsigned long long>(s->id), bytes, s->job.promise);
+#ifdef SQUEEZEKV_CHECK_INVARIANTS
+      // Debug and sanitizer builds: the admission arithmetic (admission.cc) is wrong; stop here.
+      std::abort();
+#endif
     }
     if (!s->done) sessions.push_back({s->id, bytes, s->job.promise});
   }

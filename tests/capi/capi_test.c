@@ -367,6 +367,136 @@ static void test_engine(void) {
   squeezekv_model_free(model);
 }
 
+/* Every pointer argument of every function, NULL in turn: a clean error naming that argument,
+ * never a crash (tokenize and generate wrote through a NULL output array; perplexity and
+ * detokenize named another argument). */
+static int names(const char* arg) { return strstr(squeezekv_last_error(), arg) != NULL; }
+
+static void test_null_arguments(void) {
+  squeezekv_log_set(capture_log, NULL);
+  squeezekv_model* model = squeezekv_model_load(kModel);
+  CHECK(model != NULL);
+  if (!model) return;
+  int32_t tokens[256];
+  char text[64];
+  CHECK(squeezekv_tokenize(model, "hello world", -1, NULL, 8, true) == INT32_MIN && names("tokens = NULL"));
+  CHECK(squeezekv_tokenize(model, "hello world", -1, NULL, 0, true) < 0);  /* a size query */
+  CHECK(squeezekv_tokenize(NULL, "hello world", -1, tokens, 8, true) == INT32_MIN && names("model = NULL"));
+  CHECK(squeezekv_tokenize(model, NULL, -1, tokens, 8, true) == INT32_MIN && names("text = NULL"));
+  const int32_t ids[3] = {1, 403, 407};
+  CHECK(squeezekv_detokenize(model, NULL, 3, text, sizeof text) == INT32_MIN && names("tokens = NULL"));
+  CHECK(squeezekv_detokenize(model, ids, -1, text, sizeof text) == INT32_MIN && names("n_tokens = -1"));
+  CHECK(squeezekv_detokenize(model, ids, 3, NULL, 64) == INT32_MIN && names("buf = NULL"));
+  CHECK(squeezekv_detokenize(model, ids, 3, NULL, 0) < 0);  /* a size query */
+  const int32_t bad_ids[2] = {1, 99999};
+  CHECK(squeezekv_detokenize(model, bad_ids, 2, text, sizeof text) == INT32_MIN);
+
+  squeezekv_cache_params* p = squeezekv_cache_params_new();
+  squeezekv_cache* cache = squeezekv_cache_init_for_model(model, p);
+  CHECK(cache != NULL);
+  squeezekv_generate_params g = squeezekv_generate_default_params();
+  g.n_predict = 4;
+  g.n_threads = 1;
+  CHECK(squeezekv_generate(model, cache, "hi", &g, NULL, 8) == INT32_MIN && names("tokens = NULL"));
+  CHECK(squeezekv_generate(model, cache, NULL, &g, tokens, 8) == INT32_MIN && names("prompt = NULL"));
+  CHECK(squeezekv_generate(model, cache, "hi", NULL, tokens, 8) == INT32_MIN && names("params = NULL"));
+  CHECK(squeezekv_generate(model, NULL, "hi", &g, tokens, 8) == INT32_MIN && names("cache = NULL"));
+  CHECK(squeezekv_generate(NULL, cache, "hi", &g, tokens, 8) == INT32_MIN && names("model = NULL"));
+  CHECK(squeezekv_cache_init_for_model(NULL, p) == NULL && names("model = NULL"));
+  CHECK(squeezekv_cache_init_for_model(model, NULL) == NULL && names("params = NULL"));
+
+  const int32_t n = squeezekv_tokenize(model, "Once upon a time there was a little girl named Lily. She liked to play "
+                                       "outside with her friends in the park every day.", -1, tokens, 256, true);
+  const squeezekv_cache_params* configs[1] = {p};
+  const squeezekv_cache_params* null_config[1] = {NULL};
+  squeezekv_perplexity_params pp = squeezekv_perplexity_default_params();
+  pp.n_ctx = 16;
+  pp.n_threads = 1;
+  squeezekv_perplexity_result r[1];
+  CHECK(squeezekv_perplexity(model, tokens, n, NULL, 1, &pp, r) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("configs = NULL"));
+  CHECK(squeezekv_perplexity(model, tokens, n, configs, 1, &pp, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("results = NULL"));
+  CHECK(squeezekv_perplexity(model, NULL, n, configs, 1, &pp, r) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("tokens = NULL"));
+  CHECK(squeezekv_perplexity(model, tokens, n, configs, 0, &pp, r) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("n_configs = 0"));
+  CHECK(squeezekv_perplexity(model, tokens, n, null_config, 1, &pp, r) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("configs[0] = NULL"));
+  CHECK(squeezekv_perplexity(model, tokens, n, configs, 1, NULL, r) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("params = NULL"));
+  CHECK(squeezekv_perplexity(NULL, tokens, n, configs, 1, &pp, r) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("model = NULL"));
+  int32_t out_of_vocab[32];
+  for (int i = 0; i < 32; ++i) out_of_vocab[i] = i == 7 ? 99999 : 1;
+  CHECK(squeezekv_perplexity(model, out_of_vocab, 32, configs, 1, &pp, r) != SQUEEZEKV_STATUS_OK);
+
+  /* The cache half. */
+  float rows[5 * 4 * 8] = {0};
+  CHECK(squeezekv_cache_update(cache, 0, NULL, rows, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("keys = NULL"));
+  CHECK(squeezekv_cache_update(cache, 0, rows, NULL, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("values = NULL"));
+  CHECK(squeezekv_cache_begin_update(cache, 0, rows, NULL, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("values = NULL"));
+  CHECK(squeezekv_cache_begin_update(NULL, 0, rows, rows, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("cache = NULL"));
+  CHECK(squeezekv_cache_add_attention(NULL, 0, 0, rows, 1) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("cache"));
+  CHECK(squeezekv_cache_end_update(NULL, 0) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("cache = NULL"));
+  CHECK(squeezekv_cache_wants_attention(NULL, 0) == false && names("cache = NULL"));
+  CHECK(squeezekv_cache_fetch(NULL, 0, 0, NULL, NULL, NULL, 0) == INT32_MIN && names("cache = NULL"));
+  CHECK(squeezekv_cache_read_slots(NULL, 0, 0, NULL, NULL, NULL, 0) == INT32_MIN && names("cache = NULL"));
+  CHECK(squeezekv_cache_budgets(cache, NULL, 8) == INT32_MIN && names("budgets = NULL"));
+  CHECK(squeezekv_cache_budgets(NULL, tokens, 8) == INT32_MIN && names("cache = NULL"));
+  CHECK(squeezekv_cache_layer_stats(cache, 0, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("stats = NULL"));
+  CHECK(squeezekv_cache_layer_stats(NULL, 0, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("cache = NULL"));
+  CHECK(squeezekv_cache_n_heads(NULL) == INT32_MIN && names("cache = NULL"));
+  CHECK(squeezekv_cache_head_dim(NULL) == INT32_MIN && names("cache = NULL"));
+  squeezekv_cache_begin_prompt(NULL);
+  CHECK(names("cache = NULL"));
+  squeezekv_cache_end_prompt(NULL);
+  squeezekv_cache_reset(NULL);
+  CHECK(names("cache = NULL"));
+  CHECK(squeezekv_cache_kept_bytes(NULL) == 0 && squeezekv_cache_full_bytes(NULL) == 0);
+  CHECK(squeezekv_cache_compression_ratio(NULL) == 1.0);
+  CHECK(squeezekv_cache_init(NULL, 2, 1, 1) == NULL && names("params = NULL"));
+  CHECK(squeezekv_cache_init_layer(NULL, 1, 1) == NULL && names("params = NULL"));
+
+  /* Parameters. */
+  CHECK(squeezekv_cache_params_set(NULL, "budget", "8") == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("params = NULL"));
+  CHECK(squeezekv_cache_params_set(p, NULL, "8") == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("name = NULL"));
+  CHECK(squeezekv_cache_params_set(p, "budget", NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("budget = NULL"));
+  CHECK(squeezekv_cache_params_set_int(NULL, "budget", 8) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("params = NULL"));
+  CHECK(squeezekv_cache_params_set_int(p, NULL, 8) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("name = NULL"));
+  CHECK(squeezekv_cache_params_set_double(NULL, "decay", 0.5) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("params = NULL"));
+  CHECK(squeezekv_cache_params_set_double(p, NULL, 0.5) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("name = NULL"));
+  CHECK(squeezekv_cache_params_get(NULL, "budget", text, sizeof text) == INT32_MIN && names("params = NULL"));
+  CHECK(squeezekv_cache_params_get(p, NULL, text, sizeof text) == INT32_MIN && names("name = NULL"));
+  CHECK(squeezekv_cache_params_get(p, "budget", NULL, 0) < 0);  /* a size query */
+  CHECK(squeezekv_cache_params_validate(NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("params = NULL"));
+  CHECK(squeezekv_cache_params_copy(NULL) == NULL && names("params = NULL"));
+  CHECK(squeezekv_param_name(-1) == NULL && squeezekv_method_id(100000) == NULL);
+
+  /* Allocators. */
+  double conc[2] = {0.1, 0.9};
+  int32_t budgets[2];
+  double score = 0;
+  CHECK(squeezekv_squeeze_budgets(NULL, 2, 16, 1, 1.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("concentrations = NULL"));
+  CHECK(squeezekv_squeeze_budgets(conc, 2, 16, 1, 1.0, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("budgets = NULL"));
+  CHECK(squeezekv_pyramid_budgets(2, 16, 1, 2.0, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("budgets = NULL"));
+  CHECK(squeezekv_concentration_score(NULL, 2, 8, &score) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("keys = NULL"));
+  CHECK(squeezekv_concentration_score(rows, 2, 8, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("score = NULL"));
+  CHECK(squeezekv_model_load(NULL) == NULL && names("path = NULL"));
+  const squeezekv_model_info none = squeezekv_model_get_info(NULL);
+  CHECK(none.n_layers == 0);
+
+  squeezekv_cache_free(cache);
+  squeezekv_cache_params_free(p);
+  squeezekv_model_free(model);
+  squeezekv_log_set(NULL, NULL);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s CASE\n", argv[0]);
@@ -379,6 +509,7 @@ int main(int argc, char** argv) {
   else if (strcmp(name, "lone_layer_attention") == 0) test_lone_layer_attention();
   else if (strcmp(name, "errors") == 0) test_errors();
   else if (strcmp(name, "engine") == 0) test_engine();
+  else if (strcmp(name, "null_arguments") == 0) test_null_arguments();
   else {
     fprintf(stderr, "unknown case %s\n", name);
     return 2;

@@ -260,7 +260,48 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
                  "--budgets 16 --csv /dev/full", "--csv = /dev/full"},
         BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
-                 "--budgets 16 --json /dev/full", "--json = /dev/full"}),
+                 "--budgets 16 --json /dev/full", "--json = /dev/full"},
+        // Values that would wrap or overflow, refused when parsed (#41.2, #41.7).
+        BadInput{"serve " + kModel + " --kv-limit-mib inf", "--kv-limit-mib = inf"},
+        BadInput{"serve " + kModel + " --kv-limit-mib 1e30", "--kv-limit-mib = 1e+30"},
+        BadInput{"serve " + kModel + " --kv-limit-mib 1e-9", "--kv-limit-mib = 1e-09"},
+        BadInput{"serve " + kModel + " --queue -1", "--queue: -1: must be an integer in [0, 1048576]"},
+        BadInput{"serve " + kModel + " --queue 99999999999999999999", "--queue: 99999999999999999999"},
+        BadInput{"serve " + kModel + " --max-body -1", "--max-body: -1"},
+        BadInput{"serve " + kModel + " --read-timeout 0", "--read-timeout = 0"},
+        BadInput{"generate " + kModel + " --seed -1", "--seed: -1: must be an integer in [0, 18446744073709551615]"},
+        BadInput{"generate " + kModel + " --seed 18446744073709551616", "--seed: 18446744073709551616"},
+        BadInput{"random-model -o x.gguf --seed -1", "--seed: -1"},
+        BadInput{"generate " + kModel + " -n -5", "--n-predict: Value -5 not in range"},
+        BadInput{"generate " + kModel + " --top-k -1", "--top-k: Value -1 not in range"},
+        BadInput{"generate " + kModel + " -t -1", "--threads: Value -1 not in range"},
+        BadInput{"generate " + kModel + " -b 0", "--batch-size: Value 0 not in range"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --chunks -1", "--chunks: Value -1"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --stream --warmup 0", "--warmup: Value 0"},
+        // The host named when it cannot be listened on, not the port (#41.12).
+        BadInput{"serve " + kModel + " --host 999.1.1.1 --port 18090", "--host = 999.1.1.1"},
+        // Options without effect in the combination given, naming both (#41.11).
+        BadInput{"generate " + kModel + " --kivi-fp16-sinks on", "--kivi-fp16-sinks = on: has no effect with --kv-type f16"},
+        BadInput{"generate " + kModel + " --kv-type q8_0 --kivi-group 64", "--kivi-group = 64: has no effect with --kv-type q8_0"},
+        BadInput{"serve " + kModel + " --kivi-residual 0", "--kivi-residual = 0: has no effect"},
+        BadInput{"generate " + kModel + " --max-distance 511", "--max-distance = 511: has no effect with --method full"},
+        BadInput{"generate " + kModel + " --method h2o --positions text --max-distance 511",
+                 "--max-distance = 511: has no effect with --positions text"},
+        BadInput{"generate " + kModel + " --method h2o --strength 0.5", "--strength = 0.5: has no effect with --method h2o"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --warmup 5", "--warmup requires --stream"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --segment 5", "--segment requires --stream"},
+        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt --stream-tokens 5",
+                 "--stream-tokens requires --stream"},
+        // Empty list items (#41.11).
+        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt --budgets 8,,16",
+                 "--budgets = '8,,16': a list item is empty"},
+        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt --budgets ''", "--budgets = '': a list item is empty"},
+        BadInput{"bench " + kModel + " -p 128,", "--n-prompt = '128,': a list item is empty"},
+        // KIVI that would keep every row in fp16 under eviction (#41.10).
+        BadInput{"generate " + kModel + " -n 30 --method squeeze --budget 64 --kv-type kivi2",
+                 "kivi_residual = 128: more than half of budget = 64"},
+        BadInput{"generate " + kModel + " --method h2o --budget 16 --kv-type kivi2 --kivi-residual 0",
+                 "kivi_group = 32: more than budget = 16"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
 
 // An unwritable --json path fails before the sweep runs (the sweep announces itself first).
@@ -345,6 +386,23 @@ TEST(Cli, GenerateTakesAnyLengthOnlyWithAnEvictingCache) {
   r = run("generate " + kModel + " -t 1 -n 2100");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("exceeds the context of 2048 tokens of a full cache"), std::string::npos) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// With a residual that fits the budget, KIVI under eviction holds less than f16 does (the default
+// residual of 128 at budget 64 held more, 57.2 against 40.6 KiB at -n 3000, and is now refused).
+TEST(Cli, KiviUnderEvictionHoldsLessThanF16) {
+  const std::string common = "generate " + kModel + " -n 600 --method squeeze --budget 64 -t 1 --ignore-eos --json";
+  const CliRun f16 = run(common);
+  const CliRun kivi = run(common + " --kv-type kivi2 --kivi-residual 0");
+  ASSERT_EQ(f16.status, 0) << f16.out;
+  ASSERT_EQ(kivi.status, 0) << kivi.out;
+  const auto f16_bytes = nlohmann::json::parse(f16.out)["kv_kept_bytes"].get<double>();
+  const auto kivi_bytes = nlohmann::json::parse(kivi.out)["kv_kept_bytes"].get<double>();
+  EXPECT_LT(kivi_bytes, 0.85 * f16_bytes);
 }
 
 }  // namespace

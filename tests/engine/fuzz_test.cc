@@ -1,6 +1,8 @@
 // Bounded fuzzing with a fixed seed, part of every test run (and so of the ASan/UBSan build): the
 // GGUF parser, the model loader and the tokenizers on mutated real files and random bytes. Every
 // case must either succeed or raise squeezekv::Error; a crash, a hang or another exception fails.
+// Counts and seeds scale for a release run (tests/fuzz_util.h); the server's request handling is
+// fuzzed in tests/serve/serve_fuzz_test.cc.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "squeezekv/engine/gguf.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/tokenizer.h"
+#include "fuzz_util.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -43,9 +46,9 @@ TEST(Fuzz, MutatedStoriesModelParsesOrFailsCleanly) {
   ASSERT_GT(original.size(), 100000u);
   const GgufFile good = GgufFile::from_bytes(original);
   const size_t header = size_t(good.data_offset());  // the metadata and tensor infos
-  std::mt19937_64 rng(20261130);
+  std::mt19937_64 rng(test::fuzz_seed(20261130));
   std::vector<uint8_t> bytes = original;
-  for (int i = 0; i < 1500; ++i) {
+  for (int i = 0; i < test::fuzz_count(1500); ++i) {
     // Mutate 1 to 8 bytes, mostly inside the header where the parser reads.
     std::vector<std::pair<size_t, uint8_t>> undo;
     const int n = 1 + int(rng() % 8);
@@ -61,15 +64,15 @@ TEST(Fuzz, MutatedStoriesModelParsesOrFailsCleanly) {
     for (auto it = undo.rbegin(); it != undo.rend(); ++it) bytes[it->first] = it->second;
   }
   // Truncations at random lengths.
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < test::fuzz_count(200); ++i) {
     const std::vector<uint8_t> cut(original.begin(), original.begin() + long(rng() % original.size()));
     parse_and_tokenize(cut, rng);
   }
 }
 
 TEST(Fuzz, RandomByteStringsAreRejected) {
-  std::mt19937_64 rng(7);
-  for (int i = 0; i < 2000; ++i) {
+  std::mt19937_64 rng(test::fuzz_seed(7));
+  for (int i = 0; i < test::fuzz_count(2000); ++i) {
     std::vector<uint8_t> bytes(size_t(rng() % 256));
     for (uint8_t& b : bytes) b = uint8_t(rng());
     if (i % 2 == 0 && bytes.size() >= 8) {  // a valid magic and version half the time
@@ -83,8 +86,8 @@ TEST(Fuzz, RandomByteStringsAreRejected) {
 TEST(Fuzz, SpmTokenizerOnRandomTextAndIds) {
   const GgufFile file = GgufFile::open(test::kStoriesModel);
   const Tokenizer tokenizer(file);
-  std::mt19937_64 rng(11);
-  for (int i = 0; i < 2000; ++i) {
+  std::mt19937_64 rng(test::fuzz_seed(11));
+  for (int i = 0; i < test::fuzz_count(2000); ++i) {
     std::string text(size_t(rng() % 200), '\0');
     for (char& c : text) c = char(rng() % 3 ? 0x20 + rng() % 95 : rng());  // mostly ASCII
     const std::vector<int32_t> ids = tokenizer.encode(text, i % 2 == 0);
@@ -122,11 +125,11 @@ std::vector<uint8_t> bpe_model(const std::string& pre) {
 }
 
 TEST(Fuzz, BpeTokenizerOnRandomText) {
-  std::mt19937_64 rng(13);
+  std::mt19937_64 rng(test::fuzz_seed(13));
   for (const char* pre : {"gpt2", "llama3", "qwen2"}) {
     const GgufFile file = GgufFile::from_bytes(bpe_model(pre));
     const Tokenizer tokenizer(file);
-    for (int i = 0; i < 700; ++i) {
+    for (int i = 0; i < test::fuzz_count(700); ++i) {
       std::string text(size_t(rng() % 120), '\0');
       for (char& c : text) c = char(rng() % 2 ? 0x20 + rng() % 95 : rng());
       const std::vector<int32_t> ids = tokenizer.encode(text, false);
@@ -135,7 +138,7 @@ TEST(Fuzz, BpeTokenizerOnRandomText) {
     }
     // Its vocabulary mutated: loads or fails cleanly.
     std::vector<uint8_t> bytes = bpe_model(pre);
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < test::fuzz_count(300); ++i) {
       std::vector<uint8_t> mutated = bytes;
       for (int k = 0; k < 4; ++k) mutated[rng() % mutated.size()] = uint8_t(rng());
       parse_and_tokenize(mutated, rng);

@@ -185,6 +185,28 @@ class Signals(unittest.TestCase):
         self.assertIn("shutting down", rest)
         self.assertEqual(proc.wait(timeout=20), 0)
 
+    def test_sigterm_during_a_plain_request_answers_503(self):
+        # Not streamed: the answer waits for the end, so shutting down is a 503, not a 200 sent
+        # ahead with an error body (and no choices) that OpenAI clients take for a success.
+        proc, port = start()
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 60000,
+                                                         "ignore_eos": True,
+                                                         "squeezekv": {"method": "window", "budget": 32}}),
+                  {"Content-Type": "application/json"})
+        for _ in range(100):
+            if metric(port, "squeezekv_sessions_active") == 1:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        r = c.getresponse()
+        body = json.loads(r.read())
+        c.close()
+        self.assertEqual(r.status, 503)
+        self.assertIn("shutting down", body["error"]["message"])
+        self.assertEqual(body["error"]["type"], "server_overloaded")
+        self.assertEqual(proc.wait(timeout=20), 0)
+
     def test_sigterm_when_idle_exits_0(self):
         proc, port = start()
         curl(port, "/health")
@@ -196,7 +218,8 @@ class BadCommandLine(unittest.TestCase):
     def test_each_exits_2_with_one_message(self):
         for args in (["-m", "../shared/models/nope.gguf"], ["-m", MODEL, "--port", "70000"],
                      ["-m", MODEL, "--kv-limit-mib", "-1"], ["-m", MODEL, "--method", "nope"],
-                     ["-m", MODEL, "--budget", "0"]):
+                     ["-m", MODEL, "--budget", "0"], ["-m", MODEL, "--kv-limit-mib", "inf"],
+                     ["-m", MODEL, "--queue", "-1"], ["-m", MODEL, "--host", "999.1.1.1"]):
             r = subprocess.run([CLI, "serve", *args], capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, args)
             self.assertTrue(r.stderr.strip(), args)

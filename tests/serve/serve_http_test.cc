@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "serve/http_server.h"
+#include "served.h"
 #include "squeezekv/engine/generate.h"
 #include "stories_model.h"
 
@@ -17,64 +17,9 @@ namespace squeezekv::serve {
 namespace {
 
 using nlohmann::json;
+using test::Served;
+using test::kChunk;
 using test::stories;
-
-constexpr int kChunk = 8;  // prompt tokens per prefill step: prompts take several steps
-
-// A server on a free port for the life of the fixture.
-class Served {
- public:
-  Served(size_t kv_limit, size_t queue, int max_tokens = 200, size_t max_body = 1 << 16)
-      : pool_(2), scheduler_(stories(), &pool_, options(kv_limit, queue)), server_(stories(), scheduler_, http(max_tokens, max_body)) {
-    server_.bind();
-    thread_ = std::thread([this] { server_.listen(); });
-  }
-  ~Served() {
-    scheduler_.shutdown();
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return server_.port(); }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port());
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  // A metric's value from /metrics.
-  double metric(const std::string& name) const {
-    auto r = client().Get("/metrics");
-    if (!r || r->status != 200) return -1;
-    // A line "NAME VALUE" (no std::regex: GCC 12 warns inside it under the sanitizers).
-    const std::string key = "\n" + name + " ";
-    const size_t at = ("\n" + r->body).find(key);
-    return at == std::string::npos ? -1 : std::stod(r->body.substr(at + key.size() - 1));
-  }
-
- private:
-  static SchedulerOptions options(size_t kv_limit, size_t queue) {
-    SchedulerOptions o;
-    o.kv_limit_bytes = kv_limit;
-    o.queue_limit = queue;
-    o.chunk = kChunk;
-    return o;
-  }
-  static HttpOptions http(int max_tokens, size_t max_body) {
-    HttpOptions o;
-    o.port = 0;
-    o.max_body_bytes = max_body;
-    o.limits.model_id = "stories260K";
-    o.limits.max_tokens = max_tokens;
-    o.limits.n_ctx = o.limits.max_prompt_tokens = 512;
-    o.limits.cache.method = "full";
-    o.limits.cache.score = ScoreSource::attention;
-    o.limits.cache.head_dim = stories().config().head_dim;
-    return o;
-  }
-  ThreadPool pool_;
-  Scheduler scheduler_;
-  HttpServer server_;
-  std::thread thread_;
-};
 
 const char* const kPrompts[] = {"Once upon a time", "The dog", "Lily and Ben went to the park. They saw",
                                 "One day, a little bird"};

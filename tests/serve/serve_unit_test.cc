@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "serve/admission.h"
+#include "serve/json_error.h"
 #include "serve/request.h"
+#include "squeezekv/base/errors.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/methods/registry.h"
+#include "served.h"
 #include "stories_model.h"
 
 namespace squeezekv::serve {
@@ -13,16 +16,7 @@ namespace {
 
 using test::stories;
 
-RequestLimits limits() {
-  RequestLimits l;
-  l.model_id = "stories260K";
-  l.max_tokens = 1000;
-  l.max_prompt_tokens = 64;
-  l.n_ctx = 512;
-  l.cache.method = "full";
-  l.cache.head_dim = stories().config().head_dim;
-  return l;
-}
+RequestLimits limits() { return test::stories_limits(); }
 
 TEST(ParseRequest, AGoodRequest) {
   const auto r = parse_request(
@@ -53,6 +47,28 @@ struct Bad {
   int status;
   const char* param;
 };
+
+TEST(ParseRequest, AFieldOf400DigitsIsOneField) {
+  const std::string body = R"({"prompt":"a","max_tokens":)" + std::string(400, '9') + "}";
+  try {
+    parse_request(body, false, limits(), stories().tokenizer());
+    ADD_FAILURE() << "accepted";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "max_tokens");
+  }
+}
+
+TEST(JsonErrorPlace, NamesTheFieldWhereParsingStopped) {
+  EXPECT_EQ(json_error_place(R"({"a":{"b":[1,2,{"c":tru)").field, "a.b[2].c");
+  EXPECT_EQ(json_error_place(R"({"a":[1,2,x)").field, "a[2]");
+  EXPECT_EQ(json_error_place(R"({"a":1,"b":)").field, "b");
+  const JsonErrorPlace key = json_error_place("{\"a\":{\"k\xff\":1}}");
+  EXPECT_EQ(key.field, "a");
+  EXPECT_TRUE(key.in_key);
+  EXPECT_EQ(json_error_place("[").field, "[0]");
+  EXPECT_EQ(json_error_place("nope").field, "");
+}
 
 TEST(ParseRequest, EveryBadInputNamesItsField) {
   const std::string long_prompt(2000, 'a');
@@ -89,6 +105,26 @@ TEST(ParseRequest, EveryBadInputNamesItsField) {
       {R"({"messages":[{"role":"user"}]})", true, 400, "messages[0].content"},
       {R"({"messages":[{"role":"user","content":"x","mood":1}]})", true, 400, "messages[0].mood"},
       {R"({"prompt":"a"})", true, 400, "prompt"},
+      // Bytes that are not UTF-8, wherever they are: a 400 naming the field (the message quoting
+      // them failed to serialise: a 500).
+      {"{\"prompt\":\"a\xff\"}", false, 400, "prompt"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", true, 400, "messages[0].content"},
+      {"{\"prompt\":\"a\",\"stop\":[\"x\",\"\xfe\"]}", false, 400, "stop[1]"},
+      {"{\"prompt\":\"a\",\"user\":\"\xed\xa0\x80\"}", false, 400, "user"},
+      {"{\"prompt\":\"a\",\"model\":\"\x80\"}", false, 400, "model"},
+      {"{\"prompt\":\"a\",\"squeezekv\":{\"bu\xff" "dget\":1}}", false, 400, "squeezekv"},
+      // Numbers beyond a double: a 400 naming the field, not a 500.
+      {R"({"prompt":"a","temperature":1e999})", false, 400, "temperature"},
+      {R"({"prompt":"a","squeezekv":{"budget":-1e400}})", false, 400, "squeezekv.budget"},
+      // Combinations OpenAI refuses, or that would silently drop one of the two.
+      {R"({"prompt":"a","stream_options":{"include_usage":true}})", false, 400, "stream_options"},
+      {R"({"prompt":"a","stream":false,"stream_options":{"include_usage":true}})", false, 400, "stream_options"},
+      {R"({"prompt":"a","max_tokens":5,"max_completion_tokens":6})", false, 400, "max_completion_tokens"},
+      // KIVI that would compress nothing under eviction (the default residual 128 > budget / 2).
+      {R"({"prompt":"a","squeezekv":{"method":"h2o","budget":64,"kv_type":"kivi2"}})", false, 400,
+       "squeezekv.kivi_residual"},
+      {R"({"prompt":"a","squeezekv":{"method":"h2o","budget":16,"kv_type":"kivi2","kivi_residual":0}})", false, 400,
+       "squeezekv.kivi_group"},
   };
   for (const Bad& c : cases) {
     SCOPED_TRACE(c.body);
@@ -103,13 +139,47 @@ TEST(ParseRequest, EveryBadInputNamesItsField) {
   }
 }
 
+// The prompt of the promise tests: 48 tokens.
+std::vector<int32_t> story_tokens() {
+  return stories().tokenizer().encode(
+      "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
+      "friends. One day she saw a big red ball under a tree and ran to get it.", true);
+}
+
+struct Held {
+  size_t most = 0;     // the most K/V bytes resident after any update
+  size_t promise = 0;  // what admission promised for the session
+};
+
+// A session as the scheduler runs it: the prompt in chunks, then greedy decoding to max_tokens,
+// the cache's resident bytes taken after every update.
+Held run_session(Engine& engine, const KVCacheConfig& config, const std::vector<int32_t>& text, int max_tokens,
+                 int chunk) {
+  auto cache = engine.make_cache(config);
+  Held held;
+  held.promise = promised_kv_bytes(cache->config(), stories().config(), {int64_t(text.size()), max_tokens, chunk});
+  if (auto* coordinator = cache->coordinator()) coordinator->set_max_rows(int(text.size()) + max_tokens);
+  std::vector<float> logits;
+  engine.begin_prompt(*cache);
+  for (size_t i = 0; i < text.size(); i += size_t(chunk)) {
+    const size_t n = std::min(text.size() - i, size_t(chunk));
+    engine.forward(std::span(text).subspan(i, n), *cache, Logits::last, logits);
+    held.most = std::max(held.most, cache->kept_bytes());
+  }
+  engine.end_prompt(*cache);
+  for (int t = 1; t < max_tokens; ++t) {
+    const auto token = int32_t(argmax(logits.data(), stories().config().vocab));
+    engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+    held.most = std::max(held.most, cache->kept_bytes());
+  }
+  return held;
+}
+
 // The promise against what each method really holds, at every step of a chunked prompt and a
 // long generation (past eviction), for chunk sizes around the budget.
 TEST(Admission, ThePromiseBoundsWhatTheCacheHolds) {
   Engine engine(stories(), nullptr);
-  const auto text = stories().tokenizer().encode(
-      "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
-      "friends. One day she saw a big red ball under a tree and ran to get it.", true);
+  const auto text = story_tokens();
   for (const MethodInfo& m : all_methods()) {
     for (const int chunk : {1, 7, 64}) {
       SCOPED_TRACE(std::string(m.id) + " chunk " + std::to_string(chunk));
@@ -118,28 +188,57 @@ TEST(Admission, ThePromiseBoundsWhatTheCacheHolds) {
       c.budget = 40;  // above snapkv's window; the prompt (48 tokens) is longer
       c.score = ScoreSource::attention;
       const int max_tokens = 100;
-      auto cache = engine.make_cache(c);
-      const size_t promise = promised_kv_bytes(cache->config(), stories().config(),
-                                               {int64_t(text.size()), max_tokens, chunk});
-      if (auto* coordinator = cache->coordinator()) coordinator->set_max_rows(int(text.size()) + max_tokens);
-      std::vector<float> logits;
-      size_t most = 0;
-      engine.begin_prompt(*cache);
-      for (size_t i = 0; i < text.size(); i += size_t(chunk)) {
-        const size_t n = std::min(text.size() - i, size_t(chunk));
-        engine.forward(std::span(text).subspan(i, n), *cache, Logits::last, logits);
-        most = std::max(most, cache->kept_bytes());
-      }
-      engine.end_prompt(*cache);
-      for (int t = 1; t < max_tokens; ++t) {
-        const auto token = int32_t(argmax(logits.data(), stories().config().vocab));
-        engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-        most = std::max(most, cache->kept_bytes());
-      }
-      EXPECT_LE(most, promise);
-      EXPECT_GT(most, 0u);
+      const Held held = run_session(engine, c, text, max_tokens, chunk);
+      EXPECT_LE(held.most, held.promise);
+      EXPECT_GT(held.most, 0u);
     }
   }
+}
+
+// The same for every storage format (KIVI with its residual, open groups and the dead rows of its
+// groups: the promise of a KIVI cache used to count its codes alone), every method, a prompt in
+// one chunk and token by token.
+TEST(Admission, ThePromiseBoundsEveryStorageFormat) {
+  Engine engine(stories(), nullptr);
+  const auto text = story_tokens();
+  struct Storage {
+    const char* kv_type;
+    int group, residual;
+    const char* k_type = nullptr;
+    const char* v_type = nullptr;
+  };
+  const Storage storages[] = {{"f32", 32, 128},   {"q8_0", 32, 128},  {"q4_0", 32, 128},     {"kivi2", 32, 128},
+                              {"kivi4", 8, 16},   {"kivi2", 1024, 1024}, {"kivi2", 64, 64}, {"kivi4", 8, 0},
+                              {"f16", 8, 16, "kivi2"}, {"f16", 8, 16, nullptr, "kivi4"}};
+  int checked = 0;
+  for (const Storage& st : storages) {
+    for (const MethodInfo& m : all_methods()) {
+      KVCacheConfig c;
+      c.method = std::string(m.id);
+      c.budget = 40;
+      c.score = ScoreSource::attention;
+      c.head_dim = stories().config().head_dim;
+      c.set("kv_type", st.kv_type);
+      if (st.k_type) c.set("k_type", st.k_type);
+      if (st.v_type) c.set("v_type", st.v_type);
+      c.set("kivi_group", int64_t(st.group));
+      c.set("kivi_residual", int64_t(st.residual));
+      try {
+        c.validate();
+      } catch (const Error&) {
+        continue;  // e.g. method kivi with q8_0
+      }
+      for (const int chunk : {1, 64}) {
+        SCOPED_TRACE(std::string(m.id) + " " + st.kv_type + " group " + std::to_string(st.group) + " residual " +
+                     std::to_string(st.residual) + " chunk " + std::to_string(chunk));
+        const int max_tokens = 100;
+        const Held held = run_session(engine, c, text, max_tokens, chunk);
+        EXPECT_LE(held.most, held.promise);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 150);
 }
 
 TEST(Admission, SqueezeAt256FitsOver8TimesTheSessionsOfAFullCacheAt4096) {

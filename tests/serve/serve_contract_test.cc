@@ -1,0 +1,361 @@
+// The server's error contract and its connections, in-process over raw loopback sockets: every
+// failure of error_contract.h answered with its one status, type and field (and the connection
+// closed when its bytes cannot be trusted); a body length that is not a byte count refused at
+// once; pipelined requests all answered; slow clients neither starving the others nor staying
+// past the read timeout; connections beyond the limit refused at once; a plain (not streamed)
+// request running at shutdown answered 503, not 200; every method and storage format within the
+// K/V limit under load.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "serve/error_contract.h"
+#include "served.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/methods/registry.h"
+
+namespace squeezekv::serve {
+namespace {
+
+using nlohmann::json;
+using test::Served;
+using test::stories;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A raw TCP connection to the server.
+class Raw {
+ public:
+  explicit Raw(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Raw() { ::close(fd_); }
+  Raw(const Raw&) = delete;
+  Raw& operator=(const Raw&) = delete;
+  bool connected() const { return connected_; }
+  void send(const std::string& bytes) { (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  // Reads what comes within `limit`; closed = the server closed the connection.
+  std::string read(std::chrono::milliseconds limit, bool& closed) {
+    std::string out;
+    closed = false;
+    const auto end = Clock::now() + limit;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+      if (left <= 0) return out;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, int(left)) <= 0) return out;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed = true;
+        return out;
+      }
+      out.append(buf, size_t(n));
+    }
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+struct Answer {
+  int status = 0;
+  json body;
+  bool closed = false;
+  double seconds = 0;
+};
+
+// Reads one answer from raw: its status and JSON body, how long it took to arrive, and whether
+// the server closed the connection then (within `linger` after it).
+Answer read_answer(Raw& raw, Clock::time_point start, std::chrono::milliseconds linger = 300ms) {
+  Answer a;
+  std::string text;
+  for (;;) {
+    bool closed = false;
+    text += raw.read(50ms, closed);
+    a.closed = closed;
+    const size_t head = text.find("\r\n\r\n");
+    const size_t length_at = text.find("Content-Length: ");
+    const bool complete = head != std::string::npos && length_at != std::string::npos && length_at < head &&
+                          text.size() >= head + 4 + std::stoul(text.substr(length_at + 16));
+    if (complete || closed || Clock::now() - start > 5s) break;
+  }
+  a.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!a.closed) raw.read(linger, a.closed);
+  if (text.rfind("HTTP/1.1 ", 0) == 0) a.status = std::stoi(text.substr(9, 3));
+  if (const size_t body = text.find("\r\n\r\n"); body != std::string::npos) {
+    a.body = json::parse(text.substr(body + 4), nullptr, false);
+  }
+  return a;
+}
+
+// Sends `request` on a new connection and reads the answer.
+Answer ask(int port, const std::string& request) {
+  Raw raw(port);
+  const auto start = Clock::now();
+  raw.send(request);
+  return read_answer(raw, start);
+}
+
+std::string post(const std::string& path, const std::string& body, const std::string& extra_headers = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra_headers +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// The request's promise on the fixture's server (full cache, chunk 8).
+size_t promise_of(const json& body) {
+  RequestLimits limits{"m", 1 << 20, 512, 512, KVCacheConfig{.method = "full"}, ChatTemplate{}};
+  limits.cache.head_dim = stories().config().head_dim;
+  SchedulerOptions o;
+  o.chunk = test::kChunk;
+  return Scheduler(stories(), nullptr, o).promise(parse_request(body.dump(), false, limits, stories().tokenizer()));
+}
+
+void wait_for(const Served& s, const char* metric, double value) {
+  for (int i = 0; i < 500 && s.metric(metric) != value; ++i) std::this_thread::sleep_for(10ms);
+}
+
+const json kLong = {{"prompt", "Once upon a time"}, {"max_tokens", 60000}, {"ignore_eos", true},
+                    {"squeezekv", {{"method", "window"}, {"budget", 32}}}};
+
+TEST(ServeContract, EveryFailureHasItsOneStatusTypeAndField) {
+  Served s(size_t(64) << 20, 8, 200, 4096);
+  std::map<Failure, Answer> answers;
+  std::map<Failure, std::string> params;
+  auto check = [&](Failure f, const std::string& param, const Answer& a) {
+    answers[f] = a;
+    params[f] = param;
+  };
+  const int port = s.port();
+  check(Failure::invalid_json, "prompt", ask(port, post("/v1/completions", "{\"prompt\":\"a\xff\"}")));
+  check(Failure::invalid_field, "max_tokens", ask(port, post("/v1/completions", R"({"prompt":"a","max_tokens":-1})")));
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += "a ";
+  check(Failure::prompt_too_long, "prompt", ask(port, post("/v1/completions", json{{"prompt", many}}.dump())));
+  check(Failure::unknown_model, "model", ask(port, post("/v1/completions", R"({"prompt":"a","model":"gpt-4"})")));
+  check(Failure::no_route, "", ask(port, post("/v1/nothing", "{}")));
+  check(Failure::bad_head, "", ask(port, "GARBAGE\r\n\r\n"));
+  check(Failure::bad_content_length, "Content-Length",
+        ask(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}"));
+  check(Failure::length_required, "Transfer-Encoding",
+        ask(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
+  check(Failure::body_too_large, "Content-Length",
+        ask(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n{"));
+  {
+    Served tiny(1024, 8);
+    check(Failure::never_fits, "squeezekv", ask(tiny.port(), post("/v1/completions", R"({"prompt":"a","max_tokens":100})")));
+  }
+  {
+    // One long session holds all the memory and the queue takes nobody.
+    Served full(promise_of(kLong), 0, 60000);
+    Raw running(full.port());
+    running.send(post("/v1/completions", kLong.dump()));
+    wait_for(full, "squeezekv_sessions_active", 1);
+    check(Failure::queue_full, "", ask(full.port(), post("/v1/completions", kLong.dump())));
+    // A plain request running when the server shuts down: a 503, not a 200 with an error body.
+    std::thread stop([&] {
+      std::this_thread::sleep_for(200ms);
+      full.shutdown_scheduler();
+    });
+    check(Failure::shutting_down, "", read_answer(running, Clock::now()));
+    stop.join();
+  }
+  {
+    ConnectionLimits two;
+    two.max_connections = 2;
+    Served limited(size_t(64) << 20, 8, 200, 4096, two);
+    Raw a(limited.port()), b(limited.port());  // idle: they hold their threads
+    std::this_thread::sleep_for(300ms);           // accepted by now
+    Raw c(limited.port());
+    check(Failure::too_many_connections, "", read_answer(c, Clock::now()));
+  }
+  std::set<Failure> walked;
+  for (const auto& [failure, a] : answers) {
+    const FailureSpec& spec = failure_spec(failure);
+    SCOPED_TRACE(std::string(spec.when));
+    walked.insert(failure);
+    EXPECT_EQ(a.status, spec.status) << a.body.dump();
+    ASSERT_TRUE(a.body.is_object() && a.body.contains("error")) << a.body.dump();
+    const json& e = a.body["error"];
+    EXPECT_EQ(e["type"], std::string(spec.type));
+    EXPECT_FALSE(e["message"].get<std::string>().empty());
+    if (params[failure].empty()) {
+      EXPECT_TRUE(e["param"].is_null()) << e.dump();
+    } else {
+      EXPECT_EQ(e["param"], params[failure]);
+    }
+    if (spec.closes) {
+      EXPECT_TRUE(a.closed);
+    }
+    if (failure != Failure::shutting_down) {
+      EXPECT_LT(a.seconds, 1.0);  // answered at once, not after a read timeout
+    }
+  }
+  // Every failure but the engine's own (a bug, which no request can provoke) was walked.
+  for (const FailureSpec& spec : failure_table()) {
+    if (spec.failure != Failure::inference_failed) {
+      EXPECT_TRUE(walked.contains(spec.failure)) << spec.when;
+    }
+  }
+}
+
+TEST(ServeContract, ABodyLengthThatIsNotAByteCountIsRefusedAtOnce) {
+  Served s(size_t(64) << 20, 8);
+  for (const char* length : {"-5", "99999999999999999999", "12abc", "+3", "1, 2"}) {
+    SCOPED_TRACE(length);
+    const Answer a = ask(s.port(), std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ") +
+                                            length + "\r\n\r\n{}");
+    EXPECT_EQ(a.status, 400);
+    EXPECT_EQ(a.body["error"]["param"], "Content-Length");
+    EXPECT_TRUE(a.closed);
+    EXPECT_LT(a.seconds, 1.0);
+  }
+}
+
+TEST(ServeContract, AGarbageRequestClosesTheConnectionAtOnce) {
+  Served s(size_t(64) << 20, 8);
+  const Answer a = ask(s.port(), "GARBAGE\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(a.status, 400);
+  EXPECT_TRUE(a.closed);
+  EXPECT_LT(a.seconds, 1.0);  // was: open for the 5 s keep-alive
+}
+
+TEST(ServeContract, PipelinedRequestsAreAllAnsweredInOrder) {
+  Served s(size_t(64) << 20, 8);
+  Raw raw(s.port());
+  const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string models = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  raw.send(get + models + post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":3,"temperature":0})") + get);
+  // Four answers, each "HTTP/1.1 200", read within 5 s.
+  const auto answers_in = [](const std::string& t) {
+    size_t n = 0;
+    for (size_t at = t.find("HTTP/1.1 200"); at != std::string::npos; at = t.find("HTTP/1.1 200", at + 1)) ++n;
+    return n;
+  };
+  std::string text;
+  bool closed = false;
+  for (int i = 0; i < 50 && answers_in(text) < 4 && !closed; ++i) text += raw.read(100ms, closed);
+  const size_t answers = answers_in(text);
+  EXPECT_EQ(answers, 4u) << text;
+  EXPECT_LT(text.find("\"status\":\"ok\""), text.find("\"object\":\"list\""));
+  EXPECT_LT(text.find("\"object\":\"list\""), text.find("text_completion"));
+  EXPECT_FALSE(closed);
+}
+
+TEST(ServeContract, SlowClientsNeitherStarveTheOthersNorStayPastTheReadTimeout) {
+  ConnectionLimits limits;
+  limits.read_timeout = 1000ms;
+  Served s(size_t(64) << 20, 8, 200, 4096, limits);
+  std::vector<std::unique_ptr<Raw>> slow;
+  for (int i = 0; i < 300; ++i) {
+    slow.push_back(std::make_unique<Raw>(s.port()));
+    ASSERT_TRUE(slow.back()->connected());
+    slow.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{");
+  }
+  const auto start = Clock::now();
+  auto r = s.client().Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.0);
+  // Each slow client is answered and closed once its request has taken the read timeout.
+  int closed_in_time = 0;
+  for (auto& raw : slow) {
+    bool closed = false;
+    raw->read(std::chrono::milliseconds(
+                  std::max<int64_t>(1, 4000 - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count())),
+              closed);
+    closed_in_time += closed;
+  }
+  EXPECT_EQ(closed_in_time, 300);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 4.0);
+}
+
+// Every method with every storage format, many at once under a small limit (queued), through
+// admission: the peak /metrics reports stays within the limit and no session exceeds its promise.
+TEST(ServeContract, EveryMethodAndStorageFormatStaysWithinTheLimitUnderLoad) {
+  const std::vector<json> storages = {
+      json::object(),
+      {{"kv_type", "f32"}},
+      {{"kv_type", "q8_0"}},
+      {{"kv_type", "q4_0"}},
+      {{"kv_type", "kivi2"}, {"kivi_group", 8}, {"kivi_residual", 16}},
+      {{"kv_type", "kivi4"}, {"kivi_group", 8}, {"kivi_residual", 0}},
+      {{"kv_type", "kivi2"}, {"kivi_group", 1024}, {"kivi_residual", 1024}},
+      {{"kv_type", "kivi2"}, {"kivi_group", 64}, {"kivi_residual", 64}},
+      {{"k_type", "kivi2"}, {"kivi_group", 8}, {"kivi_residual", 16}},
+  };
+  const size_t limit = size_t(1) << 20;
+  Served s(limit, 256);
+  int ran = 0;
+  for (const json& storage : storages) {
+    std::vector<json> bodies;
+    for (const MethodInfo& m : all_methods()) {
+      json cache = storage;
+      cache["method"] = std::string(m.id);
+      cache["budget"] = 32;
+      for (int k = 0; k < 3; ++k) {
+        bodies.push_back({{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"ignore_eos", true},
+                          {"seed", k}, {"squeezekv", cache}});
+      }
+    }
+    std::vector<int> statuses(bodies.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      threads.emplace_back([&, i] {
+        auto r = s.client().Post("/v1/completions", bodies[i].dump(), "application/json");
+        statuses[i] = r ? r->status : 0;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      SCOPED_TRACE(bodies[i].dump());
+      EXPECT_TRUE(statuses[i] == 200 || statuses[i] == 400) << statuses[i];  // 400: a combination refused
+      ran += statuses[i] == 200;
+    }
+  }
+  EXPECT_GT(ran, 150);
+  EXPECT_LE(s.metric("squeezekv_kv_resident_peak_bytes"), double(limit));
+  EXPECT_EQ(s.metric("squeezekv_kv_promise_violations_total"), 0.0);
+  // The issue's case: 60 requests of a KIVI cache with one 1024-row group and residual, at 1 MiB.
+  std::vector<std::thread> threads;
+  const json kivi = {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"ignore_eos", true},
+                     {"squeezekv", {{"method", "kivi"}, {"kivi_group", 1024}, {"kivi_residual", 1024}}}};
+  for (int i = 0; i < 60; ++i) {
+    threads.emplace_back([&] { (void)s.client().Post("/v1/completions", kivi.dump(), "application/json"); });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LE(s.metric("squeezekv_kv_resident_peak_bytes"), double(limit));
+  EXPECT_EQ(s.metric("squeezekv_kv_promise_violations_total"), 0.0);
+}
+
+TEST(ServeContract, AHostThatCannotBeListenedOnIsNamed) {
+  Scheduler scheduler(stories(), nullptr, {});
+  HttpOptions o;
+  o.host = "999.1.1.1";
+  o.port = 18090;
+  HttpServer server(stories(), scheduler, o);
+  try {
+    server.bind();
+    ADD_FAILURE() << "bound";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--host = 999.1.1.1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace squeezekv::serve
