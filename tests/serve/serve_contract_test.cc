@@ -308,7 +308,7 @@ TEST(ServeContract, EveryMethodAndStorageFormatStaysWithinTheLimitUnderLoad) {
       json cache = storage;
       cache["method"] = std::string(m.id);
       cache["budget"] = 32;
-      for (int k = 0; k < 3; ++k) {
+      for (int k = 0; k < 2; ++k) {
         bodies.push_back({{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"ignore_eos", true},
                           {"seed", k}, {"squeezekv", cache}});
       }
@@ -328,7 +328,7 @@ TEST(ServeContract, EveryMethodAndStorageFormatStaysWithinTheLimitUnderLoad) {
       ran += statuses[i] == 200;
     }
   }
-  EXPECT_GT(ran, 150);
+  EXPECT_GT(ran, 100);
   EXPECT_LE(s.metric("squeezekv_kv_resident_peak_bytes"), double(limit));
   EXPECT_EQ(s.metric("squeezekv_kv_promise_violations_total"), 0.0);
   // The case: 60 requests of a KIVI cache with one 1024-row group and residual, at 1 MiB.

@@ -231,7 +231,7 @@ TEST(Admission, ThePromiseBoundsEveryStorageFormat) {
       for (const int chunk : {1, 64}) {
         SCOPED_TRACE(std::string(m.id) + " " + st.kv_type + " group " + std::to_string(st.group) + " residual " +
                      std::to_string(st.residual) + " chunk " + std::to_string(chunk));
-        const int max_tokens = 100;
+        const int max_tokens = 60;  // past eviction and KIVI's regrouping, in seconds under ASan
         const Held held = run_session(engine, c, text, max_tokens, chunk);
         EXPECT_LE(held.most, held.promise);
         ++checked;
