@@ -149,7 +149,16 @@ HWY_INLINE void DotQ8_0Wide(const uint8_t* row, const TokenQ8* x, int64_t n, flo
   for (int k = 0; k < K; ++k) out[k] = Sum(acc[k]);
 }
 
-HWY_INLINE float DotQ4_0(const uint8_t* row, const int16_t* xq, const float* xs, int64_t n) {
+// Q4_0 (value = d * (q - 8)) and Q4_1 (value = d * q + m) rows on int16 lanes: one nibble layout,
+// 16 bytes of codes a block (low nibbles elements 0-15, high 16-31). Q4_1's minimum adds
+// m * xs * (sum of xq) per block, the scaled sum the activations carry, summed apart from the code
+// term and added at the end.
+static_assert(quant::q4_0_elems == 32 && quant::q4_1_elems == 32);
+
+template <bool kHasMin>
+HWY_INLINE float DotNibbleRow(const uint8_t* row, const int16_t* xq, const float* xs, const float* x_sum, int64_t n) {
+  constexpr int64_t kBlockBytes = kHasMin ? quant::q4_1_bytes : quant::q4_0_bytes;
+  constexpr int64_t kCodesOffset = kHasMin ? quant::q4_1_qs_offset : 2;
   const D16 d16;
   const D32 d32;
   const DW dw;
@@ -157,47 +166,28 @@ HWY_INLINE float DotQ4_0(const uint8_t* row, const int16_t* xq, const float* xs,
   const auto low_mask = hn::Set(d16, 0xf);
   const auto offset = hn::Set(d16, 8);
   auto acc = hn::Zero(dw);
-  for (int64_t b = 0; b < n / quant::q4_0_elems; ++b) {
-    const uint8_t* block = row + b * quant::q4_0_bytes;
+  float acc_min = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* block = row + b * kBlockBytes;
     const int16_t* qx = xq + b * 32;
     auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
     for (size_t j = 0; j < 16; j += lanes) {
-      const auto packed = LoadBytes(block + 2 + j);
-      const auto lo = hn::Sub(hn::And(packed, low_mask), offset);  // elements j..
-      const auto hi = hn::Sub(hn::ShiftRight<4>(packed), offset);  // elements 16 + j..
+      const auto packed = LoadBytes(block + kCodesOffset + j);
+      auto lo = hn::And(packed, low_mask);  // elements j..
+      auto hi = hn::ShiftRight<4>(packed);  // elements 16 + j..
+      if constexpr (!kHasMin) {
+        lo = hn::Sub(lo, offset);
+        hi = hn::Sub(hi, offset);
+      }
       sum0 = hn::ReorderWidenMulAccumulate(d32, lo, hn::LoadU(d16, qx + j), sum0, sum1);
       sum0 = hn::ReorderWidenMulAccumulate(d32, hi, hn::LoadU(d16, qx + 16 + j), sum0, sum1);
     }
     const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0, sum1));
     acc = hn::MulAdd(dot, hn::Set(dw, LoadHalf(block) * xs[b]), acc);
+    if constexpr (kHasMin) acc_min += LoadHalf(block + 2) * x_sum[b];
   }
+  if constexpr (kHasMin) return Sum(acc) + acc_min;
   return Sum(acc);
-}
-
-// Q4_1 (value = d * q + m) on int16 lanes: d * xs * (q . xq) per block, plus m * xs * (sum of xq),
-// the scaled sum the activations carry; the two terms are summed apart and added at the end.
-HWY_INLINE float DotQ4_1(const uint8_t* row, const int16_t* xq, const float* xs, const float* x_sum, int64_t n) {
-  const D16 d16;
-  const D32 d32;
-  const DW dw;
-  const size_t lanes = hn::Lanes(d16);
-  const auto low_mask = hn::Set(d16, 0xf);
-  auto acc = hn::Zero(dw);
-  float acc_min = 0.0f;
-  for (int64_t b = 0; b < n / quant::q4_1_elems; ++b) {
-    const uint8_t* block = row + b * quant::q4_1_bytes;
-    const int16_t* qx = xq + b * 32;
-    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
-    for (size_t j = 0; j < 16; j += lanes) {
-      const auto packed = LoadBytes(block + quant::q4_1_qs_offset + j);
-      sum0 = hn::ReorderWidenMulAccumulate(d32, hn::And(packed, low_mask), hn::LoadU(d16, qx + j), sum0, sum1);
-      sum0 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(packed), hn::LoadU(d16, qx + 16 + j), sum0, sum1);
-    }
-    const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0, sum1));
-    acc = hn::MulAdd(dot, hn::Set(dw, LoadHalf(block) * xs[b]), acc);
-    acc_min += LoadHalf(block + 2) * x_sum[b];
-  }
-  return Sum(acc) + acc_min;
 }
 
 // Sum of adjacent int16 products widened to int32 (vpmaddwd on x86).
@@ -456,8 +446,6 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
 }
 
 #if SQUEEZEKV_X86_BYTE_DOT
-// A Q4_0 block's 32 codes as unsigned bytes 0..15 in element order (its low nibbles are elements
-// 0-15, its high nibbles 16-31).
 // 16 bytes of nibbles laid out as Q4_0's (and Q4_1's) as 32 unsigned bytes 0..15 in element order.
 HWY_INLINE __m256i NibbleCodes(const uint8_t* qs) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -465,95 +453,58 @@ HWY_INLINE __m256i NibbleCodes(const uint8_t* qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
 }
 
-HWY_INLINE __m256i Q4_0Codes(const uint8_t* block) { return NibbleCodes(block + 2); }
-
-// Q4_0 (value = d * (q - 8)) rows dotted with K tokens on x86: the codes meet the int8 activations
-// as unsigned bytes (at most 2 * 15 * 127 a pair), and -8 * (the block's sum of activations), the
-// Q8_0 offset term / 16, is added in integers. Sums runs of 8 blocks as trees (TreeSum8), then the
-// blocks after the last run one by one: at 18 bytes a block, decoding is bound by this kernel.
-template <int K>
-HWY_INLINE void DotQ4_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
-  const DS ds;
-  float acc[K] = {};
-  const int64_t n_blocks = n / quant::q4_0_elems;
-  int64_t b = 0;
-  for (; b + 8 <= n_blocks; b += 8) {
-    HWY_ALIGN float d[8];
-    __m256i w[8];
-    for (int i = 0; i < 8; ++i) {
-      const uint8_t* block = row + (b + i) * quant::q4_0_bytes;
-      d[i] = LoadHalf(block);
-      w[i] = Q4_0Codes(block);
-    }
-    prefetch_ahead(row + b * quant::q4_0_bytes, 8 * quant::q4_0_bytes);
-    const auto dv = hn::Load(ds, d);
-    for (int k = 0; k < K; ++k) {
-      const int8_t* xk = x[k].q8 + b * quant::q4_0_elems;
-      __m256i dots[8];
-      for (int i = 0; i < 8; ++i) dots[i] = ByteDot(w[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i)));
-      const __m256i offsets =
-          _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8_0_offset + b)), 4);
-      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(_mm256_add_epi32(SumEachOf8(dots), offsets))};
-      acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b))));
-    }
-  }
-  for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
-    const uint8_t* block = row + b * quant::q4_0_bytes;
-    const __m256i wb = Q4_0Codes(block);
-    const float d = LoadHalf(block);
-    for (int k = 0; k < K; ++k) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q4_0_elems));
-      const int32_t sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{ByteDot(wb, xv)})) + (x[k].q8_0_offset[b] >> 4);
-      acc[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
-    }
-  }
-  for (int k = 0; k < K; ++k) out[k] = acc[k];
-}
-#endif
-
-#if SQUEEZEKV_X86_BYTE_DOT
-// Q4_1 (value = d * q + m) rows dotted with K tokens on x86: the codes meet the int8 activations
-// as unsigned bytes, as Q4_0's, with no offset; the minimum adds m * (xs * sum of xq) per block
-// (the activations' scaled sum, as Q4_K's mins). Runs of 8 blocks add each term as a tree
-// (TreeSum8), the blocks after the last run one by one; the dot is the code term plus the min term.
-template <int K>
-HWY_INLINE void DotQ4_1Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+// Q4_0 (value = d * (q - 8)) and Q4_1 (value = d * q + m) rows dotted with K tokens on x86: the
+// codes meet the int8 activations as unsigned bytes (at most 2 * 15 * 127 a pair). Q4_0 adds
+// -8 * (the block's sum of activations), the Q8_0 offset term / 16, in integers; Q4_1 adds
+// m * (xs * sum of xq) per block (the activations' scaled sum, as Q4_K's mins) as a second float
+// sum, added at the end. Runs of 8 blocks are summed as trees (TreeSum8), then the blocks after the
+// last run one by one: at 18 or 20 bytes a block, decoding is bound by this kernel.
+template <bool kHasMin, int K>
+HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+  constexpr int64_t kBlockBytes = kHasMin ? quant::q4_1_bytes : quant::q4_0_bytes;
+  constexpr int64_t kCodesOffset = kHasMin ? quant::q4_1_qs_offset : 2;
   const DS ds;
   float acc[K] = {}, acc_min[K] = {};
-  const int64_t n_blocks = n / quant::q4_1_elems;
+  const int64_t n_blocks = n / 32;
   int64_t b = 0;
   for (; b + 8 <= n_blocks; b += 8) {
     HWY_ALIGN float d[8], m[8];
     __m256i w[8];
     for (int i = 0; i < 8; ++i) {
-      const uint8_t* block = row + (b + i) * quant::q4_1_bytes;
+      const uint8_t* block = row + (b + i) * kBlockBytes;
       d[i] = LoadHalf(block);
-      m[i] = LoadHalf(block + 2);
-      w[i] = NibbleCodes(block + quant::q4_1_qs_offset);
+      if constexpr (kHasMin) m[i] = LoadHalf(block + 2);
+      w[i] = NibbleCodes(block + kCodesOffset);
     }
-    prefetch_ahead(row + b * quant::q4_1_bytes, 8 * quant::q4_1_bytes);
-    const auto dv = hn::Load(ds, d), mv = hn::Load(ds, m);
+    prefetch_ahead(row + b * kBlockBytes, 8 * kBlockBytes);
+    const auto dv = hn::Load(ds, d);
     for (int k = 0; k < K; ++k) {
-      const int8_t* xk = x[k].q8 + b * quant::q4_1_elems;
+      const int8_t* xk = x[k].q8 + b * 32;
       __m256i dots[8];
       for (int i = 0; i < 8; ++i) dots[i] = ByteDot(w[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i)));
-      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(SumEachOf8(dots))};
+      __m256i sums_i = SumEachOf8(dots);
+      if constexpr (!kHasMin) {
+        sums_i = _mm256_add_epi32(
+            sums_i, _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8_0_offset + b)), 4));
+      }
+      const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(sums_i)};
       acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b))));
-      acc_min[k] += TreeSum8(hn::Mul(mv, hn::LoadU(ds, x[k].scaled_sum + b)));
+      if constexpr (kHasMin) acc_min[k] += TreeSum8(hn::Mul(hn::Load(ds, m), hn::LoadU(ds, x[k].scaled_sum + b)));
     }
   }
   for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
-    const uint8_t* block = row + b * quant::q4_1_bytes;
-    const __m256i wb = NibbleCodes(block + quant::q4_1_qs_offset);
-    const float d = LoadHalf(block), m = LoadHalf(block + 2);
+    const uint8_t* block = row + b * kBlockBytes;
+    const __m256i wb = NibbleCodes(block + kCodesOffset);
+    const float d = LoadHalf(block);
     for (int k = 0; k < K; ++k) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * quant::q4_1_elems));
-      const int32_t sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{ByteDot(wb, xv)}));
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * 32));
+      int32_t sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{ByteDot(wb, xv)}));
+      if constexpr (!kHasMin) sum += x[k].q8_0_offset[b] >> 4;
       acc[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
-      acc_min[k] += m * x[k].scaled_sum[b];
+      if constexpr (kHasMin) acc_min[k] += LoadHalf(block + 2) * x[k].scaled_sum[b];
     }
   }
-  for (int k = 0; k < K; ++k) out[k] = acc[k] + acc_min[k];
+  for (int k = 0; k < K; ++k) out[k] = kHasMin ? acc[k] + acc_min[k] : acc[k];
 }
 #endif
 
@@ -702,16 +653,16 @@ HWY_INLINE void QuantizedDots(TensorType type, const uint8_t* row, const TokenQ8
       return DotQ6_K<K>(row, x, n, out);
     case TensorType::q4_1:
 #if SQUEEZEKV_X86_BYTE_DOT
-      return DotQ4_1Tokens<K>(row, x, n, out);
+      return DotNibbleTokens<true, K>(row, x, n, out);
 #else
-      for (int k = 0; k < K; ++k) out[k] = DotQ4_1(row, x[k].q, x[k].scale, x[k].scaled_sum, n);
+      for (int k = 0; k < K; ++k) out[k] = DotNibbleRow<true>(row, x[k].q, x[k].scale, x[k].scaled_sum, n);
       return;
 #endif
     default:  // q4_0
 #if SQUEEZEKV_X86_BYTE_DOT
-      return DotQ4_0Tokens<K>(row, x, n, out);
+      return DotNibbleTokens<false, K>(row, x, n, out);
 #else
-      for (int k = 0; k < K; ++k) out[k] = DotQ4_0(row, x[k].q, x[k].scale, n);
+      for (int k = 0; k < K; ++k) out[k] = DotNibbleRow<false>(row, x[k].q, x[k].scale, nullptr, n);
 #endif
   }
 }
