@@ -1,24 +1,6 @@
 #include "squeezekv/engine/chat_template.h"
 
-#include <array>
-
 namespace squeezekv {
-namespace {
-
-constexpr std::array<std::string_view, 4> kLlama3Markers = {"<|start_header_id|>", "<|end_header_id|>",
-                                                            "<|eot_id|>", "<|begin_of_text|>"};
-constexpr std::array<std::string_view, 2> kChatmlMarkers = {"<|im_start|>", "<|im_end|>"};
-
-std::span<const std::string_view> markers(ChatFormat format) {
-  switch (format) {
-    case ChatFormat::llama3: return kLlama3Markers;
-    case ChatFormat::chatml: return kChatmlMarkers;
-    case ChatFormat::plain: break;
-  }
-  return {};
-}
-
-}  // namespace
 
 ChatFormat detect_chat_format(std::string_view t) {
   if (t.find("<|start_header_id|>") != std::string_view::npos && t.find("<|eot_id|>") != std::string_view::npos) {
@@ -104,38 +86,9 @@ std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> m
 }
 
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text) {
-  // No markers: exactly what `generate -p TEXT` encodes.
-  if (format == ChatFormat::plain) return tokenizer.encode(text, true);
-  std::vector<int32_t> ids;
-  if (tokenizer.add_bos_default() && tokenizer.bos()) ids.push_back(*tokenizer.bos());
-  const auto append_text = [&](std::string_view piece) {
-    if (piece.empty()) return;
-    const auto more = tokenizer.encode(piece, false);
-    ids.insert(ids.end(), more.begin(), more.end());
-  };
-  size_t from = 0;
-  while (from < text.size()) {
-    // The earliest marker from here that the vocabulary holds as one token.
-    size_t at = std::string_view::npos, len = 0;
-    std::optional<int32_t> id;
-    for (std::string_view m : markers(format)) {
-      const size_t p = text.find(m, from);
-      if (p == std::string_view::npos || p >= at) continue;
-      if (auto found = tokenizer.find_token(m)) {
-        at = p;
-        len = m.size();
-        id = found;
-      }
-    }
-    if (at == std::string_view::npos) {
-      append_text(text.substr(from));
-      break;
-    }
-    append_text(text.substr(from, at - from));
-    ids.push_back(*id);
-    from = at + len;
-  }
-  return ids;
+  // Plain: exactly what `generate -p TEXT` encodes. Otherwise the rendered markers are special
+  // tokens, parsed as llama-server parses a templated prompt.
+  return tokenizer.encode(text, true, format != ChatFormat::plain);
 }
 
 std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format) {

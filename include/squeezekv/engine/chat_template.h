@@ -45,8 +45,9 @@ std::string_view chat_format_name(ChatFormat format);
 // The conversation with the assistant's turn opened, as text (markers included).
 std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> messages);
 
-// Token ids of a rendered prompt: the format's markers become their single special tokens where
-// the vocabulary has them (the tokenizer alone would spell them out), the rest is encoded as text.
+// Token ids of a rendered prompt: BOS where the model asks for one, and the markers (every control
+// or user-defined token the text spells) as their single tokens, as llama-server tokenizes a
+// templated prompt; a plain prompt is encoded as text.
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text);
 
 // The token that ends the assistant's turn in this format, when the vocabulary has it: generation
