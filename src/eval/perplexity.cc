@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "squeezekv/base/errors.h"
@@ -131,11 +132,12 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
   };
   Accumulator reference_stats;
   reference_stats.layer_kept.assign(size_t(mc.n_layers), 0.0);
+  // BOS first in each chunk where the model wants one (llama-perplexity: only when add_bos_token is set).
+  const Tokenizer& tokenizer = engine.model().tokenizer();
+  const std::optional<int32_t> chunk_bos = tokenizer.add_bos_default() ? tokenizer.bos() : std::nullopt;
   for (int ci = 0; ci < chunks; ++ci) {
     std::copy(tokens.begin() + long(ci) * options.n_ctx, tokens.begin() + long(ci + 1) * options.n_ctx, chunk.begin());
-    // BOS first where the model wants one (llama-perplexity: only when add_bos_token is set).
-    const Tokenizer& tokenizer = engine.model().tokenizer();
-    if (tokenizer.add_bos_default() && tokenizer.bos()) chunk[0] = *tokenizer.bos();
+    if (chunk_bos) chunk[0] = *chunk_bos;
     // The shared full-cache pass: reference distributions for KL and top-1, and the scores of
     // every configuration that is the full cache itself (KL 0 by construction, not recomputed).
     run_chunk(*reference, &reference_stats, [&](int k, const float* row) {
