@@ -1,6 +1,6 @@
 // The in-tree fuzzing's knobs and mutator (tests/engine/fuzz_test.cc, tests/serve/serve_fuzz_test.cc).
 // Every run is bounded and seeded: CI runs the base counts with the fixed seeds; a release run
-// scales them and varies the seed (README, "Fuzzing"):
+// scales them and varies the seed (docs/guide.md, "Fuzzing"):
 //   SQUEEZEKV_FUZZ_SCALE=50 SQUEEZEKV_FUZZ_SEED=$RANDOM build/tests/engine/engine_fuzz_test
 // A failing case prints its seed and index, so it can be replayed.
 #pragma once

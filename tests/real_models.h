@@ -4,10 +4,14 @@
 #pragma once
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/model.h"
 
 namespace squeezekv::test {
@@ -30,16 +34,6 @@ inline const Model& smollm2() {
   static const Model model = Model::load(real_model_path(kSmolLM2File));
   return model;
 }
-
-}  // namespace squeezekv::test
-
-#include <cstring>
-#include <vector>
-
-#include "squeezekv/engine/gguf.h"
-#include "squeezekv/engine/gguf_writer.h"
-
-namespace squeezekv::test {
 
 // Writes `in` to `path` with every tensor dequantised to F32 and every key as it is: the file's own
 // weights, so that the engine can be compared with llama.cpp's run of the same F32 weights without
