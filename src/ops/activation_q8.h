@@ -11,19 +11,28 @@ inline constexpr int64_t activation_block = 32;
 
 struct QuantizedActivations {
   // x[i] ~= scale[i / 32] * q[i], |q| <= 127; q is widened to int16 once here so kernels load
-  // it directly. scale = max |x| / 127 over the block, kept in f32.
+  // it directly. As ggml's q8_0 and q8_1 blocks (so that greedy output matches llama.cpp's on
+  // quantised files): q = round-half-even(x * 127 / max |x|), scale = max |x| / 127 rounded to
+  // f16, scaled_sum = scale * sum(q) rounded to f16 from the unrounded scale.
   std::vector<int16_t> q;    // [n_tok * n_cols]
   std::vector<int8_t> q8;    // the same values as bytes, for kernels that multiply bytes
   std::vector<float> scale;  // [n_tok * n_cols / 32]
-  std::vector<float> scaled_sum;  // [n_tok * n_cols / 32]: scale * (sum of q over the block), for Q4_K mins
+  std::vector<float> scaled_sum;  // [n_tok * n_cols / 32]: scale * (sum of q over the block), for the mins
   // The prompt tiles' integer offset terms, stored ready to broadcast from memory: -128 * (sum of
   // q over the block) for Q8_0 weights held as w + 128, and -32 * (sum over each 16-element
   // half) for Q6_K's 6-bit values q + 32.
   std::vector<int32_t> q8_0_offset;  // [n_tok * n_cols / 32]
   std::vector<int32_t> q6_k_offset;  // [n_tok * n_cols / 16]
 
-  // n_cols is a multiple of 32. Keeps capacity across calls.
-  void assign(const float* x, int64_t n_tok, int64_t n_cols);
+  // n_cols is a multiple of 32 (of 256 for super_blocks). Keeps capacity across calls.
+  // super_blocks: one scale per 256 elements, as ggml's q8_K blocks that it dots with K-quant
+  // weights: q = min(127, round-half-even(x * iscale)), iscale = -127 / (the element of largest
+  // magnitude), scale = 1 / iscale in f32 (negative when that element is positive), repeated for
+  // each of the 8 blocks of 32, and scaled_sum = scale * sum(q) over each block of 32.
+  void assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks = false);
+
+ private:
+  void assign_super_blocks(const float* x, int64_t n_blocks);
 };
 
 // What the per-target kernels read: x itself for float weights, its quantised form otherwise.

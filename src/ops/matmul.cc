@@ -810,12 +810,17 @@ void run_rows(std::span<const MatmulOutput> outputs, const detail::MatmulInput& 
 detail::MatmulInput prepare_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tok) {
   thread_local detail::QuantizedActivations quantized;
   detail::MatmulInput in{x, nullptr, n_tok};
+  // K-quant weights take activations in 256-element blocks, the others in blocks of 32 (as ggml
+  // pairs them, so that results match llama.cpp's); a mixed call takes the finer blocks.
+  bool any_quantized = false, all_k_quants = true;
   for (const MatmulOutput& o : outputs) {
-    if (is_quantized(o.w->type)) {
-      quantized.assign(x, n_tok, o.w->n_cols);
-      in.quantized = &quantized;
-      break;
-    }
+    if (!is_quantized(o.w->type)) continue;
+    any_quantized = true;
+    all_k_quants = all_k_quants && block_layout(o.w->type).block_elems == 256;
+  }
+  if (any_quantized) {
+    quantized.assign(x, n_tok, outputs.front().w->n_cols, all_k_quants);
+    in.quantized = &quantized;
   }
   return in;
 }

@@ -175,9 +175,10 @@ TEST(ops_matmul, FusedProductsEqualSeparateMatmuls) {
   }
 }
 
-// With x exactly representable in 8 bits per block (integers times a power of two, each block
-// holding +-127), the integer kernels must agree with the exact dot to f32 rounding: any slip in
-// decoding nibbles, high bits, scales or mins would show far above that.
+// With x exactly representable in 8 bits per activation block (integers times a power of two,
+// each block holding 127; the blocks are 32 values, 256 for K-quants, as ggml's q8_0 and q8_K),
+// the integer kernels must agree with the exact dot to f32 rounding: any slip in decoding
+// nibbles, high bits, scales or mins would show far above that.
 TEST(ops_matmul, ExactActivationsGiveExactDots) {
   testing::for_each_target([&] {
     uint32_t seed = 500;
@@ -191,7 +192,8 @@ TEST(ops_matmul, ExactActivationsGiveExactDots) {
       std::vector<float> x(static_cast<size_t>(n_cols));
       for (int64_t i = 0; i < n_cols; ++i) {
         x[static_cast<size_t>(i)] = i % 32 == 5 ? 127.0f : static_cast<float>(level(rng));
-        x[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>(i / 32 % 3) - 4);
+        const int64_t block = block_layout(type).block_elems == 256 ? 256 : 32;
+        x[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>(i / block % 3) - 4);
       }
       std::vector<float> y(5), expected(5);
       matvec(m.view, x.data(), y.data());
