@@ -29,6 +29,7 @@ struct ServeArgs {
   double kv_limit_mib = 1024;
   size_t queue = 64;
   int max_sessions = 64;
+  int kept_caches = 16;
   int max_tokens = 1 << 16;
   double read_timeout_s = 10, idle_timeout_s = 5;
 };
@@ -73,6 +74,7 @@ void run(ServeArgs& a) {
   sched.queue_limit = a.queue;
   sched.chunk = a.model.n_batch;
   sched.max_sessions = a.max_sessions;
+  sched.kept_caches = a.kept_caches;
   serve::Scheduler scheduler(model, pool.get(), sched);
   serve::HttpServer server(model, scheduler, http);
   server.bind();
@@ -105,11 +107,15 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--host", args->http.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", args->http.port, "port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--kv-limit-mib", args->kv_limit_mib, "K/V memory of all sessions together, in MiB")->capture_default_str();
+  cmd->add_option("--kv-limit-mib", args->kv_limit_mib, "K/V memory of all sessions and kept caches together, in MiB")->capture_default_str();
   cmd->add_option("--queue", args->queue, "requests waiting for memory at most; beyond, 503")
       ->capture_default_str()->check(uint_range(1 << 20));
   cmd->add_option("--max-sessions", args->max_sessions, "sessions decoding together at most")
       ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--kept-caches", args->kept_caches,
+                  "finished conversations' caches kept resident, so that a request continuing one prefills only "
+                  "its new tokens (within --kv-limit-mib, least recently used dropped first; 0 = off)")
+      ->capture_default_str()->check(CLI::Range(0, 4096));
   cmd->add_option("--max-tokens", args->max_tokens, "largest max_tokens a request may ask")
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--max-body", args->http.max_body_bytes, "largest request body in bytes (413 beyond)")

@@ -14,6 +14,7 @@ namespace squeezekv::serve {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens a kept cache had already seen (not prefilled again)
 };
 
 // What the HTTP side takes at once: the text since its last take, and the end if it came.

@@ -215,8 +215,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   const std::string model_id = options.limits.model_id;
   const char* object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   auto usage_json = [](const Usage& u) {
-    return json{{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
-                {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+    return json{{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
   };
   auto chunk = [=](const json& choice) {
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", model_id},

@@ -43,10 +43,19 @@ std::string render_metrics(const SchedulerStats& s, const HttpCounters& h) {
          double(s.kv_promised_bytes));
   metric(out, "squeezekv_kv_resident_bytes", "gauge", "K/V bytes resident in all sessions after the last step.",
          double(s.kv_resident_bytes));
-  metric(out, "squeezekv_kv_resident_peak_bytes", "gauge", "The most K/V bytes resident after any step.",
+  metric(out, "squeezekv_kv_resident_peak_bytes", "gauge", "The most K/V bytes resident after any step, sessions and kept caches together.",
          double(s.kv_resident_peak_bytes));
   metric(out, "squeezekv_kv_promise_violations_total", "counter", "Steps where a session held more than it promised.",
          double(s.promise_violations));
+  metric(out, "squeezekv_kept_caches", "gauge", "Finished sessions' caches kept for continuation.", double(s.kept_caches));
+  metric(out, "squeezekv_kept_cache_bytes", "gauge", "K/V bytes of the kept caches.", double(s.kept_bytes));
+  metric(out, "squeezekv_kept_cache_hits_total", "counter", "Requests that continued a kept cache.", double(s.kept_hits));
+  metric(out, "squeezekv_kept_cache_misses_total", "counter", "Requests (cache_prompt on) that found no kept cache to continue.",
+         double(s.kept_misses));
+  metric(out, "squeezekv_kept_caches_dropped_total", "counter", "Kept caches dropped for memory or for --kept-caches.",
+         double(s.kept_dropped));
+  metric(out, "squeezekv_prompt_tokens_reused_total", "counter", "Prompt tokens not prefilled because a kept cache had seen them.",
+         double(s.prompt_tokens_reused));
   out += "# HELP squeezekv_session_kv_resident_bytes K/V bytes resident per session.\n"
          "# TYPE squeezekv_session_kv_resident_bytes gauge\n";
   for (const auto& x : s.sessions) {

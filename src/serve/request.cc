@@ -140,7 +140,7 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
                                                            "stream_options", "suffix", "top_logprobs"};
   static const std::set<std::string, std::less<>> known = {"model", "max_tokens", "max_completion_tokens",
                                                            "temperature", "top_p", "top_k", "seed", "stop",
-                                                           "stream", "squeezekv", "ignore_eos"};
+                                                           "stream", "squeezekv", "ignore_eos", "cache_prompt"};
   for (const auto& [key, value] : j.items()) {
     if (key == (chat ? "messages" : "prompt")) continue;
     if (!known.contains(key) && !inert.contains(key)) bad(key, "unknown field '" + key + "'");
@@ -196,6 +196,10 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   }
   if (given("stream_options") && !r.stream) {
     bad("stream_options", "'stream_options' is only allowed when 'stream' is true");  // as OpenAI answers
+  }
+  if (j.contains("cache_prompt") && !j["cache_prompt"].is_null()) {
+    if (!j["cache_prompt"].is_boolean()) bad("cache_prompt", "'cache_prompt' must be a boolean");
+    r.cache_prompt = j["cache_prompt"].get<bool>();
   }
   if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
     if (!j["ignore_eos"].is_boolean()) bad("ignore_eos", "'ignore_eos' must be a boolean");

@@ -44,6 +44,9 @@ struct CompletionRequest {
   bool ignore_eos = false;        // as llama.cpp's server: generate max_tokens whatever comes
   KVCacheConfig cache;
   std::optional<int32_t> stop_token;  // the chat format's end of turn, when the vocabulary has it
+  // As llama-server's: continue from a kept cache whose tokens begin this prompt, and keep this
+  // request's cache when it finishes (Scheduler, "kept caches").
+  bool cache_prompt = true;
 };
 
 // Parses and checks a /v1/completions (chat = false) or /v1/chat/completions body, tokenizes the

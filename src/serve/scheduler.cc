@@ -25,6 +25,9 @@ struct Scheduler::Session {
   Utf8Stream utf8;          // never sends half a character
   std::string held;         // text held back while it may be the start of a stop string
   bool done = false;
+  bool finished = false;    // done without error: the cache may be kept
+  std::vector<int32_t> seen;  // every token fed to the cache (prompt, then generated)
+  int reused = 0;           // prompt tokens a kept cache had seen
 
   Session(uint64_t id_, Job j, std::unique_ptr<ModelCache> c)
       : id(id_), job(std::move(j)), cache(std::move(c)), sampler(job.request.sampler) {}
@@ -84,6 +87,8 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s = stats_;
   s.queued = queue_.size();
   s.kv_promised_bytes = reserved_;
+  s.kept_caches = kept_.size();
+  s.kept_bytes = kept_bytes_;
   return s;
 }
 
@@ -100,6 +105,56 @@ void Scheduler::admit_locked() {
   stats_.queued = queue_.size();
 }
 
+void Scheduler::drop_kept_locked(size_t bytes_needed) {
+  while (!kept_.empty() && (reserved_ + kept_bytes_ + bytes_needed > options_.kv_limit_bytes ||
+                            kept_.size() > size_t(options_.kept_caches))) {
+    const auto lru = std::min_element(kept_.begin(), kept_.end(),
+                                      [](const Kept& a, const Kept& b) { return a.last_used < b.last_used; });
+    kept_bytes_ -= lru->bytes;
+    kept_.erase(lru);
+    ++stats_.kept_dropped;
+  }
+}
+
+std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
+  const CompletionRequest& r = job.request;
+  // The longest kept sequence this prompt continues (at least one token must be new: the cache
+  // keeps no logits).
+  auto best = kept_.end();
+  if (r.cache_prompt && options_.kept_caches > 0) {
+    for (auto k = kept_.begin(); k != kept_.end(); ++k) {
+      if (k->seen.size() >= r.tokens.size() || !(k->config == r.cache)) continue;
+      if (!std::equal(k->seen.begin(), k->seen.end(), r.tokens.begin())) continue;
+      if (best == kept_.end() || k->seen.size() > best->seen.size()) best = k;
+    }
+    ++(best != kept_.end() ? stats_.kept_hits : stats_.kept_misses);
+  }
+  if (best == kept_.end()) {
+    drop_kept_locked(0);  // the promises, this one included, plus what stays kept fit the limit
+    auto cache = engine_.make_cache(job.request.cache);
+    return std::make_unique<Session>(next_id_++, std::move(job), std::move(cache));
+  }
+  Kept k = std::move(*best);
+  kept_.erase(best);
+  kept_bytes_ -= k.bytes;
+  drop_kept_locked(0);
+  auto s = std::make_unique<Session>(next_id_++, std::move(job), std::move(k.cache));
+  s->fed = k.seen.size();
+  s->reused = int(k.seen.size());
+  s->seen = std::move(k.seen);
+  stats_.prompt_tokens_reused += uint64_t(s->reused);
+  return s;
+}
+
+void Scheduler::keep_locked(Session& s) {
+  if (!s.finished || !s.job.request.cache_prompt || options_.kept_caches <= 0) return;
+  Kept k{std::move(s.seen), s.job.request.cache, std::move(s.cache), 0, ++kept_clock_};
+  k.bytes = k.cache->kept_bytes();
+  kept_bytes_ += k.bytes;  // at most the promise it replaces (checked after every step)
+  kept_.push_back(std::move(k));
+  drop_kept_locked(0);     // the count
+}
+
 void Scheduler::run() {
   std::vector<std::unique_ptr<Session>> active;
   for (;;) {
@@ -114,8 +169,7 @@ void Scheduler::run() {
       admit_locked();
       for (Job& job : incoming_) {
         try {  // checked when parsed, so this should not throw; if it does, only this request fails
-          auto cache = engine_.make_cache(job.request.cache);
-          active.push_back(std::make_unique<Session>(next_id_++, std::move(job), std::move(cache)));
+          active.push_back(start_locked(std::move(job)));
         } catch (const std::exception& e) {
           job.channel->fail(500, std::string("cannot start the session: ") + e.what());
           reserved_ -= job.promise;
@@ -133,7 +187,8 @@ void Scheduler::run() {
   for (Job& j : queue_) j.channel->fail(503, "the server is shutting down");
   queue_.clear();
   incoming_.clear();
-  running_ = reserved_ = 0;
+  kept_.clear();
+  running_ = reserved_ = kept_bytes_ = 0;
   stats_.sessions.clear();
 }
 
@@ -161,8 +216,8 @@ static bool release_text(std::string& held, const std::vector<std::string>& stop
 }
 
 void Scheduler::finish(Session& s, const std::string& reason) {
-  s.done = true;
-  s.job.channel->finish(reason, {int(s.job.request.tokens.size()), s.generated});
+  s.done = s.finished = true;
+  s.job.channel->finish(reason, {int(s.job.request.tokens.size()), s.generated, s.reused});
 }
 
 bool Scheduler::emit(Session& s, int32_t token) {
@@ -222,10 +277,12 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       const bool last = s->fed + n == tokens.size();
       steps.push_back({std::span(tokens).subspan(s->fed, n), s->cache.get(), last ? Logits::last : Logits::none,
                        &s->logits});
+      s->seen.insert(s->seen.end(), tokens.begin() + long(s->fed), tokens.begin() + long(s->fed + n));
       s->fed += n;
       prefill_tokens += int(n);
     } else {
       steps.push_back({std::span(&s->next, 1), s->cache.get(), Logits::last, &s->logits});
+      s->seen.push_back(s->next);
     }
     in_step.push_back(s.get());
   }
@@ -247,6 +304,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       for (Session* s : in_step) {
         s->job.channel->fail(500, std::string("inference failed: ") + e.what());
         s->done = true;
+        s->finished = false;  // a half-updated cache is never kept
       }
     }
   }
@@ -268,7 +326,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
     }
     if (!s->done) sessions.push_back({s->id, bytes, s->job.promise});
   }
-  const size_t peak = resident;
+  const size_t peak = resident + kept_bytes_;  // only this thread changes kept_bytes_
   resident = 0;
   for (const auto& x : sessions) resident += x.resident_bytes;  // what stays after this step
   uint64_t finished = 0, prompt = 0;
@@ -279,6 +337,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
     prompt += s->job.request.tokens.size();
     reserved_ -= s->job.promise;
     --running_;
+    keep_locked(*s);
     return true;
   });
   const auto now = Clock::now();

@@ -6,6 +6,17 @@
 // Admission: a request's cache promises at most promised_kv_bytes (admission.h); it runs when the
 // promises of the running ones plus its own fit kv_limit_bytes, else it waits in a FIFO queue of
 // at most queue_limit requests, and beyond that it is refused.
+//
+// Kept caches: a session that finishes (cache_prompt on) leaves its cache resident, keyed by the
+// tokens it has seen, up to kept_caches of them. A request with the same cache configuration
+// whose prompt begins with a kept cache's whole sequence (and goes on past it) continues from it:
+// only the new tokens are prefilled, with the policy and allocator as they stand (an evicting
+// cache has already evicted; squeeze's schedule is not measured again). A prompt that diverges
+// inside a kept sequence starts fresh: an evicting cache cannot give back the rows it dropped, so
+// rewinding it to the shared prefix would not be the cache a prefill of that prefix builds.
+// Kept caches count against kv_limit_bytes: admission looks only at the running sessions'
+// promises, and when a session starts, the least recently used kept caches are dropped until
+// promises plus kept bytes fit the limit again.
 #pragma once
 
 #include <condition_variable>
@@ -28,6 +39,7 @@ struct SchedulerOptions {
   size_t queue_limit = 64;
   int chunk = 512;        // prompt tokens per prefill step of one session (generate's -b)
   int max_sessions = 64;  // sessions decoding together at most
+  int kept_caches = 16;   // finished sessions' caches kept for continuation (0: none)
 };
 
 enum class Admission { running, queued, queue_full, never_fits, shutting_down };
@@ -41,10 +53,14 @@ struct SchedulerStats {
   };
   std::vector<Session> sessions;
   size_t queued = 0;
+  size_t kept_caches = 0, kept_bytes = 0;  // idle caches kept for continuation, their K/V bytes
+  uint64_t kept_hits = 0, kept_misses = 0;  // requests (cache_prompt on) that continued one / did not
+  uint64_t kept_dropped = 0;                // kept caches dropped for memory or for the count
+  uint64_t prompt_tokens_reused = 0;        // prompt tokens not prefilled thanks to a kept cache
   size_t kv_limit_bytes = 0;
   size_t kv_promised_bytes = 0;   // reserved by the running sessions
   size_t kv_resident_bytes = 0;   // measured after the last step
-  size_t kv_resident_peak_bytes = 0;
+  size_t kv_resident_peak_bytes = 0;  // sessions and kept caches together
   uint64_t promise_violations = 0;  // a session above its promise (a bug if ever non-zero)
   uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0, finished = 0, cancelled = 0;
   double tokens_per_second = 0.0;  // generated tokens over the last few seconds
@@ -74,9 +90,19 @@ class Scheduler {
     size_t promise = 0;
   };
   struct Session;
+  struct Kept {
+    std::vector<int32_t> seen;  // every token the cache has taken, in order
+    KVCacheConfig config;       // the request's (unresolved) configuration
+    std::unique_ptr<ModelCache> cache;
+    size_t bytes = 0;
+    uint64_t last_used = 0;
+  };
 
   void run();
   void admit_locked();  // moves queue heads that fit into incoming_
+  std::unique_ptr<Session> start_locked(Job job);  // a kept cache continued, or a fresh one
+  void keep_locked(Session& s);                    // a finished session's cache joins kept_
+  void drop_kept_locked(size_t bytes_needed);      // LRU first, until promises + kept fit
   void step(std::vector<std::unique_ptr<Session>>& active);
   void finish(Session& s, const std::string& reason);
   bool emit(Session& s, int32_t token);  // true when the session is done
@@ -91,6 +117,9 @@ class Scheduler {
   std::vector<Job> incoming_;   // admitted, not yet picked up by the thread
   size_t running_ = 0;          // admitted sessions (incoming and active)
   size_t reserved_ = 0;         // their promises
+  std::vector<Kept> kept_;      // idle caches; changed by the scheduler thread under mutex_
+  size_t kept_bytes_ = 0;
+  uint64_t kept_clock_ = 0;     // ticks per use, for LRU
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   SchedulerStats stats_;

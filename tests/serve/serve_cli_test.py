@@ -84,7 +84,8 @@ class Curl(unittest.TestCase):
         j = json.loads(curl(self.port, "/v1/completions",
                             {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}))
         self.assertEqual(j["choices"][0]["text"], expected)
-        self.assertEqual(j["usage"], {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45})
+        self.assertEqual(j["usage"], {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45,
+                                      "prompt_tokens_details": {"cached_tokens": 0}})
         raw = curl(self.port, "/v1/completions",
                    {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stream": True})
         self.assertEqual(sse_text(raw, False)[0], expected)

@@ -88,6 +88,7 @@ TEST(ParseRequest, EveryBadInputNamesItsField) {
       {R"({"prompt":"a","temperature":-1})", false, 400, "temperature"},
       {R"({"prompt":"a","top_p":0})", false, 400, "top_p"},
       {R"({"prompt":"a","stream":1})", false, 400, "stream"},
+      {R"({"prompt":"a","cache_prompt":"yes"})", false, 400, "cache_prompt"},
       {R"({"prompt":"a","stop":[1]})", false, 400, "stop"},
       {R"({"prompt":"a","stop":["a","b","c","d","e"]})", false, 400, "stop"},
       {R"({"prompt":"a","colour":"red"})", false, 400, "colour"},

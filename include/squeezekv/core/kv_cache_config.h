@@ -92,6 +92,10 @@ struct KVCacheConfig {
   // Throws InvalidArgument naming the first bad field and its value: the cache's own fields, then
   // each component's parameters and rules (registry.h).
   void validate() const;
+
+  // Field by field, parameters included: the server continues a kept cache only under the same
+  // configuration.
+  bool operator==(const KVCacheConfig&) const = default;
 };
 
 // Bytes one token takes in one KV head (key and value) in the config's formats; KIVI: its codes
