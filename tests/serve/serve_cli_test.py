@@ -17,10 +17,10 @@ CLI = os.environ.get("SQUEEZEKV_CLI", "build/squeezekv")
 MODEL = "../shared/models/stories260K.gguf"
 
 
-def start(*extra):
+def start(*extra, model=MODEL, threads=1):
     # Under AddressSanitizer freed memory waits in a quarantine, which reads as growth: none here.
     asan = ":".join(x for x in (os.environ.get("ASAN_OPTIONS", ""), "quarantine_size_mb=0") if x)
-    p = subprocess.Popen([CLI, "serve", "-m", MODEL, "--port", "0", "-t", "1", *extra],
+    p = subprocess.Popen([CLI, "serve", "-m", model, "--port", "0", "-t", str(threads), *extra],
                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                          env=dict(os.environ, ASAN_OPTIONS=asan))
     line = p.stderr.readline()
