@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "serve/request.h"
@@ -170,6 +171,55 @@ TEST(KeptCaches, ATightLimitDropsTheLeastRecentlyUsedAndAnswersEveryRequest) {
   ASSERT_EQ(last.size(), 2u);
   EXPECT_GT(last[1].cached_tokens, 0);
   EXPECT_EQ(complete(s, turn_body(std::string(starts[0]) + " there was")).cached_tokens, 0);
+}
+
+TEST(KeptCaches, EveryStorageFormatAndPolicyContinuesWithinItsPromise) {
+  Served s(size_t(1) << 30, 64);
+  const json caches[] = {
+      {{"method", "full"}, {"kv_type", "q8_0"}},       {{"method", "squeeze"}, {"budget", 24}, {"kv_type", "q4_0"}},
+      {{"method", "kivi"}}, {{"method", "h2o"}, {"budget", 24}}, {{"method", "snapkv"}, {"budget", 48}},
+      {{"method", "streaming"}, {"budget", 24}, {"kv_type", "f32"}}};
+  for (const json& cache : caches) {
+    SCOPED_TRACE(cache.dump());
+    const std::vector<Reply> replies = converse(s, "One day, a little bird", 5, cache);
+    ASSERT_EQ(replies.size(), 5u);
+    for (size_t t = 1; t < replies.size(); ++t) EXPECT_EQ(replies[t].cached_tokens, seen_after(replies[t - 1]));
+  }
+  EXPECT_EQ(s.metric("squeezekv_kv_promise_violations_total"), 0.0);
+}
+
+TEST(KeptCaches, ConcurrentConversationsEachContinueTheirOwn) {
+  Served s(size_t(1) << 30, 64);
+  const char* const starts[] = {"Once upon a time", "The dog", "Lily and Ben went to the park.", "One day"};
+  std::vector<std::vector<Reply>> replies(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { replies[size_t(i)] = converse(s, starts[i], 6); });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(starts[i]);
+    ASSERT_EQ(replies[size_t(i)].size(), 6u);
+    for (size_t t = 1; t < 6; ++t) EXPECT_EQ(replies[size_t(i)][t].cached_tokens, seen_after(replies[size_t(i)][t - 1]));
+  }
+  EXPECT_EQ(s.metric("squeezekv_kept_cache_hits_total"), 4 * 5.0);
+  EXPECT_EQ(s.metric("squeezekv_kept_caches"), 4.0);
+}
+
+TEST(KeptCaches, AStreamedTurnContinuesAndIsKeptToo) {
+  Served s(size_t(1) << 30, 64);
+  const Reply first = complete(s, turn_body("Once upon a time"));
+  ASSERT_EQ(first.status, 200);
+  json body = turn_body("Once upon a time" + first.text + " Then");
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto r = s.client().Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const std::string key = "\"cached_tokens\":";
+  const size_t at = r->body.find(key);
+  ASSERT_NE(at, std::string::npos) << r->body;
+  EXPECT_EQ(std::stoi(r->body.substr(at + key.size())), seen_after(first));
+  EXPECT_EQ(s.metric("squeezekv_kept_cache_hits_total"), 1.0);
+  EXPECT_EQ(s.metric("squeezekv_kept_caches"), 1.0);  // the streamed turn's cache replaced the first's
 }
 
 TEST(KeptCaches, OffWithKeptCachesZero) {
