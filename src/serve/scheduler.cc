@@ -105,8 +105,8 @@ void Scheduler::admit_locked() {
   stats_.queued = queue_.size();
 }
 
-void Scheduler::drop_kept_locked(size_t bytes_needed) {
-  while (!kept_.empty() && (reserved_ + kept_bytes_ + bytes_needed > options_.kv_limit_bytes ||
+void Scheduler::drop_kept_locked() {
+  while (!kept_.empty() && (reserved_ + kept_bytes_ > options_.kv_limit_bytes ||
                             kept_.size() > size_t(options_.kept_caches))) {
     const auto lru = std::min_element(kept_.begin(), kept_.end(),
                                       [](const Kept& a, const Kept& b) { return a.last_used < b.last_used; });
@@ -130,14 +130,14 @@ std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
     ++(best != kept_.end() ? stats_.kept_hits : stats_.kept_misses);
   }
   if (best == kept_.end()) {
-    drop_kept_locked(0);  // the promises, this one included, plus what stays kept fit the limit
+    drop_kept_locked();  // the promises, this one included, plus what stays kept fit the limit
     auto cache = engine_.make_cache(job.request.cache);
     return std::make_unique<Session>(next_id_++, std::move(job), std::move(cache));
   }
   Kept k = std::move(*best);
   kept_.erase(best);
   kept_bytes_ -= k.bytes;
-  drop_kept_locked(0);
+  drop_kept_locked();
   auto s = std::make_unique<Session>(next_id_++, std::move(job), std::move(k.cache));
   s->fed = k.seen.size();
   s->reused = int(k.seen.size());
@@ -152,7 +152,7 @@ void Scheduler::keep_locked(Session& s) {
   k.bytes = k.cache->kept_bytes();
   kept_bytes_ += k.bytes;  // at most the promise it replaces (checked after every step)
   kept_.push_back(std::move(k));
-  drop_kept_locked(0);     // the count
+  drop_kept_locked();     // the count
 }
 
 void Scheduler::run() {

@@ -102,7 +102,7 @@ class Scheduler {
   void admit_locked();  // moves queue heads that fit into incoming_
   std::unique_ptr<Session> start_locked(Job job);  // a kept cache continued, or a fresh one
   void keep_locked(Session& s);                    // a finished session's cache joins kept_
-  void drop_kept_locked(size_t bytes_needed);      // LRU first, until promises + kept fit
+  void drop_kept_locked();  // LRU first, until promises + kept fit the limit and the count
   void step(std::vector<std::unique_ptr<Session>>& active);
   void finish(Session& s, const std::string& reason);
   bool emit(Session& s, int32_t token);  // true when the session is done
