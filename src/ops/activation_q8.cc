@@ -32,38 +32,23 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols,
   q8_0_offset.resize(n_blocks);
   q6_k_offset.resize(2 * n_blocks);
   if (super_blocks) {
-    assign_super_blocks(x, static_cast<int64_t>(n_blocks));
+    assign_super_blocks(x, n_blocks);
     return;
   }
   for (size_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * activation_block;
     float amax = 0.0f;
     for (int64_t i = 0; i < activation_block; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int32_t total = 0;
-    int16_t* qb = q.data() + b * activation_block;
-    int8_t* q8b = q8.data() + b * activation_block;
-    for (int64_t i = 0; i < activation_block; ++i) {
-      // The clamp guards against inv * amax rounding just above 127.
-      const int v = std::clamp(round_half_even(xb[i] * inv), -127, 127);
-      qb[i] = static_cast<int16_t>(v);
-      q8b[i] = static_cast<int8_t>(v);
-      total += v;
-    }
-    int32_t first_half = 0;
-    for (int64_t i = 0; i < activation_block / 2; ++i) first_half += qb[i];
+    const int32_t total = quantize_block(xb, amax != 0.0f ? 127.0f / amax : 0.0f, b);
     const float s = amax / 127.0f;
     scale[b] = fp16_round(s);
     scaled_sum[b] = fp16_round(s * static_cast<float>(total));
-    q8_0_offset[b] = -128 * total;
-    q6_k_offset[2 * b] = -32 * first_half;
-    q6_k_offset[2 * b + 1] = -32 * (total - first_half);
   }
 }
 
-void QuantizedActivations::assign_super_blocks(const float* x, int64_t n_blocks) {
-  constexpr int64_t kPerSuper = 256 / activation_block;
-  for (int64_t sb = 0; sb < n_blocks / kPerSuper; ++sb) {
+void QuantizedActivations::assign_super_blocks(const float* x, size_t n_blocks) {
+  constexpr size_t kPerSuper = 256 / activation_block;
+  for (size_t sb = 0; sb < n_blocks / kPerSuper; ++sb) {
     const float* xs = x + sb * 256;
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < 256; ++i) {
@@ -74,26 +59,30 @@ void QuantizedActivations::assign_super_blocks(const float* x, int64_t n_blocks)
     }
     const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
     const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
-    for (int64_t b = sb * kPerSuper; b < (sb + 1) * kPerSuper; ++b) {
-      const float* xb = x + b * activation_block;
-      int16_t* qb = q.data() + b * activation_block;
-      int8_t* q8b = q8.data() + b * activation_block;
-      int32_t total = 0, first_half = 0;
-      for (int64_t i = 0; i < activation_block; ++i) {
-        // ggml clamps only at 127 (finite x gives v >= -127); the clamp below keeps NaN in range.
-        const int v = std::clamp(round_half_even(xb[i] * iscale), -127, 127);
-        qb[i] = static_cast<int16_t>(v);
-        q8b[i] = static_cast<int8_t>(v);
-        total += v;
-        if (i < activation_block / 2) first_half += v;
-      }
+    for (size_t b = sb * kPerSuper; b < (sb + 1) * kPerSuper; ++b) {
+      const int32_t total = quantize_block(x + b * activation_block, iscale, b);
       scale[b] = d;
       scaled_sum[b] = d * static_cast<float>(total);
-      q8_0_offset[b] = -128 * total;
-      q6_k_offset[2 * b] = -32 * first_half;
-      q6_k_offset[2 * b + 1] = -32 * (total - first_half);
     }
   }
+}
+
+int32_t QuantizedActivations::quantize_block(const float* xb, float inv, size_t b) {
+  int16_t* qb = q.data() + b * activation_block;
+  int8_t* q8b = q8.data() + b * activation_block;
+  int32_t total = 0, first_half = 0;
+  for (int64_t i = 0; i < activation_block; ++i) {
+    // |x * inv| <= 127 up to rounding (ggml clamps only at 127); the clamp also keeps NaN in range.
+    const int v = std::clamp(round_half_even(xb[i] * inv), -127, 127);
+    qb[i] = static_cast<int16_t>(v);
+    q8b[i] = static_cast<int8_t>(v);
+    total += v;
+    if (i < activation_block / 2) first_half += v;
+  }
+  q8_0_offset[b] = -128 * total;
+  q6_k_offset[2 * b] = -32 * first_half;
+  q6_k_offset[2 * b + 1] = -32 * (total - first_half);
+  return total;
 }
 
 }  // namespace squeezekv::detail

@@ -2,6 +2,7 @@
 // dots with quantised weights run on integers (as ggml's vec_dot_*_q8_0 does).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -32,7 +33,9 @@ struct QuantizedActivations {
   void assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks = false);
 
  private:
-  void assign_super_blocks(const float* x, int64_t n_blocks);
+  void assign_super_blocks(const float* x, size_t n_blocks);
+  // Block b's codes q = round-half-even(x * inv) and its integer offsets; returns sum(q).
+  int32_t quantize_block(const float* xb, float inv, size_t b);
 };
 
 // What the per-target kernels read: x itself for float weights, its quantised form otherwise.

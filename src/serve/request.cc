@@ -190,21 +190,17 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   if (j.contains("seed") && !j["seed"].is_null()) {
     r.sampler.seed = uint64_t(get_int(j["seed"], "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   }
-  if (j.contains("stream") && !j["stream"].is_null()) {
-    if (!j["stream"].is_boolean()) bad("stream", "'stream' must be a boolean");
-    r.stream = j["stream"].get<bool>();
-  }
+  const auto read_bool = [&](const char* key, bool& out) {
+    if (!given(key)) return;
+    if (!j[key].is_boolean()) bad(key, std::string("'") + key + "' must be a boolean");
+    out = j[key].get<bool>();
+  };
+  read_bool("stream", r.stream);
   if (given("stream_options") && !r.stream) {
     bad("stream_options", "'stream_options' is only allowed when 'stream' is true");  // as OpenAI answers
   }
-  if (j.contains("cache_prompt") && !j["cache_prompt"].is_null()) {
-    if (!j["cache_prompt"].is_boolean()) bad("cache_prompt", "'cache_prompt' must be a boolean");
-    r.cache_prompt = j["cache_prompt"].get<bool>();
-  }
-  if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
-    if (!j["ignore_eos"].is_boolean()) bad("ignore_eos", "'ignore_eos' must be a boolean");
-    r.ignore_eos = j["ignore_eos"].get<bool>();
-  }
+  read_bool("cache_prompt", r.cache_prompt);
+  read_bool("ignore_eos", r.ignore_eos);
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];
     if (s.is_string()) {

@@ -26,7 +26,7 @@ struct Scheduler::Session {
   std::string held;         // text held back while it may be the start of a stop string
   bool done = false;
   bool finished = false;    // done without error: the cache may be kept
-  std::vector<int32_t> seen;  // every token fed to the cache (prompt, then generated)
+  std::vector<int32_t> decoded;  // generated tokens fed to the cache (after the whole prompt)
   int reused = 0;           // prompt tokens a kept cache had seen
 
   Session(uint64_t id_, Job j, std::unique_ptr<ModelCache> c)
@@ -106,12 +106,12 @@ void Scheduler::admit_locked() {
 }
 
 void Scheduler::drop_kept_locked() {
+  // kept_ is in the order the caches were kept (a continued one leaves it), so the front is the
+  // least recently used.
   while (!kept_.empty() && (reserved_ + kept_bytes_ > options_.kv_limit_bytes ||
                             kept_.size() > size_t(options_.kept_caches))) {
-    const auto lru = std::min_element(kept_.begin(), kept_.end(),
-                                      [](const Kept& a, const Kept& b) { return a.last_used < b.last_used; });
-    kept_bytes_ -= lru->bytes;
-    kept_.erase(lru);
+    kept_bytes_ -= kept_.front().bytes;
+    kept_.erase(kept_.begin());
     ++stats_.kept_dropped;
   }
 }
@@ -119,40 +119,45 @@ void Scheduler::drop_kept_locked() {
 std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
   const CompletionRequest& r = job.request;
   // The longest kept sequence this prompt continues (at least one token must be new: the cache
-  // keeps no logits).
-  auto best = kept_.end();
+  // keeps no logits). It leaves kept_: one conversation, one cache.
+  std::unique_ptr<ModelCache> cache;
+  size_t reused = 0;
   if (r.cache_prompt && options_.kept_caches > 0) {
+    auto best = kept_.end();
     for (auto k = kept_.begin(); k != kept_.end(); ++k) {
       if (k->seen.size() >= r.tokens.size() || !(k->config == r.cache)) continue;
       if (!std::equal(k->seen.begin(), k->seen.end(), r.tokens.begin())) continue;
       if (best == kept_.end() || k->seen.size() > best->seen.size()) best = k;
     }
-    ++(best != kept_.end() ? stats_.kept_hits : stats_.kept_misses);
+    if (best == kept_.end()) {
+      ++stats_.kept_misses;
+    } else {
+      ++stats_.kept_hits;
+      reused = best->seen.size();
+      cache = std::move(best->cache);
+      kept_bytes_ -= best->bytes;
+      kept_.erase(best);
+    }
   }
-  if (best == kept_.end()) {
-    drop_kept_locked();  // the promises, this one included, plus what stays kept fit the limit
-    auto cache = engine_.make_cache(job.request.cache);
-    return std::make_unique<Session>(next_id_++, std::move(job), std::move(cache));
-  }
-  Kept k = std::move(*best);
-  kept_.erase(best);
-  kept_bytes_ -= k.bytes;
-  drop_kept_locked();
-  auto s = std::make_unique<Session>(next_id_++, std::move(job), std::move(k.cache));
-  s->fed = k.seen.size();
-  s->reused = int(k.seen.size());
-  s->seen = std::move(k.seen);
-  stats_.prompt_tokens_reused += uint64_t(s->reused);
+  drop_kept_locked();  // the promises, this one included, plus what stays kept fit the limit
+  if (!cache) cache = engine_.make_cache(r.cache);
+  auto s = std::make_unique<Session>(next_id_++, std::move(job), std::move(cache));
+  s->fed = reused;
+  s->reused = int(reused);
+  stats_.prompt_tokens_reused += reused;
   return s;
 }
 
 void Scheduler::keep_locked(Session& s) {
   if (!s.finished || !s.job.request.cache_prompt || options_.kept_caches <= 0) return;
-  Kept k{std::move(s.seen), s.job.request.cache, std::move(s.cache), 0, ++kept_clock_};
-  k.bytes = k.cache->kept_bytes();
-  kept_bytes_ += k.bytes;  // at most the promise it replaces (checked after every step)
-  kept_.push_back(std::move(k));
-  drop_kept_locked();     // the count
+  // What the cache has taken: the whole prompt (a session finishes only after it), then the
+  // generated tokens it was fed.
+  std::vector<int32_t> seen = std::move(s.job.request.tokens);
+  seen.insert(seen.end(), s.decoded.begin(), s.decoded.end());
+  const size_t bytes = s.cache->kept_bytes();
+  kept_bytes_ += bytes;  // at most the promise it replaces (checked after every step)
+  kept_.push_back({std::move(seen), s.job.request.cache, std::move(s.cache), bytes});
+  drop_kept_locked();    // the count
 }
 
 void Scheduler::run() {
@@ -277,12 +282,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       const bool last = s->fed + n == tokens.size();
       steps.push_back({std::span(tokens).subspan(s->fed, n), s->cache.get(), last ? Logits::last : Logits::none,
                        &s->logits});
-      s->seen.insert(s->seen.end(), tokens.begin() + long(s->fed), tokens.begin() + long(s->fed + n));
       s->fed += n;
       prefill_tokens += int(n);
     } else {
       steps.push_back({std::span(&s->next, 1), s->cache.get(), Logits::last, &s->logits});
-      s->seen.push_back(s->next);
+      s->decoded.push_back(s->next);
     }
     in_step.push_back(s.get());
   }
@@ -303,8 +307,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       // The batch's caches may be half updated: every session in it ends with the error.
       for (Session* s : in_step) {
         s->job.channel->fail(500, std::string("inference failed: ") + e.what());
-        s->done = true;
-        s->finished = false;  // a half-updated cache is never kept
+        s->done = true;  // not finished: a half-updated cache is never kept
       }
     }
   }

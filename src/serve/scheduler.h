@@ -94,14 +94,13 @@ class Scheduler {
     std::vector<int32_t> seen;  // every token the cache has taken, in order
     KVCacheConfig config;       // the request's (unresolved) configuration
     std::unique_ptr<ModelCache> cache;
-    size_t bytes = 0;
-    uint64_t last_used = 0;
+    size_t bytes = 0;           // its K/V bytes (an idle cache does not change)
   };
 
   void run();
   void admit_locked();  // moves queue heads that fit into incoming_
   std::unique_ptr<Session> start_locked(Job job);  // a kept cache continued, or a fresh one
-  void keep_locked(Session& s);                    // a finished session's cache joins kept_
+  void keep_locked(Session& s);  // a finished session's cache (and its prompt tokens) move to kept_
   void drop_kept_locked();  // LRU first, until promises + kept fit the limit and the count
   void step(std::vector<std::unique_ptr<Session>>& active);
   void finish(Session& s, const std::string& reason);
@@ -117,9 +116,8 @@ class Scheduler {
   std::vector<Job> incoming_;   // admitted, not yet picked up by the thread
   size_t running_ = 0;          // admitted sessions (incoming and active)
   size_t reserved_ = 0;         // their promises
-  std::vector<Kept> kept_;      // idle caches; changed by the scheduler thread under mutex_
+  std::vector<Kept> kept_;      // idle caches, oldest first; changed by the scheduler thread under mutex_
   size_t kept_bytes_ = 0;
-  uint64_t kept_clock_ = 0;     // ticks per use, for LRU
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   SchedulerStats stats_;
