@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 
 #include "serve/admission.h"
 #include "squeezekv/base/utf8.h"
@@ -26,6 +27,7 @@ struct Scheduler::Session {
   std::string held;         // text held back while it may be the start of a stop string
   bool done = false;
   bool finished = false;    // done without error: the cache may be kept
+  std::string finish_reason;  // told to the client once the session has left the step (see step)
   std::vector<int32_t> decoded;  // generated tokens fed to the cache (after the whole prompt)
   int reused = 0;           // prompt tokens a kept cache had seen
 
@@ -222,7 +224,7 @@ static bool release_text(std::string& held, const std::vector<std::string>& stop
 
 void Scheduler::finish(Session& s, const std::string& reason) {
   s.done = s.finished = true;
-  s.job.channel->finish(reason, {int(s.job.request.tokens.size()), s.generated, s.reused});
+  s.finish_reason = reason;
 }
 
 bool Scheduler::emit(Session& s, int32_t token) {
@@ -334,15 +336,27 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   for (const auto& x : sessions) resident += x.resident_bytes;  // what stays after this step
   uint64_t finished = 0, prompt = 0;
   std::lock_guard lock(mutex_);
-  std::erase_if(active, [&](const std::unique_ptr<Session>& s) {
-    if (!s->done) return false;
+  // Done sessions leave the step (kept order for the rest) and free their promise.
+  const auto first_done = std::stable_partition(active.begin(), active.end(),
+                                                [](const std::unique_ptr<Session>& s) { return !s->done; });
+  std::vector<std::unique_ptr<Session>> finished_sessions(std::make_move_iterator(first_done),
+                                                          std::make_move_iterator(active.end()));
+  active.erase(first_done, active.end());
+  for (const auto& s : finished_sessions) {
     ++finished;
     prompt += s->job.request.tokens.size();
     reserved_ -= s->job.promise;
     --running_;
-    keep_locked(*s);
-    return true;
-  });
+  }
+  // The client hears of the end only once its cache is kept and the stats count it, so a client
+  // that reads /metrics (or sends its next turn) after an answer sees that answer's effects.
+  for (auto& s : finished_sessions) {
+    if (!s->finished) continue;
+    const Usage usage{int(s->job.request.tokens.size()), s->generated, s->reused};
+    const std::shared_ptr<Channel> channel = s->job.channel;
+    keep_locked(*s);  // takes the request's tokens
+    channel->finish(s->finish_reason, usage);
+  }
   const auto now = Clock::now();
   recent_.emplace_back(now, generated);
   while (!recent_.empty() && now - recent_.front().first > std::chrono::seconds(5)) recent_.pop_front();

@@ -222,6 +222,24 @@ TEST(KeptCaches, AStreamedTurnContinuesAndIsKeptToo) {
   EXPECT_EQ(s.metric("squeezekv_kept_caches"), 1.0);  // the streamed turn's cache replaced the first's
 }
 
+// A client that has its answer and reads /metrics at once (as the openai chat test does) sees the
+// answer's cache kept and the request counted: the scheduler tells the client last. Before that
+// order, a read raced the keeping and now and then found 0 kept bytes.
+TEST(KeptCaches, AnAnswerIsKeptAndCountedBeforeItsClientHearsOfIt) {
+  Served s(size_t(1) << 30, 64);
+  const json squeeze = {{"method", "squeeze"}, {"budget", 16}};
+  std::string prompt = "Lily and Ben went to the park.";
+  for (int t = 0; t < 24; ++t) {
+    SCOPED_TRACE("turn " + std::to_string(t));
+    const Reply r = complete(s, turn_body(prompt, squeeze));
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(s.metric("squeezekv_requests_finished_total"), double(t + 1));
+    EXPECT_EQ(s.metric("squeezekv_kept_caches"), 1.0);
+    EXPECT_GT(s.metric("squeezekv_kept_cache_bytes"), 0.0);
+    prompt += r.text + kFollowUps[t % 5];
+  }
+}
+
 TEST(KeptCaches, OffWithKeptCachesZero) {
   Served s(size_t(1) << 30, 64, 200, 1 << 16, {}, 0);
   const std::vector<Reply> replies = converse(s, "Once upon a time", 3);
