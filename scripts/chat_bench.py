@@ -2,7 +2,8 @@
 """A long chat against an OpenAI-compatible server, the way clients hold one: every turn sends the
 whole history. Times each turn and records the server's usage counts (cached_tokens: the prompt
 tokens a kept cache had seen), its resident memory (--pid) and, from squeezekv's /metrics, the kept
-caches' K/V bytes. Works with `squeezekv serve` and with llama-server (same endpoints, same
+caches' K/V bytes; with --pid also the server's CPU seconds per turn, which a busy machine does not
+stretch as it does the wall time. Works with `squeezekv serve` and with llama-server (same endpoints, same
 `cache_prompt` field).
 
   build/squeezekv serve -m SMOLLM2 --port 8080 --method squeeze --budget 512 &
@@ -14,6 +15,7 @@ history again. Standard library only; progress on stderr; exit status 2 on bad a
 """
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -51,6 +53,16 @@ def rss_mib(pid):
     return None
 
 
+def cpu_seconds(pid):
+    """The server's user + system CPU time: unlike the wall time, not stretched by other work on a
+    shared machine."""
+    if not pid:
+        return None
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def body_for(messages, args, cache_prompt):
     body = {"messages": messages, "max_tokens": args.max_tokens, "temperature": 0, "cache_prompt": cache_prompt}
     if args.squeezekv:
@@ -59,15 +71,17 @@ def body_for(messages, args, cache_prompt):
 
 
 def one_turn(args, messages, cache_prompt):
+    cpu0 = cpu_seconds(args.pid)
     t0 = time.perf_counter()
     r = post(args.url, body_for(messages, args, cache_prompt), args.timeout)
     seconds = time.perf_counter() - t0
+    cpu = cpu_seconds(args.pid) - cpu0 if cpu0 is not None else None
     usage = r.get("usage", {})
     details = usage.get("prompt_tokens_details") or {}
     # llama-server reports its reuse in timings.cache_n; squeezekv in OpenAI's field.
     cached = details.get("cached_tokens", r.get("timings", {}).get("cache_n"))
     return r["choices"][0]["message"]["content"], {
-        "seconds": seconds, "prompt_tokens": usage.get("prompt_tokens"),
+        "seconds": seconds, "cpu_seconds": cpu, "prompt_tokens": usage.get("prompt_tokens"),
         "completion_tokens": usage.get("completion_tokens"), "cached_tokens": cached,
         "rss_mib": rss_mib(args.pid), "kept_bytes": kept_bytes(args.url)}
 
@@ -115,11 +129,22 @@ def replay(args):
 
 
 def summary(turns):
-    def mean(rows):
-        return sum(r["seconds"] for r in rows) / len(rows) if rows else float("nan")
+    def mean(rows, key="seconds"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
     early, late = turns[9:110], turns[-100:]
-    return {"turns": len(turns), "mean_seconds_turns_10_110": mean(early), "mean_seconds_last_100": mean(late),
-            "ratio_last_100_to_10_110": mean(late) / mean(early) if early and late else None}
+    out = {"turns": len(turns), "mean_seconds_turns_10_110": mean(early), "mean_seconds_last_100": mean(late),
+           "ratio_last_100_to_10_110": ratio(mean(late), mean(early)),
+           "mean_completion_tokens_turns_10_110": mean(early, "completion_tokens"),
+           "mean_completion_tokens_last_100": mean(late, "completion_tokens")}
+    if any(r.get("cpu_seconds") is not None for r in turns):
+        out.update({"mean_cpu_seconds_turns_10_110": mean(early, "cpu_seconds"),
+                    "mean_cpu_seconds_last_100": mean(late, "cpu_seconds"),
+                    "cpu_ratio_last_100_to_10_110": ratio(mean(late, "cpu_seconds"), mean(early, "cpu_seconds"))})
+    return out
 
 
 def main():

@@ -20,12 +20,14 @@ cmake -S . -B "$build" -G Ninja "${flags[@]}" >/dev/null
 cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
 if [ "${1:-}" = "--sanitize" ]; then
-  tsan_tests=(ops_thread_pool_test core_concurrency_test serve_http_test serve_contract_test serve_kept_test)
+  tsan_tests=(ops_thread_pool_test core_concurrency_test engine_fragment_memo_test serve_http_test serve_contract_test
+              serve_kept_test)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSQUEEZEKV_WERROR=ON -DSQUEEZEKV_TSAN=ON \
     -DSQUEEZEKV_BUILD_BENCHMARKS=OFF -DSQUEEZEKV_BUILD_SHARED=OFF >/dev/null
   cmake --build build-tsan --target "${tsan_tests[@]}"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/ops/ops_thread_pool_test
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/core/core_concurrency_test
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/engine/engine_fragment_memo_test
   # Debian's cpp-httplib is uninstrumented: its regex internals are suppressed (tests/serve/tsan.supp).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=tests/serve/tsan.supp" \
     build-tsan/tests/serve/serve_http_test

@@ -85,10 +85,11 @@ std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> m
   return out;
 }
 
-std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text) {
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text,
+                                 FragmentMemo* memo) {
   // Plain: exactly what `generate -p TEXT` encodes. Otherwise the rendered markers are special
   // tokens, parsed as llama-server parses a templated prompt.
-  return tokenizer.encode(text, true, format != ChatFormat::plain);
+  return tokenizer.encode(text, true, format != ChatFormat::plain, memo);
 }
 
 std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format) {

@@ -138,7 +138,8 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                      FragmentMemo* memo) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_special && add_bos_ && bos_) out.push_back(*bos_);
@@ -171,8 +172,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   for (const Fragment& f : fragments) {
     if (f.id >= 0) {
       out.push_back(f.id);
-    } else {
+    } else if (memo == nullptr) {
       encode_text(f.text, out);
+    } else if (!memo->find(f.text, out)) {
+      const size_t start = out.size();
+      encode_text(f.text, out);
+      memo->add(f.text, std::span(out).subspan(start));
     }
   }
   return out;

@@ -91,6 +91,7 @@ struct HttpServer::Impl {
   HttpOptions options;
   ConnectionServer server;
   HttpCounters counters;
+  FragmentMemo fragments;  // a chat resent whole every turn is tokenized message by message once
   std::atomic<uint64_t> next_id{1};
   int bound_port = 0;
 
@@ -115,6 +116,8 @@ void HttpServer::Impl::routes() {
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     counters.connections_open = server.open_connections();
     counters.connections_refused = server.refused_connections();
+    counters.fragments_reused = fragments.hits();
+    counters.fragments_encoded = fragments.misses();
     res.set_content(render_metrics(scheduler.stats(), counters), "text/plain; version=0.0.4");
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
@@ -183,7 +186,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   ++(chat ? counters.chat_completions : counters.completions);
   CompletionRequest request;
   try {
-    request = parse_request(req.body, chat, options.limits, model.tokenizer());
+    request = parse_request(req.body, chat, options.limits, model.tokenizer(), &fragments);
   } catch (const RequestError& e) {
     ++counters.client_errors;
     return send_error(req, res, e.failure, e.what(), e.param);

@@ -56,6 +56,10 @@ std::string render_metrics(const SchedulerStats& s, const HttpCounters& h) {
          double(s.kept_dropped));
   metric(out, "squeezekv_prompt_tokens_reused_total", "counter", "Prompt tokens not prefilled because a kept cache had seen them.",
          double(s.prompt_tokens_reused));
+  metric(out, "squeezekv_prompt_fragments_reused_total", "counter",
+         "Chat prompt fragments (text between special tokens) found tokenized already.", double(h.fragments_reused.load()));
+  metric(out, "squeezekv_prompt_fragments_encoded_total", "counter", "Chat prompt fragments tokenized anew.",
+         double(h.fragments_encoded.load()));
   out += "# HELP squeezekv_session_kv_resident_bytes K/V bytes resident per session.\n"
          "# TYPE squeezekv_session_kv_resident_bytes gauge\n";
   for (const auto& x : s.sessions) {

@@ -16,6 +16,8 @@ struct HttpCounters {
   std::atomic<uint64_t> rejected{0};       // 503: queue full or shutting down
   std::atomic<uint64_t> disconnects{0};    // clients gone before their answer ended
   std::atomic<uint64_t> connections_open{0}, connections_refused{0};  // copied from the connection loop
+  // Chat messages between special tokens found encoded already, and encoded anew (FragmentMemo).
+  std::atomic<uint64_t> fragments_reused{0}, fragments_encoded{0};  // copied from the memo
 };
 
 std::string render_metrics(const SchedulerStats& stats, const HttpCounters& http);

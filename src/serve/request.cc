@@ -122,7 +122,7 @@ KVCacheConfig parse_cache(const json& v, KVCacheConfig config) {
 }  // namespace
 
 CompletionRequest parse_request(const std::string& body, bool chat, const RequestLimits& limits,
-                                const Tokenizer& tokenizer) {
+                                const Tokenizer& tokenizer, FragmentMemo* memo) {
   json j;
   try {
     j = json::parse(body);
@@ -220,7 +220,7 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
     if (!j.contains("messages")) bad("messages", "'messages' is required");
     const auto messages = parse_messages(j["messages"]);
     r.prompt = render_chat(limits.chat, messages);
-    r.tokens = encode_chat(tokenizer, limits.chat.format, r.prompt);
+    r.tokens = encode_chat(tokenizer, limits.chat.format, r.prompt, memo);
     r.stop_token = end_of_turn(tokenizer, limits.chat.format);
   } else {
     if (!j.contains("prompt")) bad("prompt", "'prompt' is required");

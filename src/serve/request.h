@@ -51,8 +51,9 @@ struct CompletionRequest {
 
 // Parses and checks a /v1/completions (chat = false) or /v1/chat/completions body, tokenizes the
 // prompt and resolves the cache: the server's default with the "squeezekv" object's parameters set
-// by name (KVCacheConfig::set, as the command line does) and validated.
+// by name (KVCacheConfig::set, as the command line does) and validated. A chat's messages are
+// looked up in and added to `memo` when one is given (the same tokens, less work on a long chat).
 CompletionRequest parse_request(const std::string& body, bool chat, const RequestLimits& limits,
-                                const Tokenizer& tokenizer);
+                                const Tokenizer& tokenizer, FragmentMemo* memo = nullptr);
 
 }  // namespace squeezekv::serve

@@ -30,4 +30,6 @@ for (let t = 0; t < turns; ++t) {
 }
 out.hits = await metric("squeezekv_kept_cache_hits_total");
 out.violations = await metric("squeezekv_kv_promise_violations_total");
+out.fragments_reused = await metric("squeezekv_prompt_fragments_reused_total");
+out.fragments_encoded = await metric("squeezekv_prompt_fragments_encoded_total");
 console.log(JSON.stringify(out));

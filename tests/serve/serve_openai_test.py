@@ -88,6 +88,11 @@ class OpenAIClient(unittest.TestCase):
         self.assertLessEqual(t[-1]["kept_bytes"], t[19]["kept_bytes"])
         self.assertGreater(t[-1]["kept_bytes"], 0)
         self.assertEqual(got["violations"], 0)
+        # The resent history is tokenized message by message once: each turn encodes at most its
+        # new messages (its user message, the previous reply, the text between turns), the rest
+        # comes from the server's memo of fragments.
+        self.assertLessEqual(got["fragments_encoded"], 4 * turns)
+        self.assertGreater(got["fragments_reused"], turns * (turns - 1))
 
 
 if __name__ == "__main__":

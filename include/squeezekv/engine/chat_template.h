@@ -47,8 +47,10 @@ std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> m
 
 // Token ids of a rendered prompt: BOS where the model asks for one, and the markers (every control
 // or user-defined token the text spells) as their single tokens, as llama-server tokenizes a
-// templated prompt; a plain prompt is encoded as text.
-std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text);
+// templated prompt; a plain prompt is encoded as text. A memo spares re-encoding the messages of a
+// conversation that is sent again (Tokenizer::encode).
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view text,
+                                 FragmentMemo* memo = nullptr);
 
 // The token that ends the assistant's turn in this format, when the vocabulary has it: generation
 // stops there as at EOS.

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "squeezekv/engine/fragment_memo.h"
 #include "squeezekv/engine/gguf.h"
 
 namespace squeezekv {
@@ -56,8 +57,10 @@ class Tokenizer {
   // asks for one (tokenizer.ggml.add_bos_token, and a BOS id is set). User-defined tokens spelled
   // in the text always become their own ids; with parse_special, control tokens too ("<|im_end|>"
   // as one token), otherwise their spelling is encoded as text. Where spellings overlap, longer
-  // special tokens are split out first.
-  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const;
+  // special tokens are split out first. With a memo, raw fragments it holds are not encoded again
+  // and the others are added to it (the ids are the same either way).
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false,
+                              FragmentMemo* memo = nullptr) const;
 
   // Text of a whole sequence: byte tokens become raw bytes, control tokens vanish; for "llama"
   // the space prepended by encode is removed again, so decode(encode(s)) == s.
