@@ -66,6 +66,25 @@ TEST(ops_quant, TypeTable) {
   }
 }
 
+// Types squeezekv cannot compute on still have ggml's layouts (the GGUF reader bounds-checks
+// them); retired and unused ids have none.
+TEST(ops_quant, GgmlLayoutsOfOtherTypes) {
+  const struct {
+    uint32_t id;
+    int64_t elems, bytes;
+  } expected[] = {{7, 32, 24}, {10, 256, 84}, {13, 256, 176}, {20, 32, 18}, {24, 1, 1}, {28, 1, 8}, {39, 32, 17},
+                  {2, 32, 18}, {6, 32, 22},   {30, 1, 2}};
+  for (const auto& e : expected) {
+    const auto layout = ggml_block_layout(e.id);
+    ASSERT_TRUE(layout.has_value()) << e.id;
+    EXPECT_EQ(layout->block_elems, e.elems) << e.id;
+    EXPECT_EQ(layout->block_bytes, e.bytes) << e.id;
+  }
+  for (const uint32_t id : {4u, 5u, 31u, 36u, 40u, 1000u}) EXPECT_FALSE(ggml_block_layout(id).has_value()) << id;
+  EXPECT_FALSE(block_layout(uint32_t{7}).has_value());  // Q5_1: listed, not computed on
+  EXPECT_THROW(block_layout(static_cast<TensorType>(7)), InvalidArgument);
+}
+
 TEST(ops_quant, RejectsPartialBlocks) {
   std::vector<float> out(64);
   std::vector<uint8_t> in(64 * 4);
