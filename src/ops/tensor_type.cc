@@ -55,7 +55,7 @@ constexpr std::array<TypeTraits, 40> kTraits = {{
     {3, "Q4_1", {quant::q4_1_elems, quant::q4_1_bytes}, quant::dequantize_q4_1, quant::quantize_q4_1},
     {4, "", {0, 0}, nullptr, nullptr},
     {5, "", {0, 0}, nullptr, nullptr},
-    {6, "Q5_0", {32, 22}, nullptr, nullptr},
+    {6, "Q5_0", {quant::q5_0_elems, quant::q5_0_bytes}, quant::dequantize_q5_0, quant::quantize_q5_0},
     {7, "Q5_1", {32, 24}, nullptr, nullptr},
     {8, "Q8_0", {quant::q8_0_elems, quant::q8_0_bytes}, quant::dequantize_q8_0, quant::quantize_q8_0},
     {9, "Q8_1", {32, 36}, nullptr, nullptr},
