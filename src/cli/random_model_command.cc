@@ -29,12 +29,13 @@ struct RandomModelArgs {
 
 const std::map<std::string, TensorType> kTypes = {
     {"f32", TensorType::f32},   {"f16", TensorType::f16},   {"bf16", TensorType::bf16}, {"q8_0", TensorType::q8_0},
-    {"q4_0", TensorType::q4_0}, {"q4_1", TensorType::q4_1}, {"q4_k", TensorType::q4_k}, {"q4_k_m", TensorType::q4_k}, {"q6_k", TensorType::q6_k}};
+    {"q4_0", TensorType::q4_0}, {"q4_1", TensorType::q4_1}, {"q5_0", TensorType::q5_0}, {"q4_k", TensorType::q4_k},
+    {"q4_k_m", TensorType::q4_k}, {"q6_k", TensorType::q6_k}};
 
 void run(const RandomModelArgs& a) {
   require(a.preset == "tiny" || a.preset == "llama-1b", "--preset", a.preset, "must be tiny or llama-1b");
   const auto type = kTypes.find(a.type);
-  require(type != kTypes.end(), "--type", a.type, "must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q4_k_m, q6_k");
+  require(type != kTypes.end(), "--type", a.type, "must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q4_k_m, q6_k");
   RandomModelSpec spec = a.preset == "llama-1b" ? llama_1b_spec(type->second) : RandomModelSpec{};
   spec.weight_type = type->second;
   spec.k_quant_mix = a.type == "q4_k_m";
@@ -64,7 +65,7 @@ void register_random_model(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "starting shape: tiny (dim 64, 2 layers) or llama-1b (Llama-3.2-1B)")
       ->capture_default_str();
-  cmd->add_option("--type", a->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q4_k_m (Q6_K where llama.cpp's "
+  cmd->add_option("--type", a->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q4_k_m (Q6_K where llama.cpp's "
                                      "Q4_K_M puts it), q6_k")
       ->capture_default_str();
   cmd->add_option("--arch", a->arch, "llama or qwen2")->capture_default_str();

@@ -25,31 +25,6 @@ constexpr int kMaxArrayDepth = 8;  // nested arrays recurse; bound the stack on 
 constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;              // key length, 1-char key, type, 1 byte
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 4 + 8;  // name, n_dims, type, offset
 
-// Block layouts of every ggml type id, so that tensors of types squeezekv cannot compute on are
-// still bounds-checked and listed. {0, 0} marks ids ggml has retired or never used.
-// clang-format off
-constexpr BlockLayout kGgmlLayouts[] = {
-    {1, 4},     {1, 2},     {32, 18},   {32, 20},   //  0: F32 F16 Q4_0 Q4_1
-    {0, 0},     {0, 0},     {32, 22},   {32, 24},   //  4: - - Q5_0 Q5_1
-    {32, 34},   {32, 36},   {256, 84},  {256, 110}, //  8: Q8_0 Q8_1 Q2_K Q3_K
-    {256, 144}, {256, 176}, {256, 210}, {256, 292}, // 12: Q4_K Q5_K Q6_K Q8_K
-    {256, 66},  {256, 74},  {256, 98},  {256, 50},  // 16: IQ2_XXS IQ2_XS IQ3_XXS IQ1_S
-    {32, 18},   {256, 110}, {256, 82},  {256, 136}, // 20: IQ4_NL IQ3_S IQ2_S IQ4_XS
-    {1, 1},     {1, 2},     {1, 4},     {1, 8},     // 24: I8 I16 I32 I64
-    {1, 8},     {256, 56},  {1, 2},     {0, 0},     // 28: F64 IQ1_M BF16 -
-    {0, 0},     {0, 0},     {256, 54},  {256, 66},  // 32: - - TQ1_0 TQ2_0
-    {0, 0},     {0, 0},     {0, 0},     {32, 17},   // 36: - - - MXFP4
-};
-// clang-format on
-
-std::optional<BlockLayout> any_layout(uint32_t type_id) {
-  if (auto known = block_layout(type_id)) return known;
-  if (type_id >= std::size(kGgmlLayouts) || kGgmlLayouts[type_id].block_elems == 0) {
-    return std::nullopt;
-  }
-  return kGgmlLayouts[type_id];
-}
-
 uint64_t align_up(uint64_t x, uint64_t alignment) {
   return (x + alignment - 1) / alignment * alignment;
 }
@@ -307,7 +282,7 @@ class GgufParser {
       }
     }
     t.type_id = read<uint32_t>("the tensor type");
-    auto layout = any_layout(t.type_id);
+    auto layout = ggml_block_layout(t.type_id);
     if (!layout) fail("invalid tensor type id " + std::to_string(t.type_id));
     if (t.ne[0] % layout->block_elems != 0) {
       fail("ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of the block size " +

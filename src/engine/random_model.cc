@@ -52,6 +52,8 @@ uint32_t file_type_of(TensorType t) {
       return 2;
     case TensorType::q4_1:
       return 3;
+    case TensorType::q5_0:
+      return 8;
     case TensorType::q8_0:
       return 7;
     case TensorType::q4_k:

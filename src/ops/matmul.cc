@@ -149,33 +149,64 @@ HWY_INLINE void DotQ8_0Wide(const uint8_t* row, const TokenQ8* x, int64_t n, flo
   for (int k = 0; k < K; ++k) out[k] = Sum(acc[k]);
 }
 
-// Q4_0 (value = d * (q - 8)) and Q4_1 (value = d * q + m) rows on int16 lanes: one nibble layout,
-// 16 bytes of codes a block (low nibbles elements 0-15, high 16-31). Q4_1's minimum adds
-// m * xs * (sum of xq) per block, the scaled sum the activations carry, summed apart from the code
-// term and added at the end.
-static_assert(quant::q4_0_elems == 32 && quant::q4_1_elems == 32);
+// The formats of 16 bytes of nibbles a block (low nibbles elements 0-15, high 16-31): Q4_0
+// (value = d * (q - 8)), Q4_1 (value = d * q + m) and Q5_0 (value = d * (q - 16), whose 5th bits
+// come from the 32-bit qh before the nibbles).
+static_assert(quant::q4_0_elems == 32 && quant::q4_1_elems == 32 && quant::q5_0_elems == 32);
 
-template <bool kHasMin>
+template <TensorType kType>
+struct NibbleFormat {
+  static_assert(kType == TensorType::q4_0 || kType == TensorType::q4_1 || kType == TensorType::q5_0);
+  static constexpr bool kHasMin = kType == TensorType::q4_1;
+  static constexpr bool kFifthBit = kType == TensorType::q5_0;
+  static constexpr int64_t kBlockBytes =
+      kHasMin ? quant::q4_1_bytes : (kFifthBit ? quant::q5_0_bytes : quant::q4_0_bytes);
+  static constexpr int64_t kCodesOffset = kHasMin ? quant::q4_1_qs_offset : (kFifthBit ? quant::q5_0_qs_offset : 2);
+  static constexpr int16_t kOffset = kFifthBit ? 16 : 8;  // subtracted from the codes (no-min formats)
+  // The activations' q8_0_offset (-128 * the block's sum of xq) >> kOffsetShift = -kOffset * that sum.
+  static constexpr int kOffsetShift = kFifthBit ? 3 : 4;
+};
+
+// Q5_0's 5th bits, the 32-bit qh of a block (element j's is bit j).
+HWY_INLINE uint32_t LoadFifthBits(const uint8_t* block) {
+  uint32_t qh;
+  std::memcpy(&qh, block + quant::q5_0_qh_offset, sizeof qh);
+  return qh;
+}
+
+// Nibble rows on int16 lanes. Q4_1's minimum adds m * xs * (sum of xq) per block, the scaled sum
+// the activations carry, summed apart from the code term and added at the end.
+template <TensorType kType>
 HWY_INLINE float DotNibbleRow(const uint8_t* row, const int16_t* xq, const float* xs, const float* x_sum, int64_t n) {
-  constexpr int64_t kBlockBytes = kHasMin ? quant::q4_1_bytes : quant::q4_0_bytes;
-  constexpr int64_t kCodesOffset = kHasMin ? quant::q4_1_qs_offset : 2;
+  using F = NibbleFormat<kType>;
   const D16 d16;
   const D32 d32;
   const DW dw;
   const size_t lanes = hn::Lanes(d16);
   const auto low_mask = hn::Set(d16, 0xf);
-  const auto offset = hn::Set(d16, 8);
+  const auto offset = hn::Set(d16, F::kOffset);
+  // Lane i of the vector for elements j.. tests bit j + i of a half of qh.
+  alignas(64) static constexpr int16_t kBits[16] = {1,     2,     4,     8,      16,     32,     64,    128,
+                                                    256,   512,   1024,  2048,   4096,   8192,   16384, -32768};
   auto acc = hn::Zero(dw);
   float acc_min = 0.0f;
   for (int64_t b = 0; b < n / 32; ++b) {
-    const uint8_t* block = row + b * kBlockBytes;
+    const uint8_t* block = row + b * F::kBlockBytes;
     const int16_t* qx = xq + b * 32;
+    [[maybe_unused]] uint32_t qh = 0;
+    if constexpr (F::kFifthBit) qh = LoadFifthBits(block);
     auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
     for (size_t j = 0; j < 16; j += lanes) {
-      const auto packed = LoadBytes(block + kCodesOffset + j);
+      const auto packed = LoadBytes(block + F::kCodesOffset + j);
       auto lo = hn::And(packed, low_mask);  // elements j..
       auto hi = hn::ShiftRight<4>(packed);  // elements 16 + j..
-      if constexpr (!kHasMin) {
+      if constexpr (F::kFifthBit) {
+        const auto bits = hn::LoadU(d16, kBits + j);
+        const auto fifth = hn::Set(d16, 16);
+        lo = hn::Or(lo, hn::IfThenElseZero(hn::TestBit(hn::Set(d16, static_cast<int16_t>(qh & 0xffffu)), bits), fifth));
+        hi = hn::Or(hi, hn::IfThenElseZero(hn::TestBit(hn::Set(d16, static_cast<int16_t>(qh >> 16)), bits), fifth));
+      }
+      if constexpr (!F::kHasMin) {
         lo = hn::Sub(lo, offset);
         hi = hn::Sub(hi, offset);
       }
@@ -184,9 +215,9 @@ HWY_INLINE float DotNibbleRow(const uint8_t* row, const int16_t* xq, const float
     }
     const auto dot = hn::ConvertTo(dw, hn::RearrangeToOddPlusEven(sum0, sum1));
     acc = hn::MulAdd(dot, hn::Set(dw, LoadHalf(block) * xs[b]), acc);
-    if constexpr (kHasMin) acc_min += LoadHalf(block + 2) * x_sum[b];
+    if constexpr (F::kHasMin) acc_min += LoadHalf(block + 2) * x_sum[b];
   }
-  if constexpr (kHasMin) return Sum(acc) + acc_min;
+  if constexpr (F::kHasMin) return Sum(acc) + acc_min;
   return Sum(acc);
 }
 
@@ -453,16 +484,37 @@ HWY_INLINE __m256i NibbleCodes(const uint8_t* qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
 }
 
-// Q4_0 (value = d * (q - 8)) and Q4_1 (value = d * q + m) rows dotted with K tokens on x86: the
-// codes meet the int8 activations as unsigned bytes (at most 2 * 15 * 127 a pair). Q4_0 adds
-// -8 * (the block's sum of activations), the Q8_0 offset term / 16, in integers; Q4_1 adds
-// m * (xs * sum of xq) per block (the activations' scaled sum, as Q4_K's mins) as a second float
-// sum, added at the end. Runs of 8 blocks are summed as trees (TreeSum8), then the blocks after the
-// last run one by one: at 18 or 20 bytes a block, decoding is bound by this kernel.
-template <bool kHasMin, int K>
+// Q5_0's 32 5th bits as 32 bytes in element order: 16 where bit j of qh is set, else 0. Byte j
+// takes byte j / 8 of qh (pshufb) and keeps bit j % 8 of it.
+HWY_INLINE __m256i FifthBitBytes(uint32_t qh) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(qh)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+// A block's codes as 32 unsigned bytes in element order (0..15, or 0..31 for Q5_0).
+template <TensorType kType>
+HWY_INLINE __m256i BlockCodes(const uint8_t* block) {
+  using F = NibbleFormat<kType>;
+  const __m256i codes = NibbleCodes(block + F::kCodesOffset);
+  if constexpr (F::kFifthBit) return _mm256_or_si256(codes, FifthBitBytes(LoadFifthBits(block)));
+  return codes;
+}
+
+// Nibble rows dotted with K tokens on x86: the codes meet the int8 activations as unsigned bytes
+// (at most 2 * 31 * 127 a pair). Q4_0 and Q5_0 add -8 (-16) * (the block's sum of activations),
+// the Q8_0 offset term / 16 (/ 8), in integers; Q4_1 adds m * (xs * sum of xq) per block (the
+// activations' scaled sum, as Q4_K's mins) as a second float sum, added at the end. Runs of 8
+// blocks are summed as trees (TreeSum8), then the blocks after the last run one by one: at 18 to
+// 22 bytes a block, decoding is bound by this kernel.
+template <TensorType kType, int K>
 HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
-  constexpr int64_t kBlockBytes = kHasMin ? quant::q4_1_bytes : quant::q4_0_bytes;
-  constexpr int64_t kCodesOffset = kHasMin ? quant::q4_1_qs_offset : 2;
+  using F = NibbleFormat<kType>;
+  constexpr bool kHasMin = F::kHasMin;
+  constexpr int64_t kBlockBytes = F::kBlockBytes;
   const DS ds;
   float acc[K] = {}, acc_min[K] = {};
   const int64_t n_blocks = n / 32;
@@ -474,7 +526,7 @@ HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n,
       const uint8_t* block = row + (b + i) * kBlockBytes;
       d[i] = LoadHalf(block);
       if constexpr (kHasMin) m[i] = LoadHalf(block + 2);
-      w[i] = NibbleCodes(block + kCodesOffset);
+      w[i] = BlockCodes<kType>(block);
     }
     prefetch_ahead(row + b * kBlockBytes, 8 * kBlockBytes);
     const auto dv = hn::Load(ds, d);
@@ -484,8 +536,9 @@ HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n,
       for (int i = 0; i < 8; ++i) dots[i] = ByteDot(w[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i)));
       __m256i sums_i = SumEachOf8(dots);
       if constexpr (!kHasMin) {
-        sums_i = _mm256_add_epi32(
-            sums_i, _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8_0_offset + b)), 4));
+        sums_i = _mm256_add_epi32(sums_i, _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                                x[k].q8_0_offset + b)),
+                                                            F::kOffsetShift));
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(sums_i)};
       acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b))));
@@ -494,12 +547,12 @@ HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n,
   }
   for (; b < n_blocks; ++b) {  // the last n_blocks % 8 blocks, one at a time
     const uint8_t* block = row + b * kBlockBytes;
-    const __m256i wb = NibbleCodes(block + kCodesOffset);
+    const __m256i wb = BlockCodes<kType>(block);
     const float d = LoadHalf(block);
     for (int k = 0; k < K; ++k) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8 + b * 32));
       int32_t sum = hn::GetLane(hn::SumOfLanes(DSI32(), hn::Vec<DSI32>{ByteDot(wb, xv)}));
-      if constexpr (!kHasMin) sum += x[k].q8_0_offset[b] >> 4;
+      if constexpr (!kHasMin) sum += x[k].q8_0_offset[b] >> F::kOffsetShift;
       acc[k] += static_cast<float>(sum) * (d * x[k].scale[b]);
       if constexpr (kHasMin) acc_min[k] += LoadHalf(block + 2) * x[k].scaled_sum[b];
     }
@@ -639,6 +692,16 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
 // row of the task is read once per tile.
 constexpr int64_t kTokenTile = 16;
 
+// One row of a nibble format dotted with K tokens.
+template <TensorType kType, int K>
+HWY_INLINE void NibbleDots(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+#if SQUEEZEKV_X86_BYTE_DOT
+  DotNibbleTokens<kType, K>(row, x, n, out);
+#else
+  for (int k = 0; k < K; ++k) out[k] = DotNibbleRow<kType>(row, x[k].q, x[k].scale, x[k].scaled_sum, n);
+#endif
+}
+
 // y[t * n_rows + r] for rows [row_begin, row_end) and every token.
 // One row of a quantised type dotted with K tokens. Every kernel's per-token arithmetic is
 // independent of K, so the 4-token prompt path and the 1-token path agree bit for bit.
@@ -652,18 +715,11 @@ HWY_INLINE void QuantizedDots(TensorType type, const uint8_t* row, const TokenQ8
     case TensorType::q6_k:
       return DotQ6_K<K>(row, x, n, out);
     case TensorType::q4_1:
-#if SQUEEZEKV_X86_BYTE_DOT
-      return DotNibbleTokens<true, K>(row, x, n, out);
-#else
-      for (int k = 0; k < K; ++k) out[k] = DotNibbleRow<true>(row, x[k].q, x[k].scale, x[k].scaled_sum, n);
-      return;
-#endif
+      return NibbleDots<TensorType::q4_1, K>(row, x, n, out);
+    case TensorType::q5_0:
+      return NibbleDots<TensorType::q5_0, K>(row, x, n, out);
     default:  // q4_0
-#if SQUEEZEKV_X86_BYTE_DOT
-      return DotNibbleTokens<false, K>(row, x, n, out);
-#else
-      for (int k = 0; k < K; ++k) out[k] = DotNibbleRow<false>(row, x[k].q, x[k].scale, nullptr, n);
-#endif
+      return NibbleDots<TensorType::q4_0, K>(row, x, n, out);
   }
 }
 

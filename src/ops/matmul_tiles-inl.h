@@ -926,6 +926,7 @@ HWY_INLINE bool HasVnni() {
   return has_vnni;
 }
 
+// Q5_0 has no tiles: its calls of any size take the row kernels (DotNibbleTokens).
 HWY_INLINE bool UseTiles(TensorType type, int64_t n_tok) {
   if (type == TensorType::q8_0) return HasVnni() && n_tok >= kTileMinTokensQ8_0;
   return HasVnni() && n_tok >= kTileMinTokens &&

@@ -23,6 +23,13 @@ inline constexpr int64_t q4_1_elems = 32;
 inline constexpr int64_t q4_1_bytes = 20;
 inline constexpr int64_t q4_1_qs_offset = 4;
 
+// Q5_0: 32 elements = fp16 d, uint32 qh (little-endian; bit j is element j's 5th bit), 16 bytes
+// of nibbles laid out as Q4_0's (the low 4 bits); value = d * (q - 16).
+inline constexpr int64_t q5_0_elems = 32;
+inline constexpr int64_t q5_0_bytes = 22;
+inline constexpr int64_t q5_0_qh_offset = 2;
+inline constexpr int64_t q5_0_qs_offset = 6;
+
 // Q4_K: 256 elements in 8 sub-blocks of 32 = fp16 d, fp16 dmin, 12 bytes of 6-bit (scale, min)
 // pairs, 128 bytes of nibbles; value = d * scale_s * q - dmin * min_s. Nibble bytes come in 4
 // groups of 32: group g holds sub-block 2g in its low nibbles and 2g + 1 in its high nibbles.
@@ -64,6 +71,8 @@ void dequantize_q4_0(const uint8_t* src, float* dst, int64_t n);
 void quantize_q4_0(const float* src, uint8_t* dst, int64_t n);
 void dequantize_q4_1(const uint8_t* src, float* dst, int64_t n);
 void quantize_q4_1(const float* src, uint8_t* dst, int64_t n);
+void dequantize_q5_0(const uint8_t* src, float* dst, int64_t n);
+void quantize_q5_0(const float* src, uint8_t* dst, int64_t n);
 void dequantize_q4_k(const uint8_t* src, float* dst, int64_t n);
 void quantize_q4_k(const float* src, uint8_t* dst, int64_t n);
 void dequantize_q6_k(const uint8_t* src, float* dst, int64_t n);

@@ -1,4 +1,5 @@
-// Type table of GGUF tensor types and the row (de)quantisation entry points.
+// The traits table of GGUF tensor types (one row per ggml type id) and the row (de)quantisation
+// entry points, which read it.
 #include "squeezekv/ops/tensor_type.h"
 
 #include <array>
@@ -14,72 +15,136 @@
 namespace squeezekv {
 namespace {
 
-// ggml's type names, indexed by GGUF type id; empty where ggml never assigned the id.
-constexpr std::array<std::string_view, 40> type_names = {
-    "F32",      "F16",      "Q4_0",    "Q4_1",  "",           "",           "Q5_0",       "Q5_1",
-    "Q8_0",     "Q8_1",     "Q2_K",    "Q3_K",  "Q4_K",       "Q5_K",       "Q6_K",       "Q8_K",
-    "IQ2_XXS",  "IQ2_XS",   "IQ3_XXS", "IQ1_S", "IQ4_NL",     "IQ3_S",      "IQ2_S",      "IQ4_XS",
-    "I8",       "I16",      "I32",     "I64",   "F64",        "IQ1_M",      "BF16",       "Q4_0_4_4",
-    "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
-};
+using DequantizeFn = void (*)(const uint8_t* src, float* dst, int64_t n);
+using QuantizeFn = void (*)(const float* src, uint8_t* dst, int64_t n);
 
-bool is_supported(uint32_t id) {
-  switch (static_cast<TensorType>(id)) {
-    case TensorType::f32:
-    case TensorType::f16:
-    case TensorType::q4_0:
-    case TensorType::q4_1:
-    case TensorType::q8_0:
-    case TensorType::q4_k:
-    case TensorType::q6_k:
-    case TensorType::bf16:
-      return true;
-  }
-  return false;
+void dequantize_f32(const uint8_t* src, float* dst, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+void quantize_f32(const float* src, uint8_t* dst, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+void dequantize_f16(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(src + 2 * i));
+}
+void quantize_f16(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_fp16(src[i]));
+}
+void dequantize_bf16(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
+}
+void quantize_bf16(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_bf16(src[i]));
 }
 
-void require_whole_blocks(TensorType type, int64_t n) {
-  const int64_t block = block_layout(type).block_elems;
+// One ggml type. Rows without functions are types squeezekv only bounds-checks and lists; rows
+// with an empty name are ids ggml has retired or never used.
+struct TypeTraits {
+  uint32_t id;               // GGUF type id (= the row's index)
+  std::string_view name;     // ggml's
+  BlockLayout layout;        // {0, 0} where the id has no layout
+  DequantizeFn dequantize;   // null where squeezekv cannot compute on the type
+  QuantizeFn quantize;
+};
+
+// clang-format off
+constexpr std::array<TypeTraits, 40> kTraits = {{
+    {0, "F32", {1, 4}, dequantize_f32, quantize_f32},
+    {1, "F16", {1, 2}, dequantize_f16, quantize_f16},
+    {2, "Q4_0", {quant::q4_0_elems, quant::q4_0_bytes}, quant::dequantize_q4_0, quant::quantize_q4_0},
+    {3, "Q4_1", {quant::q4_1_elems, quant::q4_1_bytes}, quant::dequantize_q4_1, quant::quantize_q4_1},
+    {4, "", {0, 0}, nullptr, nullptr},
+    {5, "", {0, 0}, nullptr, nullptr},
+    {6, "Q5_0", {quant::q5_0_elems, quant::q5_0_bytes}, quant::dequantize_q5_0, quant::quantize_q5_0},
+    {7, "Q5_1", {32, 24}, nullptr, nullptr},
+    {8, "Q8_0", {quant::q8_0_elems, quant::q8_0_bytes}, quant::dequantize_q8_0, quant::quantize_q8_0},
+    {9, "Q8_1", {32, 36}, nullptr, nullptr},
+    {10, "Q2_K", {256, 84}, nullptr, nullptr},
+    {11, "Q3_K", {256, 110}, nullptr, nullptr},
+    {12, "Q4_K", {quant::q4_k_elems, quant::q4_k_bytes}, quant::dequantize_q4_k, quant::quantize_q4_k},
+    {13, "Q5_K", {256, 176}, nullptr, nullptr},
+    {14, "Q6_K", {quant::q6_k_elems, quant::q6_k_bytes}, quant::dequantize_q6_k, quant::quantize_q6_k},
+    {15, "Q8_K", {256, 292}, nullptr, nullptr},
+    {16, "IQ2_XXS", {256, 66}, nullptr, nullptr},
+    {17, "IQ2_XS", {256, 74}, nullptr, nullptr},
+    {18, "IQ3_XXS", {256, 98}, nullptr, nullptr},
+    {19, "IQ1_S", {256, 50}, nullptr, nullptr},
+    {20, "IQ4_NL", {32, 18}, nullptr, nullptr},
+    {21, "IQ3_S", {256, 110}, nullptr, nullptr},
+    {22, "IQ2_S", {256, 82}, nullptr, nullptr},
+    {23, "IQ4_XS", {256, 136}, nullptr, nullptr},
+    {24, "I8", {1, 1}, nullptr, nullptr},
+    {25, "I16", {1, 2}, nullptr, nullptr},
+    {26, "I32", {1, 4}, nullptr, nullptr},
+    {27, "I64", {1, 8}, nullptr, nullptr},
+    {28, "F64", {1, 8}, nullptr, nullptr},
+    {29, "IQ1_M", {256, 56}, nullptr, nullptr},
+    {30, "BF16", {1, 2}, dequantize_bf16, quantize_bf16},
+    {31, "Q4_0_4_4", {0, 0}, nullptr, nullptr},  // retired: the repacked Q4_0 layouts
+    {32, "Q4_0_4_8", {0, 0}, nullptr, nullptr},
+    {33, "Q4_0_8_8", {0, 0}, nullptr, nullptr},
+    {34, "TQ1_0", {256, 54}, nullptr, nullptr},
+    {35, "TQ2_0", {256, 66}, nullptr, nullptr},
+    {36, "IQ4_NL_4_4", {0, 0}, nullptr, nullptr},  // retired
+    {37, "IQ4_NL_4_8", {0, 0}, nullptr, nullptr},
+    {38, "IQ4_NL_8_8", {0, 0}, nullptr, nullptr},
+    {39, "MXFP4", {32, 17}, nullptr, nullptr},
+}};
+// clang-format on
+
+constexpr bool rows_are_consistent() {
+  for (uint32_t i = 0; i < kTraits.size(); ++i) {
+    const TypeTraits& t = kTraits[i];
+    if (t.id != i) return false;
+    if ((t.dequantize == nullptr) != (t.quantize == nullptr)) return false;
+    if (t.dequantize != nullptr && (t.layout.block_elems <= 0 || t.layout.block_bytes <= 0)) return false;
+    if ((t.layout.block_elems == 0) != (t.layout.block_bytes == 0)) return false;
+  }
+  return true;
+}
+static_assert(rows_are_consistent(), "each row is its id's; computable types have a layout");
+
+// The row of a type squeezekv computes on; nullptr otherwise.
+const TypeTraits* supported_traits(uint32_t id) {
+  if (id >= kTraits.size() || kTraits[id].dequantize == nullptr) return nullptr;
+  return &kTraits[id];
+}
+
+const TypeTraits& traits(TensorType type) {
+  const TypeTraits* t = supported_traits(static_cast<uint32_t>(type));
+  if (t == nullptr) {
+    throw InvalidArgument(invalid_value("tensor type", static_cast<uint32_t>(type), "is not supported"));
+  }
+  return *t;
+}
+
+void require_whole_blocks(const TypeTraits& t, int64_t n) {
+  const int64_t block = t.layout.block_elems;
   if (n < 0 || n % block != 0) {
     throw InvalidArgument(invalid_value("row length", n,
-                                        "must be a non-negative multiple of the " +
-                                            std::string(tensor_type_name(static_cast<uint32_t>(type))) +
+                                        "must be a non-negative multiple of the " + std::string(t.name) +
                                             " block size " + std::to_string(block)));
   }
 }
 
 }  // namespace
 
-BlockLayout block_layout(TensorType type) {
-  switch (type) {
-    case TensorType::f32:
-      return {1, 4};
-    case TensorType::f16:
-      return {1, 2};
-    case TensorType::bf16:
-      return {1, 2};
-    case TensorType::q4_0:
-      return {quant::q4_0_elems, quant::q4_0_bytes};
-    case TensorType::q4_1:
-      return {quant::q4_1_elems, quant::q4_1_bytes};
-    case TensorType::q8_0:
-      return {quant::q8_0_elems, quant::q8_0_bytes};
-    case TensorType::q4_k:
-      return {quant::q4_k_elems, quant::q4_k_bytes};
-    case TensorType::q6_k:
-      return {quant::q6_k_elems, quant::q6_k_bytes};
-  }
-  throw InvalidArgument(invalid_value("tensor type", static_cast<uint32_t>(type), "is not supported"));
-}
+BlockLayout block_layout(TensorType type) { return traits(type).layout; }
 
 std::optional<BlockLayout> block_layout(uint32_t gguf_type_id) {
-  if (!is_supported(gguf_type_id)) return std::nullopt;
-  return block_layout(static_cast<TensorType>(gguf_type_id));
+  const TypeTraits* t = supported_traits(gguf_type_id);
+  if (t == nullptr) return std::nullopt;
+  return t->layout;
+}
+
+std::optional<BlockLayout> ggml_block_layout(uint32_t gguf_type_id) {
+  if (gguf_type_id >= kTraits.size() || kTraits[gguf_type_id].layout.block_elems == 0) return std::nullopt;
+  return kTraits[gguf_type_id].layout;
 }
 
 std::string_view tensor_type_name(uint32_t gguf_type_id) {
-  if (gguf_type_id < type_names.size() && !type_names[gguf_type_id].empty()) {
-    return type_names[gguf_type_id];
+  if (gguf_type_id < kTraits.size() && !kTraits[gguf_type_id].name.empty()) {
+    return kTraits[gguf_type_id].name;
   }
   // Unknown ids: each name is built once and kept (map nodes never move), so views stay valid.
   static std::mutex mutex;
@@ -96,55 +161,15 @@ size_t row_bytes(TensorType type, int64_t n) {
 }
 
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
-  require_whole_blocks(type, n);
-  const auto* bytes = static_cast<const uint8_t*>(src);
-  switch (type) {
-    case TensorType::f32:
-      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case TensorType::f16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(bytes + 2 * i));
-      return;
-    case TensorType::bf16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(bytes + 2 * i));
-      return;
-    case TensorType::q4_0:
-      return quant::dequantize_q4_0(bytes, dst, n);
-    case TensorType::q4_1:
-      return quant::dequantize_q4_1(bytes, dst, n);
-    case TensorType::q8_0:
-      return quant::dequantize_q8_0(bytes, dst, n);
-    case TensorType::q4_k:
-      return quant::dequantize_q4_k(bytes, dst, n);
-    case TensorType::q6_k:
-      return quant::dequantize_q6_k(bytes, dst, n);
-  }
+  const TypeTraits& t = traits(type);
+  require_whole_blocks(t, n);
+  t.dequantize(static_cast<const uint8_t*>(src), dst, n);
 }
 
 void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
-  require_whole_blocks(type, n);
-  auto* bytes = static_cast<uint8_t*>(dst);
-  switch (type) {
-    case TensorType::f32:
-      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case TensorType::f16:
-      for (int64_t i = 0; i < n; ++i) store_u16(bytes + 2 * i, f32_to_fp16(src[i]));
-      return;
-    case TensorType::bf16:
-      for (int64_t i = 0; i < n; ++i) store_u16(bytes + 2 * i, f32_to_bf16(src[i]));
-      return;
-    case TensorType::q4_0:
-      return quant::quantize_q4_0(src, bytes, n);
-    case TensorType::q4_1:
-      return quant::quantize_q4_1(src, bytes, n);
-    case TensorType::q8_0:
-      return quant::quantize_q8_0(src, bytes, n);
-    case TensorType::q4_k:
-      return quant::quantize_q4_k(src, bytes, n);
-    case TensorType::q6_k:
-      return quant::quantize_q6_k(src, bytes, n);
-  }
+  const TypeTraits& t = traits(type);
+  require_whole_blocks(t, n);
+  t.quantize(src, static_cast<uint8_t*>(dst), n);
 }
 
 }  // namespace squeezekv

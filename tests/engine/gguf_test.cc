@@ -21,6 +21,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/random_model.h"
+#include "real_models.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -756,6 +757,39 @@ TEST(ggufCorrupt, MisalignedOrScatteredOffset) {
   EXPECT_CONTAINS(parse_error(bytes), "tensor 'tb.weight': offset 96, expected 64");
   poke<uint64_t>(bytes, offset, 0);  // overlaps ta.weight
   EXPECT_CONTAINS(parse_error(bytes), "tensor 'tb.weight': offset 0, expected 64");
+}
+
+// A real Q5_0 tensor (Gemma 3 270M's blk.0.attn_k.weight, 640 x 256) dequantised as the gguf
+// Python package dequantises it (gguf 0.19.0, numpy):
+//   r = gguf.GGUFReader("gemma-3-270m-q4_k_m.gguf"); t = [t for t in r.tensors if t.name == "blk.0.attn_k.weight"][0]
+//   y = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(-1)
+//   y[i] for the indices below ("%.9g"), y.astype(np.float64).sum() and np.abs(...).sum()
+TEST(gguf, Gemma3Q5_0TensorMatchesTheGgufPackage) {
+  const GgufFile f = GgufFile::open(test::real_model_path(test::kGemma3File));
+  const GgufTensor* t = f.find_tensor("blk.0.attn_k.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type(), TensorType::q5_0);
+  ASSERT_EQ(t->n_dims, 2);
+  ASSERT_EQ(t->ne[0], 640);
+  ASSERT_EQ(t->ne[1], 256);
+  const int64_t n = t->ne[0] * t->ne[1];
+  ASSERT_EQ(t->n_bytes, static_cast<uint64_t>(n / 32 * 22));
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row(TensorType::q5_0, t->data, y.data(), n);  // rows are contiguous whole blocks
+  const struct {
+    size_t index;
+    float value;
+  } expected[] = {{0, 0.0f},           {1, -0.027557373f},   {15, -0.0472412109f}, {16, 0.0118103027f},
+                  {17, -0.027557373f}, {31, 0.00393676758f}, {32, -0.032409668f},  {100, -0.07421875f},
+                  {639, -0.0305480957f}, {640, 0.00379943848f}, {40000, 0.0417480469f}, {163839, 0.0240478516f}};
+  for (const auto& e : expected) EXPECT_EQ(y[e.index], e.value) << e.index;
+  double sum = 0.0, sum_abs = 0.0;
+  for (const float v : y) {
+    sum += v;
+    sum_abs += std::fabs(v);
+  }
+  EXPECT_NEAR(sum, 32.072463989257812, 1e-9);
+  EXPECT_NEAR(sum_abs, 4768.7292938232422, 1e-9);
 }
 
 TEST(ggufCorrupt, UnsupportedTypeIsReportedByName) {

@@ -27,8 +27,8 @@ using testing::make_matrix;
 using testing::random_x;
 using testing::TestMatrix;
 
-const TensorType all_types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0,
-                                TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k};
+const TensorType all_types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0, TensorType::q4_0,
+                                TensorType::q4_1, TensorType::q5_0, TensorType::q4_k, TensorType::q6_k};
 
 bool is_quantized(TensorType type) { return block_layout(type).block_elems > 1; }
 
@@ -183,7 +183,7 @@ TEST(ops_matmul, ExactActivationsGiveExactDots) {
   testing::for_each_target([&] {
     uint32_t seed = 500;
     for (const TensorType type :
-         {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k}) {
+         {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q4_k, TensorType::q6_k}) {
       const int64_t n_cols = column_counts(type).back();
       SCOPED_TRACE(name(type));
       const TestMatrix m = make_matrix(type, 5, n_cols, ++seed);
@@ -204,6 +204,66 @@ TEST(ops_matmul, ExactActivationsGiveExactDots) {
           magnitude +=
               std::fabs(m.dequantized[static_cast<size_t>(r * n_cols + i)] * x[static_cast<size_t>(i)]);
         ASSERT_NEAR(y[r], expected[r], 1e-5 * magnitude) << "row " << r;
+      }
+    }
+  });
+}
+
+// Q5_0 rows against ggml's vec_dot_q5_0_q8_0 written out in the test: x rounded to Q8_0 blocks
+// as activation_q8.h states (x8 = round-half-even(x * 127 / amax), d_x = amax / 127 in fp16),
+// then per block d_w * d_x * sum((q - 16) * x8) with q decoded from the bytes here, summed in
+// double. Row
+// lengths of one block, of two runs of 8 blocks and 4 more (the x86 kernel's tail) and of 64
+// blocks; every compiled target this CPU runs.
+TEST(ops_matmul, Q5_0RowsMatchTheReferenceDot) {
+  testing::for_each_target([&] {
+    uint32_t seed = 900;
+    for (const int64_t n_cols : {32, 640, 2048}) {
+      SCOPED_TRACE("cols " + std::to_string(n_cols));
+      constexpr int64_t n_rows = 7;
+      const TestMatrix m = make_matrix(TensorType::q5_0, n_rows, n_cols, ++seed);
+      const std::vector<float> x = random_x(n_cols, ++seed);
+      auto half = [](const uint8_t* p) {
+        float v = 0.0f;
+        dequantize_row(TensorType::f16, p, &v, 1);
+        return static_cast<double>(v);
+      };
+      std::vector<int> x8(static_cast<size_t>(n_cols));
+      std::vector<double> x_scale(static_cast<size_t>(n_cols / 32));
+      for (int64_t b = 0; b < n_cols / 32; ++b) {
+        float amax = 0.0f;
+        for (int64_t i = b * 32; i < b * 32 + 32; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(i)]));
+        ASSERT_GT(amax, 0.0f);
+        for (int64_t i = b * 32; i < b * 32 + 32; ++i) {
+          x8[static_cast<size_t>(i)] = static_cast<int>(std::nearbyint(x[static_cast<size_t>(i)] * (127.0f / amax)));
+        }
+        const float s = amax / 127.0f;
+        std::vector<uint8_t> s16(2);
+        quantize_row(TensorType::f16, &s, s16.data(), 1);
+        x_scale[static_cast<size_t>(b)] = half(s16.data());
+      }
+      std::vector<float> y(n_rows);
+      matvec(m.view, x.data(), y.data());
+      const size_t stride = row_bytes(TensorType::q5_0, n_cols);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        double expected = 0.0, magnitude = 0.0;
+        for (int64_t b = 0; b < n_cols / 32; ++b) {
+          const uint8_t* wb = m.bytes.data() + static_cast<size_t>(r) * stride + static_cast<size_t>(b) * 22;
+          const uint32_t qh = uint32_t{wb[2]} | uint32_t{wb[3]} << 8 | uint32_t{wb[4]} << 16 | uint32_t{wb[5]} << 24;
+          int64_t dot = 0, dot_abs = 0;
+          for (int j = 0; j < 32; ++j) {
+            const int nibble = j < 16 ? wb[6 + j] & 15 : wb[6 + j - 16] >> 4;
+            const int q = nibble | static_cast<int>((qh >> j) & 1u) << 4;
+            const int xj = x8[static_cast<size_t>(b * 32 + j)];
+            dot += (q - 16) * xj;
+            dot_abs += std::abs((q - 16) * xj);
+          }
+          const double scale = half(wb) * x_scale[static_cast<size_t>(b)];
+          expected += scale * static_cast<double>(dot);
+          magnitude += std::fabs(scale) * static_cast<double>(dot_abs);
+        }
+        ASSERT_GT(magnitude, 0.0);
+        ASSERT_NEAR(y[static_cast<size_t>(r)], expected, 1e-5 * magnitude) << "row " << r;
       }
     }
   });

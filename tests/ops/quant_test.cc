@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/tensor_type.h"
 
 namespace squeezekv {
@@ -38,6 +39,7 @@ TEST(ops_quant, TypeTable) {
   EXPECT_EQ(tensor_type_name(0), "F32");
   EXPECT_EQ(tensor_type_name(1), "F16");
   EXPECT_EQ(tensor_type_name(2), "Q4_0");
+  EXPECT_EQ(tensor_type_name(6), "Q5_0");
   EXPECT_EQ(tensor_type_name(8), "Q8_0");
   EXPECT_EQ(tensor_type_name(12), "Q4_K");
   EXPECT_EQ(tensor_type_name(13), "Q5_K");
@@ -55,7 +57,7 @@ TEST(ops_quant, TypeTable) {
     int64_t elems, bytes;
   } expected[] = {{TensorType::f32, 1, 4},     {TensorType::f16, 1, 2},    {TensorType::bf16, 1, 2},
                   {TensorType::q8_0, 32, 34},  {TensorType::q4_0, 32, 18}, {TensorType::q4_1, 32, 20},
-                  {TensorType::q4_k, 256, 144},
+                  {TensorType::q5_0, 32, 22},  {TensorType::q4_k, 256, 144},
                   {TensorType::q6_k, 256, 210}};
   for (const auto& e : expected) {
     const auto layout = block_layout(static_cast<uint32_t>(e.type));
@@ -64,6 +66,25 @@ TEST(ops_quant, TypeTable) {
     EXPECT_EQ(layout->block_bytes, e.bytes);
     EXPECT_EQ(row_bytes(e.type, 512), static_cast<size_t>(512 / e.elems * e.bytes));
   }
+}
+
+// Types squeezekv cannot compute on still have ggml's layouts (the GGUF reader bounds-checks
+// them); retired and unused ids have none.
+TEST(ops_quant, GgmlLayoutsOfOtherTypes) {
+  const struct {
+    uint32_t id;
+    int64_t elems, bytes;
+  } expected[] = {{7, 32, 24}, {10, 256, 84}, {13, 256, 176}, {20, 32, 18}, {24, 1, 1}, {28, 1, 8}, {39, 32, 17},
+                  {2, 32, 18}, {6, 32, 22},   {30, 1, 2}};
+  for (const auto& e : expected) {
+    const auto layout = ggml_block_layout(e.id);
+    ASSERT_TRUE(layout.has_value()) << e.id;
+    EXPECT_EQ(layout->block_elems, e.elems) << e.id;
+    EXPECT_EQ(layout->block_bytes, e.bytes) << e.id;
+  }
+  for (const uint32_t id : {4u, 5u, 31u, 36u, 40u, 1000u}) EXPECT_FALSE(ggml_block_layout(id).has_value()) << id;
+  EXPECT_FALSE(block_layout(uint32_t{7}).has_value());  // Q5_1: listed, not computed on
+  EXPECT_THROW(block_layout(static_cast<TensorType>(7)), InvalidArgument);
 }
 
 TEST(ops_quant, RejectsPartialBlocks) {
@@ -117,6 +138,72 @@ TEST(ops_quant, Q4_1HandBuilt) {
   std::vector<uint8_t> again(20);
   quantize_row(TensorType::q4_1, y.data(), again.data(), 32);
   EXPECT_EQ(again, block);
+}
+
+TEST(ops_quant, Q5_0HandBuilt) {
+  std::vector<uint8_t> block(22);
+  put_u16(block.data(), fp16_half);
+  // qh = bits 5, 15 and 31 (little-endian): the 5th bits of elements 5, 15 and 31.
+  const std::array<uint8_t, 4> qh = {0x20, 0x80, 0x00, 0x80};
+  std::memcpy(block.data() + 2, qh.data(), 4);
+  for (int j = 0; j < 16; ++j) block[6 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const auto y = dequantize(TensorType::q5_0, block, 32);
+  // A few worked by hand: value = 0.5 * (q - 16).
+  EXPECT_EQ(y[0], -8.0f);   // nibble 0, no 5th bit: q = 0
+  EXPECT_EQ(y[1], -7.5f);   // q = 1
+  EXPECT_EQ(y[5], 2.5f);    // nibble 5 + 16 = 21
+  EXPECT_EQ(y[15], 7.5f);   // nibble 15 + 16 = 31
+  EXPECT_EQ(y[16], -0.5f);  // high nibble of byte 0 = 15, no 5th bit
+  EXPECT_EQ(y[30], -7.5f);  // high nibble of byte 14 = 1
+  EXPECT_EQ(y[31], 0.0f);   // high nibble of byte 15 = 0, 5th bit: q = 16
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j + (j == 5 || j == 15 ? 16 : 0), hi = 15 - j + (j == 15 ? 16 : 0);
+    EXPECT_EQ(y[j], 0.5f * static_cast<float>(lo - 16)) << j;       // low nibbles: elements 0..15
+    EXPECT_EQ(y[16 + j], 0.5f * static_cast<float>(hi - 16)) << j;  // high nibbles: 16..31
+  }
+  // -8 (q = 0) is the value of largest magnitude, so d = -8 / -16 = 0.5 and the bytes come back.
+  std::vector<uint8_t> again(22);
+  quantize_row(TensorType::q5_0, y.data(), again.data(), 32);
+  EXPECT_EQ(again, block);
+}
+
+// The quantiser against ggml's rule (quantize_row_q5_0_ref), re-derived here from the values:
+// max = the value of largest magnitude, d = max / -16, q = min(31, trunc(x / d + 16.5)), packed
+// as low nibbles / high nibbles / qh bits.
+TEST(ops_quant, Q5_0QuantizerFollowsTheReferenceRule) {
+  constexpr int64_t n = 2048;
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    std::vector<float> x(n);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = (i / 32 % 7 == 3 ? 1e-3f : 1.0f) * normal(rng);
+    std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block: d = 0, every q = 16
+    std::vector<uint8_t> bytes(row_bytes(TensorType::q5_0, n));
+    quantize_row(TensorType::q5_0, x.data(), bytes.data(), n);
+    for (int64_t b = 0; b < n / 32; ++b) {
+      const float* xb = x.data() + b * 32;
+      float max = 0.0f;
+      for (int i = 0; i < 32; ++i) {
+        if (std::fabs(xb[i]) > std::fabs(max)) max = xb[i];
+      }
+      const float d = max / -16.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      std::array<int, 32> q{};
+      for (int i = 0; i < 32; ++i) q[static_cast<size_t>(i)] = std::min(31, static_cast<int>(xb[i] * id + 16.5f));
+      std::vector<uint8_t> expected(22, 0);
+      const uint16_t d_bits = f32_to_fp16(d);
+      expected[0] = static_cast<uint8_t>(d_bits & 0xff);
+      expected[1] = static_cast<uint8_t>(d_bits >> 8);
+      for (int i = 0; i < 32; ++i) {
+        const int v = q[static_cast<size_t>(i)];
+        ASSERT_GE(v, 0);
+        if (v & 16) expected[static_cast<size_t>(2 + i / 8)] |= static_cast<uint8_t>(1 << (i % 8));
+        expected[static_cast<size_t>(6 + i % 16)] |= static_cast<uint8_t>((v & 15) << (i < 16 ? 0 : 4));
+      }
+      const std::vector<uint8_t> got(bytes.begin() + b * 22, bytes.begin() + (b + 1) * 22);
+      ASSERT_EQ(got, expected) << "seed " << seed << " block " << b;
+    }
+  }
 }
 
 TEST(ops_quant, Q4_KHandBuilt) {
@@ -313,6 +400,17 @@ TEST(ops_quant, RoundTripBounds) {
       }
     }
     {
+      // Q5_0: d = amax / 16, so half a step d / 2, except where the sign opposite to the largest
+      // value is clamped at q = 31 (beyond 15.5 steps): one step. Plus d's fp16 rounding over at
+      // most 16 steps (relative 2^-11) and 16 * 2^-25 for subnormal d.
+      const auto r = round_trip(TensorType::q5_0, n, seed);
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = max_abs(r.x.data() + i / 32 * 32, 32) / 16;
+        const float step = std::fabs(r.x[i]) > 15.5f * d ? d : d / 2;
+        ASSERT_LE(std::fabs(r.y[i] - r.x[i]), step + d / 128 + 16 * 0x1p-25f) << i;
+      }
+    }
+    {
       // Q4_1: half a step of (max - min) / 15, the step and min rounded to fp16 (relative 2^-11).
       const auto r = round_trip(TensorType::q4_1, n, seed);
       for (int64_t i = 0; i < n; ++i) {
@@ -353,7 +451,7 @@ TEST(ops_quant, RoundTripRelativeRms) {
     TensorType type;
     double max_relative_rms;
   } cases[] = {{TensorType::q8_0, 0.007}, {TensorType::q6_k, 0.03}, {TensorType::q4_k, 0.12},
-               {TensorType::q4_0, 0.15},  {TensorType::q4_1, 0.12}, {TensorType::f16, 4e-4},
+               {TensorType::q4_0, 0.15},  {TensorType::q4_1, 0.12}, {TensorType::q5_0, 0.075}, {TensorType::f16, 4e-4},
                {TensorType::bf16, 3e-3}};
   for (const auto& c : cases) {
     std::vector<uint8_t> bytes(row_bytes(c.type, n));
@@ -373,7 +471,8 @@ TEST(ops_quant, RoundTripRelativeRms) {
 }
 
 TEST(ops_quant, ZerosStayZero) {
-  for (const auto type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k}) {
+  for (const auto type :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q4_k, TensorType::q6_k}) {
     std::vector<float> x(512, 0.0f), y(512, 1.0f);
     std::vector<uint8_t> bytes(row_bytes(type, 512));
     quantize_row(type, x.data(), bytes.data(), 512);

@@ -5,9 +5,9 @@
 // row and accumulate its dot in double):
 //  - F32, F16, BF16 weights: products in f32 with SIMD partial sums, so
 //    |y - y_exact| <= 1e-5 * sum_i |w_i * x_i|.
-//  - Q8_0, Q4_0, Q4_1, Q4_K, Q6_K weights: as ggml's vec_dot_*_q8_*, x is first quantised to 8 bits
-//    (x_i ~= s_b * q_i) exactly as ggml does: per 32-element block with s_b = max_b |x| / 127 in
-//    f16 (q8_0, q8_1) for Q8_0, Q4_0 and Q4_1, per 256-element block in f32 (q8_K) for Q4_K and
+//  - Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K weights: as ggml's vec_dot_*_q8_*, x is first quantised to
+//    8 bits (x_i ~= s_b * q_i) exactly as ggml does: per 32-element block with s_b = max_b |x| / 127
+//    in f16 (q8_0, q8_1) for Q8_0, Q4_0, Q4_1 and Q5_0, per 256-element block in f32 (q8_K) for Q4_K and
 //    Q6_K; each block's dot is exact in integers, so, with b ranging over those blocks of the row,
 //    |y - y_exact| <= sum_b (sum_{i in b} |w_i|) * max_{i in b} |x_i| / 254 * (1 + 2^-10)
 //                     + 1e-5 * sum_i |w_i * x_i|.

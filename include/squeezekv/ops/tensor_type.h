@@ -14,6 +14,7 @@ enum class TensorType : uint32_t {
   f16 = 1,
   q4_0 = 2,
   q4_1 = 3,
+  q5_0 = 6,
   q8_0 = 8,
   q4_k = 12,
   q6_k = 14,
@@ -29,6 +30,10 @@ struct BlockLayout {
 // Layout of a supported type; std::nullopt for a GGUF type id squeezekv cannot compute on.
 std::optional<BlockLayout> block_layout(uint32_t gguf_type_id);
 BlockLayout block_layout(TensorType type);
+
+// Layout of any type ggml defines, computable or not, so that a file's tensors of other types are
+// still bounds-checked and listed; std::nullopt for ids ggml has retired or never used.
+std::optional<BlockLayout> ggml_block_layout(uint32_t gguf_type_id);
 
 // "F32", "Q4_K", ...; for unknown ids, ggml's name when known ("Q5_K", "IQ2_XS") or "type <id>".
 std::string_view tensor_type_name(uint32_t gguf_type_id);
