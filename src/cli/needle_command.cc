@@ -177,7 +177,10 @@ void run(NeedleArgs& a) {
   bool clean = true;
   if (a.resume) {
     require(!a.json_path.empty(), "--resume", "true", "needs --json FILE (the cells done so far)");
-    for (nlohmann::json& row : read_done(a.json_path, identity, clean)) done[cell_key(row)] = std::move(row);
+    for (nlohmann::json& row : read_done(a.json_path, identity, clean)) {
+      const std::string key = cell_key(row);  // before the move: the right side is evaluated first
+      done[key] = std::move(row);
+    }
   }
   // A resumed file is appended to; one with a line cut short is written again without it.
   OutputFile json_out("--json", a.json_path, a.resume && clean);
