@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import textwrap
 from collections import defaultdict
 
 import matplotlib
@@ -46,7 +47,8 @@ def heatmaps(cells, out_dir, title):
     keys = sorted(groups, key=lambda k: (k[1] != 0, k[0], k[1]))
     cols = min(3, len(keys))
     rows = math.ceil(len(keys) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 4.0 * rows), squeeze=False)
+    fig.subplots_adjust(hspace=0.7, wspace=0.45, right=0.8)
     image = None
     for ax, key in zip(axes.flat, keys):
         grid = [[float("nan")] * len(lengths) for _ in depths]
@@ -58,7 +60,8 @@ def heatmaps(cells, out_dir, title):
                 if not math.isnan(v):
                     ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=8)
         variant, budget = key
-        ax.set_title(variant if budget == 0 else f"{variant}, budget {budget}", fontsize=9)
+        label = variant if budget == 0 else f"{variant}, budget {budget}"
+        ax.set_title(textwrap.fill(label, 40), fontsize=8)
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=8)
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
         ax.set_xlabel("prompt tokens")

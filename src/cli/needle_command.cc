@@ -118,13 +118,15 @@ void write_csv(OutputFile& out, const std::vector<nlohmann::json>& rows) {
 }
 
 void print_table(const std::vector<nlohmann::json>& rows) {
-  std::printf("%-40s %6s %6s %6s %7s %8s %8s %9s %10s\n", "variant", "budget", "length", "depth", "samples",
+  int width = 7;
+  for (const auto& r : rows) width = std::max(width, int(r["variant"].get<std::string>().size()));
+  std::printf("%-*s %6s %6s %6s %7s %8s %8s %9s %10s\n", width, "variant", "budget", "length", "depth", "samples",
               "accuracy", "full acc", "KV KiB", "full KiB");
   for (const auto& r : rows) {
     const auto& full = r["full_accuracy"];
     const std::string full_text = full.is_number() ? std::to_string(int(std::lround(100.0 * full.get<double>()))) + "%"
                                                    : std::string("-");
-    std::printf("%-40s %6s %6lld %6.2f %7d %7.0f%% %8s %9.1f %10.1f\n", r["variant"].get<std::string>().c_str(),
+    std::printf("%-*s %6s %6lld %6.2f %7d %7.0f%% %8s %9.1f %10.1f\n", width, r["variant"].get<std::string>().c_str(),
                 r["budget"].get<int64_t>() == 0 ? "-" : std::to_string(r["budget"].get<int64_t>()).c_str(),
                 static_cast<long long>(r["length"].get<int64_t>()), r["depth"].get<double>(), r["samples"].get<int>(),
                 100.0 * r["accuracy"].get<double>(), full_text.c_str(), r["kv_bytes"].get<double>() / 1024.0,
@@ -133,7 +135,6 @@ void print_table(const std::vector<nlohmann::json>& rows) {
 }
 
 void check_grid(const NeedleArgs& a, int context_length) {
-  parse_needle_task(a.task);  // "task = x: unknown (...)"
   require(a.samples >= 1, "--samples", a.samples, "must be >= 1");
   std::set<int64_t> lengths;
   for (int64_t n : a.lengths) {
@@ -151,8 +152,16 @@ void check_grid(const NeedleArgs& a, int context_length) {
   }
 }
 
+NeedleTask parse_task(const std::string& text) {
+  try {
+    return parse_needle_task(text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(invalid_value("--task", text, "unknown (passkey, single, multikey, multivalue)"));
+  }
+}
+
 void run(NeedleArgs& a) {
-  const NeedleTask task = parse_needle_task(a.task);
+  const NeedleTask task = parse_task(a.task);
   a.axes.apply(a.spec);
   a.spec.base = a.cache.resolve();
   std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
@@ -284,7 +293,7 @@ void register_needle(CLI::App& app) {
   cmd->add_option("--depths", args->depths, "where the asked needle starts, 0 (after the intro) to 1 (just "
                   "before the question), in tokens")->delimiter(',')->capture_default_str();
   cmd->add_option("--samples", args->samples, "samples per cell (different keys, values and haystack places)")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+      ->capture_default_str()->check(CLI::Range(1, 10000));  // every sample of a cell is held at once
   cmd->add_option("--seed", args->seed, "seed of the samples (sample i has the same needle at every length and "
                   "depth)")->capture_default_str();
   args->haystack_option = cmd->add_option("--haystack", args->haystack, "real text the needles hide in (tasks "

@@ -302,7 +302,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "kivi_residual = 128: more than half of budget = 64"},
         BadInput{"generate " + kModel + " --method h2o --budget 16 --kv-type kivi2 --kivi-residual 0",
                  "kivi_group = 32: more than budget = 16"},
-        BadInput{"needle " + kModel + " --task haystack", "task = haystack: unknown"},
+        BadInput{"needle " + kModel + " --task haystack", "--task = haystack: unknown"},
         BadInput{"needle " + kModel + " --lengths 100000", "--lengths = 100000: must lie in [1, "},
         BadInput{"needle " + kModel + " --lengths 256,256", "--lengths = 256: is given twice"},
         BadInput{"needle " + kModel + " --lengths 40", "--lengths = 40: length = 40: too short for task passkey"},
