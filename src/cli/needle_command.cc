@@ -94,6 +94,11 @@ std::vector<nlohmann::json> read_done(const std::string& path, const nlohmann::j
     rows.push_back(std::move(row));
   }
   if (!in.eof()) throw InvalidArgument(invalid_value("--json", path, "cannot be read"));
+  // A last line without its newline (cut short after its brace) would join the next one appended.
+  in.clear();
+  in.seekg(-1, std::ios::end);
+  char last = '\n';
+  if (in && in.get(last) && last != '\n') clean = false;
   return rows;
 }
 
