@@ -13,6 +13,7 @@ void register_generate(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_sweep(CLI::App& app);
+void register_needle(CLI::App& app);
 void register_random_model(CLI::App& app);
 void register_serve(CLI::App& app);
 

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   squeezekv::cli::register_perplexity(app);
   squeezekv::cli::register_bench(app);
   squeezekv::cli::register_sweep(app);
+  squeezekv::cli::register_needle(app);
   squeezekv::cli::register_random_model(app);
   squeezekv::cli::register_serve(app);
   squeezekv::cli::check_unsigned_options(app);

@@ -7,9 +7,10 @@
 
 namespace squeezekv::cli {
 
-OutputFile::OutputFile(std::string option, std::string path) : option_(std::move(option)), path_(std::move(path)) {
+OutputFile::OutputFile(std::string option, std::string path, bool append)
+    : option_(std::move(option)), path_(std::move(path)) {
   if (path_.empty()) return;
-  file_ = std::fopen(path_.c_str(), "w");
+  file_ = std::fopen(path_.c_str(), append ? "a" : "w");
   if (!file_) fail("cannot open for writing");
 }
 
@@ -26,6 +27,12 @@ void OutputFile::write(std::string_view text) {
   if (!file_) return;
   errno = 0;
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) fail("write failed");
+}
+
+void OutputFile::flush() {
+  if (!file_) return;
+  errno = 0;
+  if (std::fflush(file_) != 0 || std::ferror(file_)) fail("write failed");
 }
 
 void OutputFile::close() {

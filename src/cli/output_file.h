@@ -12,13 +12,15 @@ namespace squeezekv::cli {
 class OutputFile {
  public:
   // Nothing is opened for an empty path; `option` names the file in errors (e.g. "--csv").
-  OutputFile(std::string option, std::string path);
+  // `append`: write after what the file holds (a resumed run) instead of replacing it.
+  OutputFile(std::string option, std::string path, bool append = false);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
 
   bool is_open() const { return file_ != nullptr; }
   void write(std::string_view text);
+  void flush();  // to the operating system, so that an interrupted run keeps what was written
   void close();  // flushes; throws on any failure
 
  private:

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +13,7 @@
 #include "cli/output_file.h"
 #include "cli/progress.h"
 #include "cli/stream_report.h"
+#include "cli/sweep_axes.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/registry.h"
@@ -25,17 +25,11 @@ struct SweepArgs {
   ModelOptions model;
   CacheOptions cache;
   SweepSpec spec;
-  std::map<std::string, std::vector<std::string>> plural;  // --strengths 0.5,1 by parameter name
-  std::vector<std::string> axes;                            // --axis name=v1,v2
+  SweepAxisOptions axes;
   TextEvalOptions text;
   StreamArgs stream;
   std::string json_path, csv_path;
 };
-
-// The parameters a sweep row reports: every registered one but the ids and the shape.
-bool reported(const ParamSpec& spec) {
-  return spec.kind != ParamKind::text && spec.name != "head_dim" && spec.name != "resolved_budget";
-}
 
 nlohmann::json row(const PerplexityResult& r) {
   const KVCacheConfig& c = r.config;
@@ -123,18 +117,7 @@ void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens
 
 void run(SweepArgs& a) {
   a.spec.base = a.cache.resolve();
-  a.spec.axes.clear();
-  for (const auto& [name, values] : a.plural) {
-    if (!values.empty()) a.spec.axes.push_back({name, values});
-  }
-  for (const std::string& axis : a.axes) {
-    const size_t eq = axis.find('=');
-    require(eq != std::string::npos && eq > 0, "--axis", axis, "expected NAME=V1,V2,... (a parameter name)");
-    SweepAxis parsed{axis.substr(0, eq), {}};
-    std::stringstream in(axis.substr(eq + 1));
-    for (std::string item; std::getline(in, item, ',');) parsed.values.push_back(item);
-    a.spec.axes.push_back(std::move(parsed));
-  }
+  a.axes.apply(a.spec);
   const std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
   // Opened before the sweep runs, so that an unwritable path fails at once.
   OutputFile json_out("--json", a.json_path), csv_out("--csv", a.csv_path);
@@ -179,16 +162,7 @@ void register_sweep(CLI::App& app) {
   add_text_eval_options(*cmd, args->model, args->text);
   cmd->add_option("--methods", s.methods, "method ids (`squeezekv methods`)")->delimiter(',')->default_str("all");
   cmd->add_option("--budgets", s.budgets, "average budgets")->delimiter(',')->capture_default_str();
-  // One list option per sweepable parameter, named by its flag in the plural (--strengths,
-  // --scores, --chunk-sizes, ...); any parameter also through --axis.
-  for (const ParamSpec* spec : all_params()) {
-    const std::string flag = spec->cli_flag();
-    if (!reported(*spec) || !spec->on_command_line || spec->name == "budget" || flag.back() == 's') continue;
-    cmd->add_option(flag + "s", args->plural[std::string(spec->name)],
-                    std::string(spec->name) + " values to sweep, where the method reads it; default: the single cache option")
-        ->delimiter(',')->group("Sweep axes");
-  }
-  cmd->add_option("--axis", args->axes, "any parameter's values: NAME=V1,V2,... (repeatable)")->group("Sweep axes");
+  add_sweep_axis_options(*cmd, args->axes);
   cmd->add_option("--json", args->json_path, "write every result, per-layer values included, to this JSON file");
   cmd->add_option("--csv", args->csv_path, "write one row per configuration to this CSV file");
   add_stream_options(*cmd, args->stream);

@@ -301,7 +301,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModel + " -n 30 --method squeeze --budget 64 --kv-type kivi2",
                  "kivi_residual = 128: more than half of budget = 64"},
         BadInput{"generate " + kModel + " --method h2o --budget 16 --kv-type kivi2 --kivi-residual 0",
-                 "kivi_group = 32: more than budget = 16"}),
+                 "kivi_group = 32: more than budget = 16"},
+        BadInput{"needle " + kModel + " --task haystack", "--task = haystack: unknown"},
+        BadInput{"needle " + kModel + " --lengths 100000", "--lengths = 100000: must lie in [1, "},
+        BadInput{"needle " + kModel + " --lengths 256,256", "--lengths = 256: is given twice"},
+        BadInput{"needle " + kModel + " --lengths 40", "--lengths = 40: length = 40: too short for task passkey"},
+        BadInput{"needle " + kModel + " --depths 1.5", "--depths = 1.5: must lie in [0, 1]"},
+        BadInput{"needle " + kModel + " --depths -0.1", "--depths = -0.1: must lie in [0, 1]"},
+        BadInput{"needle " + kModel + " --samples 0", "--samples: Value 0 not in range"},
+        BadInput{"needle " + kModel + " --methods h3o", "method = h3o"},
+        BadInput{"needle " + kModel + " --haystack ../shared/data/tinystories_val.txt",
+                 "--haystack = ../shared/data/tinystories_val.txt: has no effect with --task passkey"},
+        BadInput{"needle " + kModel + " --task single --haystack no/such/text.txt", "--haystack = no/such/text.txt"},
+        BadInput{"needle " + kModel + " --resume", "--resume = true: needs --json FILE"},
+        BadInput{"needle " + kModel + " --lengths 256 --json no/such/dir/x.jsonl", "--json = no/such/dir/x.jsonl"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
 
 // An unwritable --json path fails before the sweep runs (the sweep announces itself first).
@@ -311,6 +324,54 @@ TEST(Cli, SweepChecksItsOutputFilesBeforeTheWork) {
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("--json = no/such/dir/x.json: cannot open for writing"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("configurations"), std::string::npos) << r.out;
+}
+
+// A small grid on stories260K: one JSON line per cell, and a rerun with --resume runs nothing new.
+TEST(Cli, NeedleWritesACellPerLineAndResumes) {
+  const std::string path = testing::TempDir() + "/needle_cli_test.jsonl";
+  std::remove(path.c_str());
+  const std::string args = "needle " + kModel + " --task passkey --lengths 256 --depths 0.2,0.8 --samples 2 "
+                           "--methods full,window --budgets 32 -b 64 -t 1 --json " + path;
+  const CliRun first = run(args);
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_NE(first.out.find("8 samples to run"), std::string::npos) << first.out;
+  auto lines = [&path] {
+    std::vector<nlohmann::json> rows;
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) return rows;
+    std::string text;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+    std::fclose(f);
+    size_t at = 0;
+    for (size_t end; (end = text.find('\n', at)) != std::string::npos; at = end + 1) {
+      rows.push_back(nlohmann::json::parse(text.substr(at, end - at)));
+    }
+    return rows;
+  };
+  const std::vector<nlohmann::json> rows = lines();
+  ASSERT_EQ(rows.size(), 4u);
+  for (const auto& row : rows) {
+    for (const char* field : {"method", "budget", "kv_type", "length", "depth", "accuracy", "samples", "kv_bytes",
+                              "task", "question_in_prompt", "correct", "outputs"}) {
+      EXPECT_TRUE(row.contains(field)) << field << " in " << row.dump();
+    }
+    EXPECT_EQ(row["length"], 256);
+    EXPECT_EQ(row["samples"], 2);
+  }
+  EXPECT_EQ(rows[0]["method"], "full");
+  EXPECT_EQ(rows[1]["method"], "window");
+  EXPECT_LT(rows[1]["kv_bytes"].get<double>(), rows[0]["kv_bytes"].get<double>());
+  const CliRun again = run(args + " --resume");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("0 samples to run"), std::string::npos) << again.out;
+  EXPECT_EQ(lines().size(), 4u);
+  // A run with another seed does not resume this one's file.
+  const CliRun other = run(args + " --resume --seed 9");
+  EXPECT_EQ(other.status, 2) << other.out;
+  EXPECT_NE(other.out.find("holds a cell of another run (seed 0, this run 9)"), std::string::npos) << other.out;
+  std::remove(path.c_str());
 }
 
 bool valid_utf8(const std::string& s) {

@@ -1,0 +1,327 @@
+// `squeezekv needle`: RULER-style retrieval (eval/needle.h) over methods x budgets x cache options x
+// lengths x depths; a table on stdout, one JSON line per cell written as each cell ends (so that
+// --resume loses at most the cell in progress), a CSV at the end, a progress bar on stderr.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "cli/cache_options.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "cli/output_file.h"
+#include "cli/progress.h"
+#include "cli/sweep_axes.h"
+#include "squeezekv/base/errors.h"
+#include "squeezekv/base/utf8.h"
+#include "squeezekv/engine/prefill.h"
+#include "squeezekv/eval/needle.h"
+#include "squeezekv/eval/sweep.h"
+#include "squeezekv/eval/text_file.h"
+#include "squeezekv/methods/registry.h"
+
+namespace squeezekv::cli {
+namespace {
+
+constexpr const char* kDefaultHaystack = "../shared/data/tinystories_val.txt";
+
+struct NeedleArgs {
+  ModelOptions model;
+  CacheOptions cache;
+  SweepSpec spec;
+  SweepAxisOptions axes;
+  std::string task = "passkey";
+  std::vector<int64_t> lengths = {1024, 2048};
+  std::vector<double> depths = {0.1, 0.5, 0.9};
+  int samples = 5;
+  uint64_t seed = 0;
+  std::string haystack = kDefaultHaystack;
+  CLI::Option* haystack_option = nullptr;
+  bool question_in_prompt = false;
+  int n_predict = 0;
+  std::string json_path, csv_path;
+  bool resume = false;
+};
+
+// What must agree between a run and the rows of the file it resumes.
+nlohmann::json run_identity(const NeedleArgs& a, const std::string& model_name) {
+  return {{"task", a.task}, {"model", model_name}, {"seed", a.seed}, {"samples", a.samples},
+          {"question_in_prompt", a.question_in_prompt}, {"n_batch", a.model.n_batch},
+          {"haystack", a.task == "passkey" ? "" : std::filesystem::path(a.haystack).filename().string()}};
+}
+
+// A cell's identity within a run: the variant, budget, length and depth.
+std::string cell_key(const std::string& variant, int64_t budget, int64_t length, double depth) {
+  std::ostringstream out;
+  out.precision(17);
+  out << variant << '|' << budget << '|' << length << '|' << depth;
+  return out.str();
+}
+
+std::string cell_key(const nlohmann::json& row) {
+  return cell_key(row.at("variant").get<std::string>(), row.at("budget").get<int64_t>(),
+                  row.at("length").get<int64_t>(), row.at("depth").get<double>());
+}
+
+// --resume: the rows already in the file (a line cut short by an interrupted run is dropped), each
+// checked to come from the same run.
+std::vector<nlohmann::json> read_done(const std::string& path, const nlohmann::json& identity, bool& clean) {
+  std::vector<nlohmann::json> rows;
+  clean = true;
+  std::ifstream in(path);
+  if (!in) return rows;  // nothing yet: a fresh run
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_discarded() || !row.is_object() || !row.contains("variant") || !row.contains("depth")) {
+      clean = false;
+      continue;
+    }
+    for (const auto& [name, value] : identity.items()) {
+      if (row.value(name, nlohmann::json()) != value) {
+        throw InvalidArgument(invalid_value("--json", path, "holds a cell of another run (" + name + " " +
+                                                               row.value(name, nlohmann::json()).dump() + ", this run " +
+                                                               value.dump() + "); --resume needs the same run"));
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  if (!in.eof()) throw InvalidArgument(invalid_value("--json", path, "cannot be read"));
+  // A last line without its newline (cut short after its brace) would join the next one appended.
+  in.clear();
+  in.seekg(-1, std::ios::end);
+  char last = '\n';
+  if (in && in.get(last) && last != '\n') clean = false;
+  return rows;
+}
+
+void write_csv(OutputFile& out, const std::vector<nlohmann::json>& rows) {
+  const std::vector<std::string> columns = {"task", "method", "variant", "budget", "kv_type", "length", "depth",
+                                            "samples", "accuracy", "full_accuracy", "kv_bytes", "full_kv_bytes",
+                                            "kv_rows", "full_rows", "question_in_prompt", "seconds"};
+  std::string text;
+  for (size_t i = 0; i < columns.size(); ++i) text += (i ? "," : "") + columns[i];
+  text += "\n";
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < columns.size(); ++i) {
+      const auto& v = r.contains(columns[i]) ? r[columns[i]] : nlohmann::json();
+      if (i) text += ',';
+      if (v.is_string()) text += '"' + v.get<std::string>() + '"';
+      else if (!v.is_null()) text += v.dump();
+    }
+    text += "\n";
+  }
+  out.write(text);
+  out.close();
+}
+
+void print_table(const std::vector<nlohmann::json>& rows) {
+  int width = 7;
+  for (const auto& r : rows) width = std::max(width, int(r["variant"].get<std::string>().size()));
+  std::printf("%-*s %6s %6s %6s %7s %8s %8s %9s %10s\n", width, "variant", "budget", "length", "depth", "samples",
+              "accuracy", "full acc", "KV KiB", "full KiB");
+  for (const auto& r : rows) {
+    const auto& full = r["full_accuracy"];
+    const std::string full_text = full.is_number() ? std::to_string(int(std::lround(100.0 * full.get<double>()))) + "%"
+                                                   : std::string("-");
+    std::printf("%-*s %6s %6lld %6.2f %7d %7.0f%% %8s %9.1f %10.1f\n", width, r["variant"].get<std::string>().c_str(),
+                r["budget"].get<int64_t>() == 0 ? "-" : std::to_string(r["budget"].get<int64_t>()).c_str(),
+                static_cast<long long>(r["length"].get<int64_t>()), r["depth"].get<double>(), r["samples"].get<int>(),
+                100.0 * r["accuracy"].get<double>(), full_text.c_str(), r["kv_bytes"].get<double>() / 1024.0,
+                r["full_kv_bytes"].get<double>() / 1024.0);
+  }
+}
+
+void check_grid(const NeedleArgs& a, int context_length) {
+  require(a.samples >= 1, "--samples", a.samples, "must be >= 1");
+  std::set<int64_t> lengths;
+  for (int64_t n : a.lengths) {
+    require(n >= 1 && n <= context_length, "--lengths", n,
+            "must lie in [1, " + std::to_string(context_length) + "] (the model's context length)");
+    require(lengths.insert(n).second, "--lengths", n, "is given twice");
+  }
+  std::set<double> depths;
+  for (double d : a.depths) {
+    require(d >= 0.0 && d <= 1.0, "--depths", d, "must lie in [0, 1]");
+    require(depths.insert(d).second, "--depths", d, "is given twice");
+  }
+  if (a.task == "passkey" && a.haystack_option->count() > 0) {
+    throw InvalidArgument(invalid_value("--haystack", a.haystack, "has no effect with --task passkey (filler text)"));
+  }
+}
+
+NeedleTask parse_task(const std::string& text) {
+  try {
+    return parse_needle_task(text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(invalid_value("--task", text, "unknown (passkey, single, multikey, multivalue)"));
+  }
+}
+
+void run(NeedleArgs& a) {
+  const NeedleTask task = parse_task(a.task);
+  a.axes.apply(a.spec);
+  a.spec.base = a.cache.resolve();
+  std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
+  // The full cache first in each (length, depth), so that the other cells can name its accuracy.
+  std::stable_partition(configs.begin(), configs.end(), [](const KVCacheConfig& c) { return keeps_every_row(c); });
+  const Model model = Model::load(a.model.model_path, a.model.load_options());
+  check_grid(a, model.config().context_length);
+  const std::string haystack = task == NeedleTask::passkey ? std::string() : read_text_file(a.haystack, "--haystack");
+  const std::string model_name = std::filesystem::path(a.model.model_path).filename().string();
+  const nlohmann::json identity = run_identity(a, model_name);
+
+  // Every length must fit the task's needles; checked before any model work.
+  for (int64_t length : a.lengths) {
+    try {
+      make_needle_sample(model.tokenizer(), {task, length, 0.5, a.seed}, haystack);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(invalid_value("--lengths", length, e.what()));
+    }
+  }
+  std::vector<nlohmann::json> rows;  // every cell of the grid, resumed ones included
+  std::map<std::string, nlohmann::json> done;
+  bool clean = true;
+  if (a.resume) {
+    require(!a.json_path.empty(), "--resume", "true", "needs --json FILE (the cells done so far)");
+    for (nlohmann::json& row : read_done(a.json_path, identity, clean)) {
+      const std::string key = cell_key(row);  // before the move: the right side is evaluated first
+      done[key] = std::move(row);
+    }
+  }
+  // A resumed file is appended to; one with a line cut short is written again without it.
+  OutputFile json_out("--json", a.json_path, a.resume && clean);
+  OutputFile csv_out("--csv", a.csv_path);
+  if (a.resume && !clean) {
+    for (const auto& [key, row] : done) json_out.write(row.dump() + "\n");
+    json_out.flush();
+  }
+
+  int64_t total = 0;
+  for (int64_t length : a.lengths) {
+    for (double depth : a.depths) {
+      for (const KVCacheConfig& c : configs) {
+        const int64_t budget = keeps_every_row(c) ? 0 : c.budget;
+        total += done.contains(cell_key(sweep_variant(c), budget, length, depth)) ? 0 : a.samples;
+      }
+    }
+  }
+  std::fprintf(stderr, "needle %s: %zu configurations x %zu lengths x %zu depths, %d samples each; %lld samples to run%s\n",
+               a.task.c_str(), configs.size(), a.lengths.size(), a.depths.size(), a.samples,
+               static_cast<long long>(total), done.empty() ? "" : " (the rest resumed)");
+  auto pool = a.model.make_pool();
+  Engine engine(model, pool.get());
+  NeedleRunOptions options;
+  options.n_batch = a.model.n_batch;
+  options.n_predict = a.n_predict;
+  options.question_in_prompt = a.question_in_prompt;
+  Progress progress("needle: samples");
+  int64_t finished = 0;
+  for (int64_t length : a.lengths) {
+    for (double depth : a.depths) {
+      std::vector<NeedleSample> samples;
+      for (const KVCacheConfig& c : configs) {
+        const std::string variant = sweep_variant(c);
+        const int64_t budget = keeps_every_row(c) ? 0 : c.budget;
+        const std::string key = cell_key(variant, budget, length, depth);
+        if (auto it = done.find(key); it != done.end()) {
+          rows.push_back(it->second);
+          continue;
+        }
+        if (samples.empty()) {
+          for (int i = 0; i < a.samples; ++i) {
+            samples.push_back(make_needle_sample(model.tokenizer(),
+                                                 {task, length, depth, needle_sample_seed(a.seed, i)}, haystack));
+          }
+        }
+        const NeedleCell cell = run_needle_cell(engine, c, samples, task, options, [&] {
+          progress(int(std::min<int64_t>(++finished, 1 << 30)), int(std::min<int64_t>(total, 1 << 30)));
+        });
+        nlohmann::json correct = nlohmann::json::array(), outputs = nlohmann::json::array(),
+                       answers = nlohmann::json::array();
+        for (size_t i = 0; i < samples.size(); ++i) {
+          correct.push_back(cell.outcomes[i].correct);
+          outputs.push_back(valid_utf8(cell.outcomes[i].text));
+          answers.push_back(samples[i].answers);
+        }
+        nlohmann::json row = identity;
+        const std::string kv_type = to_string(c.kv_type);
+        row.update({{"method", c.method}, {"variant", variant}, {"budget", budget}, {"kv_type", kv_type},
+                    {"length", length}, {"depth", depth}, {"accuracy", cell.accuracy}, {"correct", correct},
+                    {"answers", answers}, {"outputs", outputs}, {"kv_bytes", cell.kv_bytes},
+                    {"full_kv_bytes", cell.full_kv_bytes}, {"kv_rows", cell.kv_rows}, {"full_rows", length},
+                    {"seconds", cell.seconds}});
+        done[key] = row;
+        rows.push_back(row);
+        json_out.write(row.dump() + "\n");
+        json_out.flush();
+      }
+    }
+  }
+  // The full cache's accuracy beside each cell (shown, and in the CSV; the JSON lines were written
+  // as the cells ended).
+  auto reference_key = [](const nlohmann::json& row) {
+    return cell_key(row["kv_type"].get<std::string>(), 0, row["length"].get<int64_t>(), row["depth"].get<double>());
+  };
+  std::map<std::string, nlohmann::json> reference;  // the full cache's accuracy at a storage, length, depth
+  for (const nlohmann::json& row : rows) {
+    if (row["budget"] == 0 && !reference.contains(reference_key(row))) reference[reference_key(row)] = row["accuracy"];
+  }
+  for (nlohmann::json& row : rows) {
+    const auto ref = reference.find(reference_key(row));
+    row["full_accuracy"] = ref != reference.end() ? ref->second : nlohmann::json();
+  }
+  json_out.close();
+  if (csv_out.is_open()) write_csv(csv_out, rows);
+  print_table(rows);
+}
+
+}  // namespace
+
+void register_needle(CLI::App& app) {
+  auto args = std::make_shared<NeedleArgs>();
+  auto* cmd = app.add_subcommand("needle", "needle in a haystack (RULER-style retrieval): accuracy of every method "
+                                           "against its K/V memory over prompt lengths and needle depths");
+  add_model_options(*cmd, args->model);
+  cmd->add_option("--task", args->task, "passkey (a 5-digit key in filler sentences), single (a key's 7-digit "
+                  "magic number in real text), multikey (the asked key among 3 others), multivalue (4 numbers "
+                  "for one key, all to recall)")->capture_default_str();
+  cmd->add_option("--lengths", args->lengths, "prompt lengths in the model's tokens, BOS and question included "
+                  "(at most the model's context length)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--depths", args->depths, "where the asked needle starts, 0 (after the intro) to 1 (just "
+                  "before the question), in tokens")->delimiter(',')->capture_default_str();
+  cmd->add_option("--samples", args->samples, "samples per cell (different keys, values and haystack places)")
+      ->capture_default_str()->check(CLI::Range(1, 10000));  // every sample of a cell is held at once
+  cmd->add_option("--seed", args->seed, "seed of the samples (sample i has the same needle at every length and "
+                  "depth)")->capture_default_str();
+  args->haystack_option = cmd->add_option("--haystack", args->haystack, "real text the needles hide in (tasks "
+                                          "single, multikey, multivalue)")->capture_default_str();
+  cmd->add_flag("--question-in-prompt", args->question_in_prompt,
+                "query-aware: the question is part of the one prefilled prompt, so that snapkv's observation "
+                "window sees it (default: query-agnostic, the cache chooses its rows before the question "
+                "arrives as a chunk of its own)");
+  cmd->add_option("-n,--n-predict", args->n_predict, "tokens decoded for the answer (0 = the task's: passkey 12, "
+                  "single and multikey 16, multivalue 64)")->capture_default_str()->check(CLI::Range(0, 4096));
+  SweepSpec& s = args->spec;
+  s.methods = {"full", "squeeze", "h2o", "snapkv", "window"};
+  s.budgets = {128, 256};
+  cmd->add_option("--methods", s.methods, "method ids (`squeezekv methods`)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--budgets", s.budgets, "average budgets (rows per layer and KV head)")
+      ->delimiter(',')->capture_default_str();
+  add_sweep_axis_options(*cmd, args->axes);
+  cmd->add_option("--json", args->json_path, "write one JSON object per cell, a line each, as each cell ends");
+  cmd->add_flag("--resume", args->resume, "skip the cells already in the --json file (same run) and append the rest");
+  cmd->add_option("--csv", args->csv_path, "write one row per cell to this CSV file at the end");
+  args->cache.command_defaults["score"] = "attention";  // the engine feeds real attention back
+  add_cache_options(*cmd, args->cache, {"budget"});
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace squeezekv::cli
