@@ -182,7 +182,7 @@ class ModelCaches(list):
     def is_final(self) -> bool:
         """True once the coordinator has published the schedule (always for fixed schedules)."""
         native = self._group.native
-        return native.is_final if native is not None else self._group.native_config.resolved_allocator != "squeeze"
+        return native.is_final if native is not None else not self._group.native_config.schedule_waits_for_measurement
 
     @property
     def kept_bytes(self) -> int:

@@ -49,7 +49,9 @@ void bind_config(py::module_& m) {
       })
       .def("validate", &KVCacheConfig::validate)
       .def_property_readonly("resolved_policy", [](const KVCacheConfig& c) { return resolved_policy(c); })
-      .def_property_readonly("resolved_allocator", [](const KVCacheConfig& c) { return resolved_allocator(c); });
+      .def_property_readonly("resolved_allocator", [](const KVCacheConfig& c) { return resolved_allocator(c); })
+      .def_property_readonly("schedule_waits_for_measurement",
+                             [](const KVCacheConfig& c) { return schedule_waits_for_measurement(c); });
 
   m.def("parameters", [] {
     py::list out;

@@ -75,7 +75,7 @@ double ModelCache::compression_ratio() const {
 std::unique_ptr<LayerCache> KVCacheFactory::create(const KVCacheConfig& config, int n_kv_heads,
                                                    int n_batch) {
   config.validate();
-  const int budget = resolved_policy(config) == "full" ? kUnbounded : config.resolved_budget.value_or(config.budget);
+  const int budget = keeps_every_row(config) ? kUnbounded : config.resolved_budget.value_or(config.budget);
   return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, budget, make_token_policy(config), nullptr);
 }
 

@@ -46,7 +46,7 @@ void run(const BudgetsArgs& a) {
   KVCacheConfig config;
   config.method = "h2o";
   config.allocator = std::string(info.id);
-  config.policy = info.id == "none" ? "full" : "cumulative";
+  config.policy = info.unbounded ? "full" : "cumulative";
   config.set("n_sink", int64_t(a.n_sink));
   config.set("budget", int64_t(a.avg));
   for (const auto& [name, option] : a.options) {
@@ -66,7 +66,7 @@ void run(const BudgetsArgs& a) {
   require(layers <= kMaxLayers, "--layers", layers, "must be at most " + std::to_string(kMaxLayers));
   require(a.max_rows >= 0, "--max-rows", a.max_rows, "must be >= 0 (0 = unknown)");
   for (double m : a.measurements) require(std::isfinite(m), "--concentrations", m, "must be finite");
-  if (info.id == "uniform") {
+  if (!info.unbounded && !measures) {  // a measuring allocator checks its own floor
     require(a.avg > a.n_sink, "--avg", a.avg, "must exceed --sinks = " + std::to_string(a.n_sink));
   }
   if (info.validate) info.validate(config);

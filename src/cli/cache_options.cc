@@ -99,9 +99,9 @@ void require_effective(const CacheOptions& o, const KVCacheConfig& config) {
       throw InvalidArgument(given + ": has no effect with --kv-type " + to_string(config.key_type()) +
                             " (KIVI storage only: --kv-type, --k-type or --v-type kivi2 or kivi4)");
     }
-    if (name == "max_distance" && (policy == "full" || config.positions != PositionRule::span)) {
+    if (name == "max_distance" && (keeps_every_row(config) || config.positions != PositionRule::span)) {
       throw InvalidArgument(given + ": has no effect with " +
-                            (policy == "full" ? "--method " + config.method + " (a full cache evicts nothing)"
+                            (keeps_every_row(config) ? "--method " + config.method + " (a full cache evicts nothing)"
                                               : "--positions " + to_string(config.positions) + " (span only)"));
     }
     const std::vector<std::string> owners = param_owners(name);

@@ -30,7 +30,7 @@ nlohmann::json stream_json(const StreamResult& r) {
   }
   const KVCacheConfig& c = r.config;
   return {{"variant", sweep_variant(c)}, {"method", c.method}, {"policy", resolved_policy(c)},
-          {"allocator", resolved_allocator(c)}, {"budget", resolved_policy(c) == "full" ? 0 : c.budget},
+          {"allocator", resolved_allocator(c)}, {"budget", keeps_every_row(c) ? 0 : c.budget},
           {"positions", to_string(c.positions)}, {"score", to_string(c.score)},
           {"tokens", r.tokens}, {"scored", r.scored}, {"perplexity", r.perplexity},
           {"mean_nll", r.mean_nll}, {"mean_kept_bytes", r.mean_kept_bytes},

@@ -38,7 +38,7 @@ nlohmann::json row(const PerplexityResult& r) {
   for (const ParamSpec* spec : all_params()) {
     if (reported(*spec)) out[std::string(spec->name)] = to_json(c.get(spec->name));
   }
-  out["budget"] = resolved_policy(c) == "full" ? 0 : c.budget;
+  out["budget"] = keeps_every_row(c) ? 0 : c.budget;
   nlohmann::json metrics = {
       {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll}, {"mean_kl", r.mean_kl},
       {"top1_agreement", r.top1_agreement}, {"mean_kept_bytes", r.mean_kept_bytes},
@@ -87,7 +87,7 @@ void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens
                 const std::vector<KVCacheConfig>& all) {
   std::vector<KVCacheConfig> configs;
   for (const KVCacheConfig& c : all) {
-    if (resolved_policy(c) != "full") configs.push_back(c);
+    if (!keeps_every_row(c)) configs.push_back(c);
   }
   require(!configs.empty(), "--methods", "full", "a stream sweep needs an evicting method");
   StreamOptions options = a.stream.options;
@@ -146,7 +146,7 @@ void run(SweepArgs& a) {
   std::printf("%-58s %6s %9s %9s %8s %7s %10s\n", "variant", "budget", "PPL", "KL", "top-1", "KV KiB", "full KiB");
   for (const PerplexityResult& r : results) {
     std::printf("%-58s %6s %9.4f %9.5f %7.2f%% %7.1f %10.1f\n", sweep_variant(r.config).c_str(),
-                (resolved_policy(r.config) == "full" ? std::string("-") : std::to_string(r.config.budget)).c_str(),
+                (keeps_every_row(r.config) ? std::string("-") : std::to_string(r.config.budget)).c_str(),
                 r.perplexity, r.mean_kl, 100.0 * r.top1_agreement, r.mean_kept_bytes / 1024.0,
                 r.mean_full_bytes / 1024.0);
   }

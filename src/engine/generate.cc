@@ -5,6 +5,7 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/prefill.h"
+#include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
 

@@ -29,6 +29,5 @@ void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens,
   if (options.as_prompt) engine.end_prompt(cache);
 }
 
-bool keeps_every_row(const KVCacheConfig& config) { return resolved_policy(config) == "full"; }
 
 }  // namespace squeezekv

@@ -95,7 +95,7 @@ Spread Spread::of(std::vector<double> samples) {
 
 std::string cache_label(const KVCacheConfig& config) {
   std::string label = config.method;
-  const bool evicts = resolved_policy(config) != "full";
+  const bool evicts = !keeps_every_row(config);
   if (evicts) label += " b" + std::to_string(config.budget);
   // The engine's default score is attention (bench, generate, perplexity); the other is named.
   if (config.score == ScoreSource::key_proxy && reads_param(config, "score")) label += " key-proxy";

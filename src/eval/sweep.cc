@@ -57,7 +57,7 @@ std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
     }
     c.validate();
     std::string key = sweep_variant(c);
-    key += resolved_policy(c) == "full" ? std::string(" b=-") : " b=" + std::to_string(c.budget);
+    key += keeps_every_row(c) ? std::string(" b=-") : " b=" + std::to_string(c.budget);
     if (seen.insert(key).second) out.push_back(c);
   };
   const int64_t base_window = spec.base.get_int("window");
@@ -67,11 +67,12 @@ std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
     c.policy.clear();
     c.allocator.clear();
     find_method(method);
-    const bool snapkv = resolved_policy(c) == "snapkv";
+    // A policy that chooses once from an observation window (snapkv) must leave that window room in
+    // small budgets: at most half.
+    const bool observes = holds_prompt_until_end(c) && reads_param(c, "window");
     for (int budget : spec.budgets) {
       c.budget = budget;
-      // The observation window must leave room in small budgets: at most half.
-      if (snapkv) c.set("window", std::max<int64_t>(1, std::min<int64_t>(base_window, budget / 2)));
+      if (observes) c.set("window", std::max<int64_t>(1, std::min<int64_t>(base_window, budget / 2)));
       expand_axes(spec, 0, c, add);
     }
   }

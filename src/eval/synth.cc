@@ -120,8 +120,9 @@ std::vector<SynthResult> run_synth(const SynthOptions& options,
             "kv_heads * head_dim * (seq_len + decode) = " + std::to_string(floats) + " exceeds " +
                 std::to_string(kMaxSynthLayerFloats) + " floats per layer");
   }
-  const bool squeeze = resolved_allocator(options.base) == "squeeze";
-  const std::vector<double> strengths = squeeze ? options.strengths : std::vector<double>{options.base.get_real("strength")};
+  // The strengths are swept where the allocator reads one (squeeze's), else the base's one value.
+  const bool sweeps_strength = reads_param(options.base, "strength");
+  const std::vector<double> strengths = sweeps_strength ? options.strengths : std::vector<double>{options.base.get_real("strength")};
   std::vector<GridPoint> grid;
   for (int l : options.layers) {
     for (int s : options.seq_lens) {

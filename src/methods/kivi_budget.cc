@@ -8,7 +8,7 @@ namespace squeezekv {
 
 std::string kivi_budget_unfit(const KVCacheConfig& config) {
   const bool keys = kv_kivi(config.key_type()), values = kv_kivi(config.value_type());
-  if ((!keys && !values) || resolved_policy(config) == "full") return "";
+  if ((!keys && !values) || keeps_every_row(config)) return "";
   const int budget = config.budget, group = config.kivi_group;
   if (2 * int64_t(config.kivi_residual) > budget) {
     const int most = budget / 2 / group * group;

@@ -196,9 +196,10 @@ void KVCacheConfig::validate() const {
   find_method(method);  // throws for an unknown id
   const PolicyInfo& p = resolved_policy_info(*this);
   const AllocatorInfo& a = resolved_allocator_info(*this);
-  require((p.id == "full") == (a.id == "none"), "allocator", a.id,
-          "the full policy keeps every row and takes allocator none; every other policy needs a "
-          "budget allocator (uniform, pyramid, squeeze)");
+  require(p.keeps_every_row == a.unbounded, "allocator", a.id,
+          "policy " + std::string(p.id) +
+              (p.keeps_every_row ? " keeps every row and takes an unbounded allocator (none)"
+                                 : " evicts and needs a budget allocator (uniform, pyramid, squeeze)"));
   // The fields every cache has: their ranges, then the rules between them.
   for (const Field& f : kFields) {
     const ParamSpec& spec = f.spec;
@@ -223,7 +224,7 @@ void KVCacheConfig::validate() const {
               "must be a multiple of kivi_group = " + std::to_string(kivi_group));
     }
   }
-  if (p.id != "full") {
+  if (!p.keeps_every_row) {
     require(budget > n_sink, "budget", budget,
             "must exceed n_sink = " + std::to_string(n_sink) + " (the floor is n_sink + 1)");
   }

@@ -139,6 +139,11 @@ const AllocatorInfo& resolved_allocator_info(const KVCacheConfig& config) {
 }
 
 std::string resolved_policy(const KVCacheConfig& config) { return std::string(resolved_policy_info(config).id); }
+bool keeps_every_row(const KVCacheConfig& config) { return resolved_policy_info(config).keeps_every_row; }
+bool holds_prompt_until_end(const KVCacheConfig& config) { return resolved_policy_info(config).holds_prompt_until_end; }
+bool schedule_waits_for_measurement(const KVCacheConfig& config) {
+  return !resolved_allocator_info(config).measures.empty();
+}
 std::string resolved_allocator(const KVCacheConfig& config) {
   return std::string(resolved_allocator_info(config).id);
 }
@@ -151,7 +156,7 @@ bool is_kivi_param(std::string_view name) {
 
 bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
   // The engine applies the position rule to every cache that evicts; the full cache never shifts.
-  if (name == "positions" || name == "max_distance") return p.id != "full";
+  if (name == "positions" || name == "max_distance") return !p.keeps_every_row;
   return owns(p.params, name) || owns(a.params, name) || contains(p.reads, name) ||
          contains(a.reads, name) || (name == "score" && p.scores_rows);
 }
@@ -159,7 +164,7 @@ bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_vi
 }  // namespace
 
 int64_t span_distance(const KVCacheConfig& config, int64_t context_length) {
-  if (config.positions != PositionRule::span || resolved_policy_info(config).id == "full") return 0;
+  if (config.positions != PositionRule::span || keeps_every_row(config)) return 0;
   if (config.max_distance > 0) return config.max_distance;
   return std::max<int64_t>(context_length - 1, 0);
 }

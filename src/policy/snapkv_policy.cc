@@ -145,6 +145,7 @@ extern const PolicyInfo snapkv_policy_info = {
     [](const KVCacheConfig& c) {
       const int64_t window = c.get_int("window");
       require(window < c.budget, "window", window, "must be smaller than budget = " + std::to_string(c.budget));
-    }};
+    },
+    /*methods=*/{}, /*keeps_every_row=*/false, /*holds_prompt_until_end=*/true};
 
 }  // namespace squeezekv

@@ -25,7 +25,7 @@ int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionSh
   const int64_t seen = shape.prompt_tokens + shape.max_tokens;  // every row the session can add
   const int64_t unbounded = grown_capacity(seen);
   const auto layers = int64_t(n_layers);
-  if (resolved_policy(config) == "full") return layers * unbounded;
+  if (keeps_every_row(config)) return layers * unbounded;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(shape.chunk, std::max<int64_t>(1, shape.prompt_tokens)));
   // Once a layer's budget b is final its slots stop at b + 1 between updates (LayerCache::settle),
   // and an update of c rows needs at most b + 1 + c. The layer budgets sum to layers x budget
@@ -33,9 +33,9 @@ int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionSh
   int64_t rows = layers * (int64_t(config.budget) + 1 + chunk);
   // A measuring allocator keeps the first chunk whole in every layer until the schedule is
   // published (growth without a cap).
-  if (!resolved_allocator_info(config).measures.empty()) rows = std::max(rows, layers * grown_capacity(chunk));
+  if (schedule_waits_for_measurement(config)) rows = std::max(rows, layers * grown_capacity(chunk));
   // A policy that acts once at the end of the prompt (snapkv) holds the whole prompt until then.
-  if (resolved_policy(config) == "snapkv") {
+  if (holds_prompt_until_end(config)) {
     rows = std::max(rows, layers * (grown_capacity(shape.prompt_tokens) + 1 + chunk));
   }
   return std::min(rows, layers * unbounded);  // no head holds more than it is ever given
@@ -45,7 +45,7 @@ size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, 
   const auto layers = int64_t(model.n_layers);
   const auto hd = size_t(model.head_dim);
   const KVType k = config.key_type(), v = config.value_type();
-  const bool full = resolved_policy(config) == "full";
+  const bool full = keeps_every_row(config);
   const int64_t live = promised_rows(config, model.n_layers, shape);  // per KV head, summed over layers
   const int64_t seen = shape.prompt_tokens + shape.max_tokens;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(shape.chunk, std::max<int64_t>(1, shape.prompt_tokens)));

@@ -238,7 +238,7 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
     throw RequestError(Failure::prompt_too_long, chat ? "messages" : "prompt", "the prompt has " + std::to_string(n_prompt) + " tokens, more than the " +
                                           std::to_string(limits.max_prompt_tokens) + " this server allows");
   }
-  if (resolved_policy(r.cache) == "full" && n_prompt + r.max_tokens > limits.n_ctx) {
+  if (keeps_every_row(r.cache) && n_prompt + r.max_tokens > limits.n_ctx) {
     bad("max_tokens", "prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" + std::to_string(r.max_tokens) +
                           ") exceeds the full cache's context of " + std::to_string(limits.n_ctx) +
                           " tokens (lower max_tokens, or choose an evicting cache)");

@@ -43,6 +43,9 @@ struct PolicyInfo {
   // Method ids this policy's file defines (e.g. `knorm`: policy knorm, allocator uniform); the
   // registry lists them after the reference library's table.
   std::span<const MethodInfo> methods = {};
+  // What callers ask instead of comparing ids (admission, prefill, the sweep, the command line):
+  bool keeps_every_row = false;         // never evicts: no budget, rows grow with the text
+  bool holds_prompt_until_end = false;  // chooses once when the prompt ends, holding all of it until then
 };
 
 struct AllocatorInfo {
@@ -55,6 +58,8 @@ struct AllocatorInfo {
   void (*validate)(const KVCacheConfig& config) = nullptr;
   // Whether one of its own parameters matters under this config (null = all of them always).
   bool (*uses)(const KVCacheConfig& config, std::string_view param) = nullptr;
+  bool unbounded = false;  // gives every layer an unbounded budget: the allocator of the policies
+                           // that keep every row, and only of those
 };
 
 }  // namespace squeezekv

@@ -27,8 +27,4 @@ void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens,
              const PrefillOptions& options, std::vector<float>& logits,
              const std::function<void(int64_t)>& after_chunk = {});
 
-// Whether the cache keeps every row it is given (the full policy): only such a cache is bounded
-// by a context size.
-bool keeps_every_row(const KVCacheConfig& config);
-
 }  // namespace squeezekv

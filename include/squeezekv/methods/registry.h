@@ -47,6 +47,12 @@ const PolicyInfo& resolved_policy_info(const KVCacheConfig& config);
 const AllocatorInfo& resolved_allocator_info(const KVCacheConfig& config);
 std::string resolved_policy(const KVCacheConfig& config);
 std::string resolved_allocator(const KVCacheConfig& config);
+// The resolved policy's capabilities (PolicyInfo): it keeps every row (no budget, nothing
+// evicted); it holds the whole prompt until the prompt ends and chooses then.
+bool keeps_every_row(const KVCacheConfig& config);
+bool holds_prompt_until_end(const KVCacheConfig& config);
+// The resolved allocator's schedule waits for a measurement of the prompt (AllocatorInfo::measures).
+bool schedule_waits_for_measurement(const KVCacheConfig& config);
 
 // Whether the config's policy or allocator reads the parameter (fields or component parameters).
 bool reads_param(const KVCacheConfig& config, std::string_view name);
