@@ -766,24 +766,30 @@ bool MaskedSoftmax(float* x, const uint8_t* mask, size_t n, float scale) {
   }
   for (; j < n; ++j) x[j] = mask[j] ? x[j] - mx : -kInf;
   j = 0;
-  auto acc = hn::Zero(d);
+  // The f32 exponentials are summed in double, as ggml's soft_max does: the sum then does not
+  // depend on the vector width (AVX2 and AVX-512 give the same probabilities).
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dh;
+  const size_t half = hn::Lanes(dd);
+  auto acc = hn::Zero(dd);
   // Exp of -inf is 0, so masked lanes drop out; the lower bound keeps Exp in its valid domain.
   const auto lo = hn::Set(d, -87.0f);
   for (; j + N <= n; j += N) {
     const auto v = hn::LoadU(d, x + j);
     const auto e = hn::IfThenZeroElse(hn::Lt(v, lo), hn::CallExp(d, hn::Max(v, lo)));
     hn::StoreU(e, d, x + j);
-    acc = hn::Add(acc, e);
+    for (size_t k = 0; k < N; k += half) acc = hn::Add(acc, hn::PromoteTo(dd, hn::LoadU(dh, x + j + k)));
   }
-  float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  double sum = hn::GetLane(hn::SumOfLanes(dd, acc));
   for (; j < n; ++j) {
     x[j] = x[j] < -87.0f ? 0.0f : std::exp(x[j]);
-    sum += x[j];
+    sum += double(x[j]);
   }
-  const auto inv = hn::Set(d, 1.0f / sum);
+  const float inv_sum = static_cast<float>(1.0 / sum);
+  const auto inv = hn::Set(d, inv_sum);
   j = 0;
   for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), inv), d, x + j);
-  for (; j < n; ++j) x[j] *= 1.0f / sum;
+  for (; j < n; ++j) x[j] *= inv_sum;
   return true;
 }
 

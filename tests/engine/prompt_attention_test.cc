@@ -87,16 +87,25 @@ KVCacheConfig config(const char* method, int budget, PositionRule rule, ScoreSou
 // near a tie went the other way (the scores differ by rounding too), the calls until the rows
 // agree again are not comparable and are counted instead: at most a quarter of them (on an AVX2
 // machine, h2o under the span rule ran 9 of 45 calls over different rows and ended on the same).
-void expect_close(const Outcome& blocks, const Outcome& tokens, double worst_bound, double mean_bound) {
+// KIVI storage remembers such a parting after the rows agree again: a key group is quantized from
+// the rows it holds when it fills, so its codes differ from then on (h2o kivi4 under the cache rule
+// parted at calls 17 and 26 on an AVX-512 machine and its later logits differed by up to 0.11);
+// with `history_kept` the calls after the first parting are counted, not compared.
+void expect_close(const Outcome& blocks, const Outcome& tokens, double worst_bound, double mean_bound,
+                  bool history_kept) {
   ASSERT_EQ(blocks.logits.size(), tokens.logits.size());
   double worst = 0, total = 0;
-  size_t count = 0, apart = 0;
+  size_t count = 0, apart = 0, compared = 0;
+  bool parted = false;
   for (size_t i = 0; i < blocks.logits.size(); ++i) {
     ASSERT_EQ(blocks.logits[i].size(), tokens.logits[i].size());
     if (i > 0 && blocks.kept_after[i - 1] != tokens.kept_after[i - 1]) {
       ++apart;
+      parted = true;
       continue;
     }
+    if (parted && history_kept) continue;
+    ++compared;
     for (size_t j = 0; j < blocks.logits[i].size(); ++j) {
       ASSERT_TRUE(std::isfinite(blocks.logits[i][j]));
       worst = std::max(worst, double(std::fabs(blocks.logits[i][j] - tokens.logits[i][j])));
@@ -105,6 +114,7 @@ void expect_close(const Outcome& blocks, const Outcome& tokens, double worst_bou
     }
   }
   EXPECT_LE(apart * 4, blocks.logits.size()) << apart << " of " << blocks.logits.size() << " calls over different rows";
+  EXPECT_GE(compared * 4, blocks.logits.size()) << "only " << compared << " calls compared";
   EXPECT_LT(worst, worst_bound) << "largest logit difference";
   EXPECT_LT(total / double(count), mean_bound) << "mean logit difference";
   EXPECT_EQ(blocks.kept, tokens.kept);
@@ -153,7 +163,7 @@ TEST(PromptAttention, BlocksEqualTheTokenPathToRounding) {
     // average and 4.4e-2 at most for kivi4. A wrong key, mask or patch moves logits by O(1)
     // (leaving the span rule's patched rows out: 3.4 to 4.0).
     const bool kivi = kv_kivi(k.kv_type);
-    expect_close(blocks, tokens, kivi ? 0.15 : 2e-2, kivi ? 1e-3 : 5e-4);
+    expect_close(blocks, tokens, kivi ? 0.15 : 2e-2, kivi ? 1e-3 : 5e-4, kivi);
     const Outcome single = run(c, true, 200, 240, 40, nullptr);  // one thread: the same bits
     EXPECT_EQ(single.logits, blocks.logits);
   }
