@@ -8,6 +8,7 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/prefill.h"
+#include "squeezekv/ops/model_ops.h"
 
 namespace squeezekv {
 namespace {
@@ -312,7 +313,7 @@ NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleS
   std::vector<int32_t> answer;
   for (int i = 0; i < n_predict && !logits.empty(); ++i) {
     // Greedy; the lowest id wins a tie.
-    const auto token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const auto token = int32_t(argmax(logits.data(), int64_t(logits.size())));
     if (tokenizer.is_end_of_generation(token)) break;
     answer.push_back(token);
     if (i + 1 < n_predict) engine.forward(std::span(&token, 1), cache, Logits::last, logits);

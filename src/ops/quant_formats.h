@@ -9,6 +9,19 @@
 
 namespace squeezekv::quant {
 
+// The element of largest magnitude, with its sign (the first of equals), as ggml's symmetric
+// reference quantisers pick their scale's anchor.
+inline float signed_absmax(const float* x, int64_t n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > amax || -x[i] > amax) {
+      amax = x[i] < 0.0f ? -x[i] : x[i];
+      max = x[i];
+    }
+  }
+  return max;
+}
+
 // Q8_0: 32 elements = fp16 d, int8 q[32]; value = d * q.
 inline constexpr int64_t q8_0_elems = 32;
 inline constexpr int64_t q8_0_bytes = 34;

@@ -1,6 +1,5 @@
 // Q4_0 rows: 32 4-bit values (offset 8) sharing one fp16 scale.
 #include <algorithm>
-#include <cmath>
 
 #include "squeezekv/base/fp16.h"
 #include "ops/quant_formats.h"
@@ -26,14 +25,7 @@ void quantize_q4_0(const float* src, uint8_t* dst, int64_t n) {
   for (int64_t b = 0; b < n / q4_0_elems; ++b) {
     const float* x = src + b * q4_0_elems;
     uint8_t* block = dst + b * q4_0_bytes;
-    float amax = 0.0f;
-    float max = 0.0f;
-    for (int64_t i = 0; i < q4_0_elems; ++i) {
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        max = x[i];
-      }
-    }
+    const float max = signed_absmax(x, q4_0_elems);
     const float d = max / -8.0f;
     const float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
     store_u16(block, f32_to_fp16(d));

@@ -1,6 +1,5 @@
 // Q5_0 rows: 32 5-bit values (offset 16) sharing one fp16 scale; the 5th bits live apart in qh.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "squeezekv/base/fp16.h"
@@ -40,14 +39,7 @@ void quantize_q5_0(const float* src, uint8_t* dst, int64_t n) {
   for (int64_t b = 0; b < n / q5_0_elems; ++b) {
     const float* x = src + b * q5_0_elems;
     uint8_t* block = dst + b * q5_0_bytes;
-    float amax = 0.0f;
-    float max = 0.0f;
-    for (int64_t i = 0; i < q5_0_elems; ++i) {
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        max = x[i];
-      }
-    }
+    const float max = signed_absmax(x, q5_0_elems);
     const float d = max / -16.0f;
     const float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
     store_u16(block, f32_to_fp16(d));

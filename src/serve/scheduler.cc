@@ -342,16 +342,14 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   std::vector<std::unique_ptr<Session>> finished_sessions(std::make_move_iterator(first_done),
                                                           std::make_move_iterator(active.end()));
   active.erase(first_done, active.end());
-  for (const auto& s : finished_sessions) {
+  // The client hears of the end only once its cache is kept and the stats count it (all under this
+  // lock), so a client that reads /metrics or sends its next turn after an answer sees its effects.
+  for (auto& s : finished_sessions) {
     ++finished;
     prompt += s->job.request.tokens.size();
     reserved_ -= s->job.promise;
     --running_;
-  }
-  // The client hears of the end only once its cache is kept and the stats count it, so a client
-  // that reads /metrics (or sends its next turn) after an answer sees that answer's effects.
-  for (auto& s : finished_sessions) {
-    if (!s->finished) continue;
+    if (!s->finished) continue;  // failed: told already, its half-updated cache never kept
     const Usage usage{int(s->job.request.tokens.size()), s->generated, s->reused};
     const std::shared_ptr<Channel> channel = s->job.channel;
     keep_locked(*s);  // takes the request's tokens
