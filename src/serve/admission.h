@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/engine/model.h"
 
 namespace squeezekv::serve {
