@@ -17,7 +17,7 @@
 namespace squeezekv::test {
 
 inline constexpr const char* kSmolLM2File = "SmolLM2-135M-Instruct.Q4_1.gguf";
-// Gemma 3 270M: its architecture is not loadable yet, but its Q5_0 tensors are read through GgufFile.
+// Gemma 3 270M (architecture gemma3; its Q5_0 tensors are also read through GgufFile by the ops tests).
 inline constexpr const char* kGemma3File = "gemma-3-270m-q4_k_m.gguf";
 
 inline std::string real_model_path(const std::string& file) {

@@ -1,6 +1,7 @@
 // `squeezekv info -m M`: metadata, tensors, parameter count and memory needed.
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -21,6 +22,32 @@ std::string dims(const GgufTensor& t) {
   return s + "]";
 }
 
+// The layers grouped by attention kind: "15 sliding (window 512, rope base 10000), 3 global".
+void print_layers(const ModelConfig& c) {
+  std::string kinds;
+  for (AttentionKind kind : {AttentionKind::sliding, AttentionKind::global}) {
+    int count = 0;
+    const LayerConfig* first = nullptr;
+    for (const LayerConfig& lc : c.layers) {
+      if (lc.attention != kind) continue;
+      count += 1;
+      if (first == nullptr) first = &lc;
+    }
+    if (count == 0) continue;
+    char buf[160];
+    if (kind == AttentionKind::sliding) {
+      std::snprintf(buf, sizeof buf, "%d sliding (window %d, rope base %g)", count, first->window, first->rope_base);
+    } else {
+      std::snprintf(buf, sizeof buf, "%d global (rope base %g)", count, first->rope_base);
+    }
+    kinds += (kinds.empty() ? "" : ", ") + std::string(buf);
+  }
+  const LayerConfig& l0 = c.layers.front();
+  std::printf("layers       %s; gate %s%s%s, attention scale %g%s\n", kinds.c_str(), activation_name(l0.activation),
+              l0.qk_norm ? ", Q/K norms" : "", l0.post_norms ? ", post-norms" : "", l0.attention_scale,
+              c.embed_scale != 0.0f ? ", embeddings scaled by sqrt(dim)" : "");
+}
+
 void run(const InfoArgs& a) {
   const Model model = Model::load(a.model.model_path, {.repack = false});  // it computes nothing
   const ModelConfig& c = model.config();
@@ -35,6 +62,14 @@ void run(const InfoArgs& a) {
                           {"vocab", c.vocab}, {"context_length", c.context_length}, {"n_rot", c.n_rot},
                           {"rope_base", c.rope_base}, {"norm_eps", c.norm_eps},
                           {"tied_embeddings", c.tied_embeddings}, {"kv_bytes_full_context_f16", kv_full}};
+    nlohmann::json layers = nlohmann::json::array();
+    for (const LayerConfig& lc : c.layers) {
+      layers.push_back({{"attention", attention_kind_name(lc.attention)}, {"window", lc.window},
+                        {"rope_base", lc.rope_base}, {"qk_norm", lc.qk_norm}, {"post_norms", lc.post_norms},
+                        {"activation", activation_name(lc.activation)}, {"attention_scale", lc.attention_scale}});
+    }
+    out["layers"] = layers;
+    out["embed_scale"] = c.embed_scale;
     nlohmann::json meta = nlohmann::json::object();
     for (std::string_view key : f.keys()) meta[std::string(key)] = f.get(key).to_string(8);
     out["metadata"] = meta;
@@ -57,6 +92,7 @@ void run(const InfoArgs& a) {
               c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab);
   std::printf("rope         %d dims, base %g, %s; RMS norm eps %g; %s embeddings\n", c.n_rot, c.rope_base,
               c.rope_style == RopeStyle::neox ? "neox" : "normal", c.norm_eps, c.tied_embeddings ? "tied" : "separate output");
+  print_layers(c);
   std::printf("context      %d tokens; a full f16 KV cache at that length: %.2f MiB\n", c.context_length, kv_full / 1048576.0);
   std::printf("memory       about %.2f MiB (weights, mapped) + KV cache\n", double(model.weight_bytes()) / 1048576.0);
   std::printf("\nmetadata:\n");

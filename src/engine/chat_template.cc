@@ -7,6 +7,7 @@ ChatFormat detect_chat_format(std::string_view t) {
     return ChatFormat::llama3;
   }
   if (t.find("<|im_start|>") != std::string_view::npos) return ChatFormat::chatml;
+  if (t.find("<start_of_turn>") != std::string_view::npos) return ChatFormat::gemma;
   return ChatFormat::plain;
 }
 
@@ -46,6 +47,8 @@ ChatTemplate parse_chat_template(std::string_view t) {
 
 ChatTemplate chat_template_of(const GgufFile& file) {
   const auto text = file.find_string("tokenizer.chat_template");
+  // Gemma 3 files may come without their template (the 270M base model's has none): its turns.
+  if (!text && file.find_string("general.architecture") == "gemma3") return ChatTemplate{ChatFormat::gemma, {}};
   return parse_chat_template(text ? *text : std::string_view());
 }
 
@@ -53,6 +56,7 @@ std::string_view chat_format_name(ChatFormat format) {
   switch (format) {
     case ChatFormat::llama3: return "llama3";
     case ChatFormat::chatml: return "chatml";
+    case ChatFormat::gemma: return "gemma";
     case ChatFormat::plain: break;
   }
   return "plain";
@@ -68,11 +72,31 @@ std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> m
       case ChatFormat::chatml:
         out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
         break;
+      case ChatFormat::gemma:
+        out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : m.role) + "\n" + m.content +
+               "<end_of_turn>\n";
+        break;
       case ChatFormat::plain:
         out += m.role + ": " + m.content + "\n";
         break;
     }
   };
+  if (chat.format == ChatFormat::gemma) {
+    // Gemma has no system role: its template puts the system text at the head of the first user turn.
+    std::string system;
+    for (const ChatMessage& m : messages) {
+      if (m.role == "system") {
+        system += m.content + "\n\n";
+      } else if (m.role == "user" && !system.empty()) {
+        append(ChatMessage{m.role, system + m.content});
+        system.clear();
+      } else {
+        append(m);
+      }
+    }
+    if (!system.empty()) append(ChatMessage{"user", system.substr(0, system.size() - 2)});
+    return out + "<start_of_turn>model\n";
+  }
   if (!chat.default_system.empty() && (messages.empty() || messages[0].role != "system")) {
     append(ChatMessage{"system", chat.default_system});
   }
@@ -81,6 +105,7 @@ std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> m
     case ChatFormat::llama3: out += "<|start_header_id|>assistant<|end_header_id|>\n\n"; break;
     case ChatFormat::chatml: out += "<|im_start|>assistant\n"; break;
     case ChatFormat::plain: out += "assistant:"; break;
+    case ChatFormat::gemma: break;  // returned above
   }
   return out;
 }
@@ -96,6 +121,7 @@ std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format
   switch (format) {
     case ChatFormat::llama3: return tokenizer.find_token("<|eot_id|>");
     case ChatFormat::chatml: return tokenizer.find_token("<|im_end|>");
+    case ChatFormat::gemma: return tokenizer.find_token("<end_of_turn>");
     case ChatFormat::plain: break;
   }
   return std::nullopt;

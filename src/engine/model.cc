@@ -1,9 +1,11 @@
 #include "squeezekv/engine/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "squeezekv/base/errors.h"
+#include "engine/layer_config.h"
 #include "squeezekv/base/quote.h"
 
 namespace squeezekv {
@@ -106,10 +108,13 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   const GgufFile& f = model.file_;
   ModelConfig& c = model.config_;
   c.arch = std::string(f.get_string("general.architecture"));
-  if (c.arch != "llama" && c.arch != "qwen2") {
-    throw FormatError("general.architecture = " + quoted_excerpt(c.arch) +
-                      ": unsupported architecture (squeezekv runs llama and qwen2)");
+  const ArchitectureInfo* arch = find_architecture(c.arch);
+  if (arch == nullptr) {
+    throw FormatError("general.architecture = " + quoted_excerpt(c.arch) + ": unsupported architecture (squeezekv runs " +
+                      architecture_names() + ")");
   }
+  c.info = arch;
+  check_architecture_keys(f, *arch);
   if (auto name = f.find_string("general.name")) c.name = std::string(*name);
   const std::string a = c.arch + ".";
   c.dim = positive(f, a + "embedding_length", f.find_u32(a + "embedding_length"));
@@ -133,6 +138,10 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     throw FormatError(a + "embedding_length = " + std::to_string(c.dim) +
                       ": not a multiple of head_count = " + std::to_string(c.n_heads));
   }
+  if (int64_t(c.n_heads) * c.head_dim > (int64_t(1) << 24)) {
+    throw FormatError(a + "attention.head_count x key_length = " + std::to_string(int64_t(c.n_heads) * c.head_dim) +
+                      ": out of range");
+  }
   c.n_rot = f.has(a + "rope.dimension_count")
                 ? positive(f, a + "rope.dimension_count", f.find_u32(a + "rope.dimension_count"))
                 : c.head_dim;
@@ -142,8 +151,10 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   }
   c.rope_base = f.find_f32(a + "rope.freq_base").value_or(10000.0f);
   c.norm_eps = f.find_f32(a + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
-  c.rope_style = c.arch == "qwen2" ? RopeStyle::neox : RopeStyle::normal;
-  c.qkv_bias = c.arch == "qwen2";
+  c.rope_style = arch->rope_style;
+  c.qkv_bias = arch->qkv_bias;
+  c.embed_scale = arch->embed_scaled ? std::sqrt(float(c.dim)) : 0.0f;
+  c.layers = read_layer_configs(f, *arch, c);
 
   const GgufTensor* embd = f.find_tensor("token_embd.weight");
   if (!embd) throw FormatError("model '" + path + "': missing tensor 'token_embd.weight'");
@@ -157,23 +168,28 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   model.output_ = c.tied_embeddings ? model.token_embd_ : matrix(f, "output.weight", c.dim, c.vocab);
   model.output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
 
-  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  auto extent = [&c](Extent e) -> int64_t {
+    switch (e) {
+      case Extent::one: return 1;
+      case Extent::dim: return c.dim;
+      case Extent::head_dim: return c.head_dim;
+      case Extent::q_dim: return c.q_dim();
+      case Extent::kv_dim: return c.kv_dim();
+      case Extent::ffn_dim: return c.ffn_dim;
+    }
+    return 0;
+  };
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerWeights w;
-    w.attn_norm = vector_f32(f, b + "attn_norm.weight", c.dim);
-    w.ffn_norm = vector_f32(f, b + "ffn_norm.weight", c.dim);
-    w.wq = matrix(f, b + "attn_q.weight", c.dim, q_dim);
-    w.wk = matrix(f, b + "attn_k.weight", c.dim, kv_dim);
-    w.wv = matrix(f, b + "attn_v.weight", c.dim, kv_dim);
-    w.wo = matrix(f, b + "attn_output.weight", q_dim, c.dim);
-    w.w_gate = matrix(f, b + "ffn_gate.weight", c.dim, c.ffn_dim);
-    w.w_up = matrix(f, b + "ffn_up.weight", c.dim, c.ffn_dim);
-    w.w_down = matrix(f, b + "ffn_down.weight", c.ffn_dim, c.dim);
-    if (c.qkv_bias) {
-      w.bq = vector_f32(f, b + "attn_q.bias", q_dim);
-      w.bk = vector_f32(f, b + "attn_k.bias", kv_dim);
-      w.bv = vector_f32(f, b + "attn_v.bias", kv_dim);
+    for (const BlockTensor& t : block_tensors()) {
+      if (!arch->has(t.part)) continue;
+      const std::string name = b + std::string(t.name);
+      if (t.matrix != nullptr) {
+        w.*t.matrix = matrix(f, name, extent(t.cols), extent(t.rows));
+      } else {
+        w.*t.vector = vector_f32(f, name, extent(t.cols));
+      }
     }
     model.layers_.push_back(std::move(w));
   }

@@ -39,9 +39,11 @@ constexpr size_t kMaxTiledLogitBytes = size_t(16) << 20;
 
 }  // namespace
 
-bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
+bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
                                  bool feed, size_t probs_per_head) {
   const ModelConfig& c = model_.config();
+  const LayerConfig& lc = c.layers[size_t(l)];
+  const RopeTable& table = rope_table(l);
   if (!prompt_blocks_ || n < kMinBlockTokens || max_slots == 0) return false;
   // Float keys are transposed whole, once per layer; any other format a tile at a time per block
   // (turned back by ranks in the tile when they are shifted).
@@ -51,7 +53,8 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
   const auto n_kv = size_t(c.n_kv_heads);
   const size_t ld_kt = (size_t(max_slots) + 31) / 32 * 32;  // query_block_dots: a multiple of 32
   const size_t q_dim = size_t(c.n_heads) * hd;
-  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  const float scale = lc.attention_scale;
+  const int64_t window = lc.attention == AttentionKind::sliding ? lc.window : 0;
 
   // Per worker: block_tokens x group logit rows of ld_kt, as many masks of ld_kt bytes, then the
   // block's queries and outputs (block_tokens x group x hd each), then the decoded keys: one
@@ -122,7 +125,7 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
       if (any_rotated && rotated_[g]) {  // ranks: decoded and turned back as the token path reads them
         head.load_keys(int(first), int(cols), turned);
         rotate_rows_back(turned, KVType::f32, head.shifts() + first, cols, hd, size_t(c.n_rot),
-                         c.rope_style == RopeStyle::neox, turns_.data(), turned);
+                         c.rope_style == RopeStyle::neox, table.turns.data(), turned);
         for (size_t d = 0; d < hd; ++d) {
           for (size_t j = 0; j < cols; ++j) tile[d * kTileRows + j] = turned[j * hd + d];
         }
@@ -150,10 +153,11 @@ bool Engine::attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos
     int hi_max = 0;
     for (size_t i = 0; i < bt; ++i) {
       const int64_t query_pos = pos0 + int64_t(t0 + i);
+      const int64_t oldest = window > 0 ? query_pos - window + 1 : 0;  // a sliding layer's window
       uint8_t* mask = masks + i * ld_kt;
       int hi = 0;
       for (int s = 0; s < n_slots; ++s) {
-        mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos;
+        mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos && pos[s] >= oldest;
         if (mask[s]) hi = s + 1;
       }
       his[i] = hi;

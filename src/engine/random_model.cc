@@ -1,4 +1,4 @@
-// Random-weight Llama/Qwen2 GGUF models. Each row of each tensor has its own generator state,
+// Random-weight GGUF models of any architecture in architecture.h's table. Each row of each tensor has its own generator state,
 // derived from (seed, tensor index, row), so rows can be produced in parallel and in any chunking
 // while the bytes stay the same everywhere.
 #include "squeezekv/engine/random_model.h"
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/engine/architecture.h"
 
 namespace squeezekv {
 
@@ -90,15 +91,21 @@ Vocab synthetic_vocab(int64_t size) {
   return v;
 }
 
+int64_t head_dim_of(const RandomModelSpec& s) { return s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads; }
+
 void check_spec(const RandomModelSpec& s) {
-  require(s.arch == "llama" || s.arch == "qwen2", "arch", s.arch, "must be llama or qwen2");
+  require(find_architecture(s.arch) != nullptr, "arch", s.arch, "must be one of " + architecture_names());
   // Bounds far above any real model, checked before the vocabulary or a tensor is allocated.
   require(s.dim > 0 && s.dim <= (1 << 16), "dim", s.dim, "must lie in [1, 65536]");
   require(s.n_layers > 0 && s.n_layers <= 4096, "n_layers", s.n_layers, "must lie in [1, 4096]");
-  require(s.n_heads > 0 && s.dim % s.n_heads == 0, "n_heads", s.n_heads, "must divide dim");
+  require(s.n_heads > 0 && s.n_heads <= 4096 && (s.head_dim > 0 || s.dim % s.n_heads == 0), "n_heads", s.n_heads,
+          "must lie in [1, 4096] and divide dim (unless head_dim is given)");
   require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "n_kv_heads", s.n_kv_heads,
           "must divide n_heads");
-  require((s.dim / s.n_heads) % 2 == 0, "head_dim", s.dim / s.n_heads, "must be even (RoPE)");
+  require(s.head_dim >= 0 && s.head_dim <= 4096, "head_dim", s.head_dim, "must lie in [0, 4096] (0: dim / n_heads)");
+  require(head_dim_of(s) % 2 == 0, "head_dim", head_dim_of(s), "must be even (RoPE)");
+  require(s.sliding_window >= 0 && s.sliding_window <= (1 << 24), "sliding_window", s.sliding_window,
+          "must lie in [0, 16777216]");
   require(s.ffn_dim > 0 && s.ffn_dim <= (1 << 18), "ffn_dim", s.ffn_dim, "must lie in [1, 262144]");
   require(s.vocab >= 259 && s.vocab <= (1 << 21), "vocab", s.vocab,
           "must lie in [259, 2097152] (3 special + 256 byte tokens at least)");
@@ -108,6 +115,8 @@ void check_spec(const RandomModelSpec& s) {
           "needs weight_type Q4_K (the Q4_K_M recipe)");
   int64_t block = block_layout(s.weight_type).block_elems;
   require(s.dim % block == 0, "dim", s.dim, "must be a multiple of the weight type's block size");
+  require(head_dim_of(s) * s.n_heads % block == 0, "head_dim", head_dim_of(s),
+          "times n_heads must be a multiple of the weight type's block size");
   require(s.ffn_dim % block == 0, "ffn_dim", s.ffn_dim,
           "must be a multiple of the weight type's block size");
 }
@@ -139,10 +148,11 @@ GgufWriter::RowFiller make_filler(uint64_t seed, uint64_t tensor, int64_t ne0, T
 
 GgufWriter random_model_writer(const RandomModelSpec& s) {
   check_spec(s);
+  const ArchitectureInfo& arch = *find_architecture(s.arch);
   const std::string& a = s.arch;
-  const int64_t head_dim = s.dim / s.n_heads;
+  const int64_t head_dim = head_dim_of(s);
+  const int64_t q_dim = head_dim * s.n_heads;
   const int64_t kv_dim = head_dim * s.n_kv_heads;
-  const bool qwen = a == "qwen2";
 
   GgufWriter w;
   w.add_string("general.architecture", a);
@@ -154,9 +164,16 @@ GgufWriter random_model_writer(const RandomModelSpec& s) {
   w.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.ffn_dim));
   w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_heads));
   w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  if (s.head_dim > 0) {
+    w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+    w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  }
   w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
-  w.add_f32(a + ".rope.freq_base", qwen ? 1000000.0f : 10000.0f);
-  w.add_f32(a + ".attention.layer_norm_rms_epsilon", qwen ? 1e-6f : 1e-5f);
+  w.add_f32(a + ".rope.freq_base", arch.rope_base);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", arch.norm_eps);
+  if (arch.sliding_pattern > 0 && s.sliding_window > 0) {
+    w.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  }
   w.add_u32(a + ".vocab_size", static_cast<uint32_t>(s.vocab));
 
   Vocab vocab = synthetic_vocab(s.vocab);
@@ -182,6 +199,17 @@ GgufWriter random_model_writer(const RandomModelSpec& s) {
   };
   const Fill norm{1.0f, 0.1f};
   const Fill bias{0.0f, 0.02f};
+  auto extent = [&](Extent e) -> int64_t {
+    switch (e) {
+      case Extent::one: return 1;
+      case Extent::dim: return s.dim;
+      case Extent::head_dim: return head_dim;
+      case Extent::q_dim: return q_dim;
+      case Extent::kv_dim: return kv_dim;
+      case Extent::ffn_dim: return s.ffn_dim;
+    }
+    return 0;
+  };
 
   // Q4_K_M: the output matrix (token_embd when tied) and some layers' attn_v / ffn_down in Q6_K.
   const TensorType more_bits = s.k_quant_mix ? TensorType::q6_k : s.weight_type;
@@ -194,21 +222,15 @@ GgufWriter random_model_writer(const RandomModelSpec& s) {
   if (!s.tied_embeddings) add_matrix("output.weight", s.dim, s.vocab, more_bits);
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    const TensorType v_down = favoured(l) ? more_bits : s.weight_type;
-    add_vector(p + "attn_norm.weight", s.dim, norm);
-    add_matrix(p + "attn_q.weight", s.dim, s.dim, s.weight_type);
-    add_matrix(p + "attn_k.weight", s.dim, kv_dim, s.weight_type);
-    add_matrix(p + "attn_v.weight", s.dim, kv_dim, v_down);
-    if (qwen) {
-      add_vector(p + "attn_q.bias", s.dim, bias);
-      add_vector(p + "attn_k.bias", kv_dim, bias);
-      add_vector(p + "attn_v.bias", kv_dim, bias);
+    for (const BlockTensor& t : block_tensors()) {
+      if (!arch.has(t.part)) continue;
+      const std::string name = p + std::string(t.name);
+      if (t.matrix != nullptr) {
+        add_matrix(name, extent(t.cols), extent(t.rows), t.more_bits && favoured(l) ? more_bits : s.weight_type);
+      } else {
+        add_vector(name, extent(t.cols), t.part == BlockPart::qkv_bias ? bias : norm);
+      }
     }
-    add_matrix(p + "attn_output.weight", s.dim, s.dim, s.weight_type);
-    add_vector(p + "ffn_norm.weight", s.dim, norm);
-    add_matrix(p + "ffn_gate.weight", s.dim, s.ffn_dim, s.weight_type);
-    add_matrix(p + "ffn_up.weight", s.dim, s.ffn_dim, s.weight_type);
-    add_matrix(p + "ffn_down.weight", s.ffn_dim, s.dim, v_down);
   }
   return w;
 }
@@ -228,6 +250,23 @@ RandomModelSpec llama_1b_spec(TensorType weight_type) {
   s.weight_type = weight_type;
   s.tied_embeddings = true;
   s.context_length = 8192;
+  return s;
+}
+
+RandomModelSpec gemma3_270m_spec(TensorType weight_type) {
+  RandomModelSpec s;
+  s.arch = "gemma3";
+  s.dim = 640;
+  s.n_layers = 18;
+  s.n_heads = 4;
+  s.n_kv_heads = 1;
+  s.head_dim = 256;
+  s.ffn_dim = 2048;
+  s.vocab = 262144;
+  s.weight_type = weight_type;
+  s.tied_embeddings = true;
+  s.context_length = 32768;
+  s.sliding_window = 512;
   return s;
 }
 

@@ -29,6 +29,27 @@ TEST(ChatTemplate, RendersEachFormat) {
   EXPECT_EQ(render_chat({ChatFormat::plain, {}}, m), "system: Be brief.\nuser: Hi\nassistant:");
 }
 
+// Gemma's turns: the assistant is "model", and a system message opens the first user turn (the
+// template of google/gemma-3-270m-it); the 270M base file carries no template and gets these turns.
+TEST(ChatTemplate, RendersGemmaTurns) {
+  EXPECT_EQ(detect_chat_format("{{ bos_token }}<start_of_turn>{{ role }}\n{{ message['content'] }}<end_of_turn>"),
+            ChatFormat::gemma);
+  const ChatMessage m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  EXPECT_EQ(render_chat({ChatFormat::gemma, {}}, m),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  const GgufFile gemma = GgufFile::open(test::real_model_path(test::kGemma3File));
+  const ChatTemplate chat = chat_template_of(gemma);
+  EXPECT_EQ(chat.format, ChatFormat::gemma);
+  const Tokenizer tokenizer(gemma);
+  const ChatMessage hi[] = {{"user", "hello"}};
+  // printf '<start_of_turn>user\nhello<end_of_turn>\n<start_of_turn>model\n' |
+  //   llama-tokenize -m gemma-3-270m-q4_k_m.gguf --stdin --ids --log-disable --no-escape
+  EXPECT_EQ(encode_chat(tokenizer, chat.format, render_chat(chat, hi)),
+            (std::vector<int32_t>{2, 105, 2364, 107, 23391, 106, 107, 105, 4368, 107}));
+  EXPECT_EQ(end_of_turn(tokenizer, chat.format), 106);
+}
+
 // The default system message as SmolLM2 writes it (newlines inside the literal) and as Qwen2 does
 // (escaped, after a turn built from the messages, which is not a default).
 TEST(ChatTemplate, FindsTheDefaultSystemMessage) {

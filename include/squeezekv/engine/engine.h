@@ -1,7 +1,9 @@
 // Engine: the forward pass of a Model with a squeezekv ModelCache in the loop (llama2.c's order:
 // embed, then per layer RMS norm, q/k/v, RoPE, attention over the cache's kept rows, output
-// projection, SwiGLU MLP; final norm and logits). Attention of each layer reads that layer's own
-// kept rows, so every layer and head may hold a different number of tokens.
+// projection, gated MLP; final norm and logits), each layer as its LayerConfig says (Q/K norms,
+// post-norms, the gate's activation, its rope base, its attention scale, a sliding window).
+// Attention of each layer reads that layer's own kept rows, so every layer and head may hold a
+// different number of tokens. A sliding layer's queries see only the keys of their window.
 //
 // Positions (docs/positions.md): with PositionRule::span (the default) queries and keys take their
 // text positions, and rows the cache holds beyond max_distance (the sinks, in a stream) are read
@@ -83,37 +85,75 @@ class Engine {
   std::unique_ptr<ModelCache> make_cache(KVCacheConfig config) const;
 
  private:
-  // Attention of rows [row0, row0 + n) of q_ (one sequence) into the same rows of att_.
-  // clamped_at >= 0 (PositionRule::span): rows at positions <= clamped_at, turned to position 0
-  // in the cache, are read at position clamped_at.
-  void attention(LayerCache& cache, int row0, int n, int64_t pos0, bool ranks, int64_t clamped_at);
-  // A prompt chunk's attention in blocks (prompt_attention.cc): each head's float keys transposed
-  // once per layer (quantized and KIVI keys a 64-row tile at a time per block), then a block of
-  // tokens' queries against them as one register-tiled product. False (nothing done) when the
-  // chunk is too short, the transposed keys or a block's logits would be too large, or quantized
-  // keys are turned back by ranks (the fused token path turns them).
-  bool attention_in_blocks(LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
-                           bool feed, size_t probs_per_head);
-  // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads: token
-  // t's row from its group's probabilities (group rows, ld apart), the first hi slots nonzero.
-  void feed_probs(int g, int t, const float* probs, size_t ld, int hi, int n_slots, size_t probs_per_head);
+  // One rope base's tables (a model has one, or one per attention kind: gemma3's global and
+  // sliding layers turn at different bases).
+  struct RopeTable {
+    float base = 10000.0f;
+    std::vector<float> by_token;   // cos/sin per token of the pass [n, n_rot]
+    std::vector<float> by_rank;    // cos/sin per rank [rank_rows, n_rot]
+    std::vector<float> turns;      // per shift: rotate_rows_back's table [rank_rows, 2 n_rot]
+    int64_t rank_rows = 0;
+  };
+  // forward_batch, per sequence: its first row in the batch, its rows, the text position of its
+  // first token, whether its allocator measures the residual stream in this step.
+  struct SeqSpan {
+    int row0, n;
+    int64_t pos0;
+    bool measure;
+    int64_t clamp;  // span_distance of its cache, looked up once per pass
+  };
+
+  // ---- the forward pass (engine.cc)
   void check_cache(const ModelCache& cache) const;
   // The clamp of PositionRule::span for this cache (0: the rule does not apply).
   int64_t span_distance(const ModelCache& cache) const;
   // forward() over consecutive pieces of at most `piece` tokens.
   void forward_in_pieces(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
                          std::vector<float>& logits, int piece);
+  void reserve(int n);
+  // Layer l's attention block over the batch's n rows of x_: norm, q/k/v, each sequence's RoPE and
+  // attention over its cache, output projection (and its norm), residual add.
+  void attention_block(int l, std::span<const SequenceStep> steps, int n);
+  // Layer l's MLP block over n rows of x_: norm, gated MLP (and its norm), residual add.
+  void mlp_block(int l, int n);
+  // The logits of the rows that want them.
+  void output_logits(std::span<const SequenceStep> steps, int logit_rows);
+
+  // ---- positions: RoPE by text position or by rank, keys turned back or clamped (engine_positions.cc)
+  // Turns the queries and keys of one sequence's rows in layer l; true when by rank
+  // (PositionRule::cache once the layer has evicted).
+  bool rotate_queries_and_keys(int l, const SeqSpan& sp, ModelCache& cache);
+  RopeTable& rope_table(int l) { return rope_tables_[size_t(layer_rope_[size_t(l)])]; }
+  // Rows [0, rows) of the table's ranks (cos/sin per rank, rope_cache's arithmetic) exist.
+  void ensure_rank_table(RopeTable& table, int64_t rows);
+  // Head g's keys rotated back by their shifts into rot_keys_ (f32 [n_kv, ld_rows, hd]).
+  void rotate_keys(const RopeTable& table, const LayerCache& layer, size_t ld_rows);
   // The keys of the rows at position 0 in the cache turned forward to clamped_at, per KV head
   // (clamp_keys_, clamp_slots_, clamp_counts_; clamp_stride_ rows per head, 0 when none).
-  void patch_clamped_keys(const LayerCache& layer, int64_t clamped_at);
-  void reserve(int n);
-  // Rows [0, rows) of the rank table (cos/sin per rank, rope_cache's arithmetic) exist.
-  void ensure_rank_table(int64_t rows);
-  const float* rank_cos_sin(int64_t rank) const {
-    return rank_rope_.data() + size_t(rank) * size_t(model_.config().n_rot);
-  }
-  // Head g's keys rotated back by their shifts into rot_keys_ (f32 [n_kv, ld_rows, hd]).
-  void rotate_keys(const LayerCache& layer, size_t ld_rows);
+  void patch_clamped_keys(const LayerCache& layer, int64_t clamped_at, float rope_base);
+
+  // ---- attention over the cache (engine_attention.cc, prompt_attention.cc)
+  // Attention of rows [row0, row0 + n) of q_ (one sequence) into the same rows of att_, in layer l.
+  // clamped_at >= 0 (PositionRule::span): rows at positions <= clamped_at, turned to position 0
+  // in the cache, are read at position clamped_at.
+  void attention(int l, LayerCache& cache, int row0, int n, int64_t pos0, bool ranks, int64_t clamped_at);
+  // A prompt chunk's attention in blocks (prompt_attention.cc): each head's float keys transposed
+  // once per layer (quantized and KIVI keys a 64-row tile at a time per block), then a block of
+  // tokens' queries against them as one register-tiled product. False (nothing done) when the
+  // chunk is too short, the transposed keys or a block's logits would be too large, or quantized
+  // keys are turned back by ranks (the fused token path turns them).
+  bool attention_in_blocks(int l, LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
+                           bool feed, size_t probs_per_head);
+  // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads: token
+  // t's row from its group's probabilities (group rows, ld apart), the first hi slots nonzero.
+  void feed_probs(int g, int t, const float* probs, size_t ld, int hi, int n_slots, size_t probs_per_head);
+
+  // ---- the allocator's measurement feed (engine_measure.cc)
+  // Whether this cache's allocator measures the residual stream in the coming pass (its first).
+  static bool measures_residual(const ModelCache& cache);
+  // Hands layer l's residual before_ (entering the layer) and x_ (after the attention add) to the
+  // observer and to each measuring sequence's allocator.
+  void feed_residual(int l, std::span<const SequenceStep> steps);
 
   const Model& model_;
   ThreadPool* pool_;
@@ -122,10 +162,8 @@ class Engine {
   // Activations, [n, ...] row-major.
   std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, before_;
   std::vector<float> k_heads_, v_heads_;  // [n_kv, n, hd]: the cache's update layout
-  std::vector<float> rope_;                // cos/sin per token [n, n_rot]
-  std::vector<float> rank_rope_;           // cos/sin per rank [rows, n_rot]
-  std::vector<float> turns_;               // per shift: rotate_rows_back's table [rows, 2 n_rot]
-  int64_t rank_rows_ = 0;
+  std::vector<RopeTable> rope_tables_;     // one per distinct rope base, in layer order
+  std::vector<int> layer_rope_;            // per layer: its index in rope_tables_
   std::vector<int64_t> head_rank0_;        // per KV head: rows held before the update
   std::vector<float> rot_keys_;            // keys rotated back by their shifts (or clamped)
   // PositionRule::span: per KV head, the rows read at the clamped position and their turned keys.
@@ -138,16 +176,9 @@ class Engine {
   std::vector<std::vector<float>> scratch_;  // per worker: a GQA group's logits over slots, mask
   std::vector<float> group_probs_;         // per KV head [n, slots] when attention is fed back
   bool prompt_blocks_ = true;
+  bool any_measure_ = false;               // forward_batch: some sequence measures this pass
   std::vector<float> keys_t_;              // attention_in_blocks: per KV head, keys [hd, ld] (transposed)
-  // forward_batch, per sequence: its first row in the batch, its rows, the text position of its
-  // first token, whether its allocator measures the residual stream in this step.
-  struct SeqSpan {
-    int row0, n;
-    int64_t pos0;
-    bool measure;
-    int64_t clamp;  // span_distance of its cache, looked up once per pass
-  };
-  std::vector<SeqSpan> spans_;
+  std::vector<SeqSpan> spans_;             // forward_batch: per sequence
   std::vector<float> batch_logits_;        // forward_batch: every sequence's logits rows together
 };
 

@@ -1,7 +1,6 @@
-// Model: a GGUF Llama-family model ready to run — hyper-parameters from the metadata, weight
-// views straight into the memory-mapped file (no dequantised copy), and its tokenizer.
-// Architectures: `llama` (Llama 2/3, TinyLlama, SmolLM, Mistral without sliding window) and
-// `qwen2` (q/k/v biases, NeoX-style RoPE).
+// Model: a GGUF model ready to run — hyper-parameters from the metadata, a LayerConfig per layer,
+// weight views straight into the memory-mapped file (no dequantised copy), and its tokenizer.
+// The architectures are the rows of architecture.h's table (llama, qwen2, gemma3).
 #pragma once
 
 #include <array>
@@ -9,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "squeezekv/engine/architecture.h"
 #include "squeezekv/engine/gguf.h"
 #include "squeezekv/engine/tokenizer.h"
 #include "squeezekv/ops/matmul.h"
@@ -29,23 +29,17 @@ struct ModelConfig {
   int vocab = 0;           // rows of token_embd
   int context_length = 0;  // context_length (what the file claims)
   int n_rot = 0;           // rope.dimension_count, else head_dim
-  float rope_base = 10000.0f;
+  float rope_base = 10000.0f;  // rope.freq_base: the global layers' (each layer's in `layers`)
   float norm_eps = 1e-5f;
   RopeStyle rope_style = RopeStyle::normal;
   bool tied_embeddings = false;  // output.weight absent: logits use token_embd
   bool qkv_bias = false;         // qwen2
+  float embed_scale = 0;         // token embeddings are multiplied by it (0: left as they are)
+  const ArchitectureInfo* info = nullptr;  // the architecture's row of the table
+  std::vector<LayerConfig> layers;         // [n_layers]
   int group() const { return n_heads / n_kv_heads; }  // query heads per KV head
-};
-
-struct LayerWeights {
-  std::vector<float> attn_norm, ffn_norm;      // [dim], f32 copies (tiny)
-  std::vector<float> bq, bk, bv;               // qwen2 biases, empty for llama
-  WeightMatrix wq, wk, wv, wo;                 // [n_heads*hd, dim], [n_kv*hd, dim] x2, [dim, n_heads*hd]
-  WeightMatrix w_gate, w_up, w_down;           // [ffn, dim] x2, [dim, ffn]
-
-  // The seven matrices, for code that treats them alike (repacking, byte counts).
-  std::array<const WeightMatrix*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
-  std::array<WeightMatrix*, 7> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
 };
 
 struct LoadOptions {

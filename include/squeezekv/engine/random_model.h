@@ -11,11 +11,13 @@
 namespace squeezekv {
 
 struct RandomModelSpec {
-  std::string arch = "llama";  // "llama" or "qwen2" (adds F32 q/k/v biases)
+  std::string arch = "llama";  // a row of architecture.h's table: llama, qwen2 (q/k/v biases), gemma3
   int64_t dim = 64;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 2;
+  int64_t head_dim = 0;  // 0: dim / n_heads (else written as attention.key_length, as gemma3's 256)
+  int64_t sliding_window = 512;  // architectures with sliding layers (gemma3): their window
   int64_t ffn_dim = 128;
   int64_t vocab = 512;  // at least 259: <unk>, <s>, </s> and the 256 byte tokens
   TensorType weight_type = TensorType::f32;  // matrices and token_embd; norms/biases stay F32
@@ -38,5 +40,10 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec);
 // The shape of Llama-3.2-1B (dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256,
 // tied embeddings, context 8192), with the given weight type: the benchmarks' 1B model.
 RandomModelSpec llama_1b_spec(TensorType weight_type);
+
+// The shape of Gemma 3 270M (gemma3: dim 640, 18 layers, 4 heads, 1 KV head, head_dim 256, FFN
+// 2048, vocab 262144, tied embeddings, context 32768, sliding window 512). 640-wide rows: the weight
+// type's blocks must divide 640 (not the K-quants).
+RandomModelSpec gemma3_270m_spec(TensorType weight_type);
 
 }  // namespace squeezekv
