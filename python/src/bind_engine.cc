@@ -68,6 +68,9 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
   d["layer_budgets"] = cache->budgets();
   d["layer_kept"] = kept;
   d["kept_bytes"] = cache->kept_bytes();
+  d["sliding_kept_bytes"] = cache->sliding_kept_bytes();    // the windows of the sliding layers
+  d["evicting_kept_bytes"] = cache->evicting_kept_bytes();  // the layers the method evicts in
+  d["layer_windows"] = sliding_windows_of(cache->layer_kinds());  // 0: global, W: sliding
   d["full_bytes"] = cache->full_bytes();
   d["compression_ratio"] = cache->compression_ratio();
   d["repeated_4gram_share"] = repeated_ngram_share(r.tokens, 4);

@@ -2,6 +2,7 @@
 // rows, budgets and accounting.
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -183,12 +184,8 @@ squeezekv_cache* squeezekv_cache_init_sliding(const squeezekv_cache_params* para
     squeezekv::require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be >= 1");
     squeezekv::require(n_batch >= 1, "n_batch", n_batch, "must be >= 1");
     std::vector<squeezekv::LayerKind> kinds;
-    for (int32_t l = 0; sliding_windows != nullptr && l < n_layers; ++l) {
-      const int32_t w = sliding_windows[l];
-      squeezekv::require(w >= 0 && w <= squeezekv::kMaxSlidingWindow, "sliding_windows[" + std::to_string(l) + "]", w,
-                         "must be 0 (a global layer) or a window in [1, " +
-                             std::to_string(squeezekv::kMaxSlidingWindow) + "]");
-      kinds.push_back(w == 0 ? squeezekv::LayerKind::global() : squeezekv::LayerKind::sliding(w));
+    if (sliding_windows != nullptr) {
+      kinds = squeezekv::layer_kinds_from_windows(std::span(sliding_windows, size_t(n_layers)), n_layers);
     }
     auto cache = std::make_unique<squeezekv_cache>();
     cache->model = squeezekv::KVCacheBuilder::for_model(n_layers, squeezekv::capi::to_config(params), n_kv_heads,

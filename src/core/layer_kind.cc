@@ -23,6 +23,26 @@ void validate_layer_kinds(std::span<const LayerKind> kinds, int n_layers) {
   }
 }
 
+std::vector<LayerKind> layer_kinds_from_windows(std::span<const int32_t> windows, int n_layers) {
+  std::vector<LayerKind> kinds;
+  if (windows.empty()) return kinds;
+  require(int64_t(windows.size()) == int64_t(n_layers), "sliding_windows.size()", windows.size(),
+          "must equal n_layers = " + std::to_string(n_layers) + " (one window per layer, 0 for a global one)");
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const int32_t w = windows[i];
+    require(w >= 0 && w <= kMaxSlidingWindow, "sliding_windows[" + std::to_string(i) + "]", w,
+            "must be 0 (a global layer) or a window in [1, " + std::to_string(kMaxSlidingWindow) + "]");
+    kinds.push_back(w == 0 ? LayerKind::global() : LayerKind::sliding(w));
+  }
+  return kinds;
+}
+
+std::vector<int> sliding_windows_of(std::span<const LayerKind> kinds) {
+  std::vector<int> windows;
+  for (const LayerKind& kind : kinds) windows.push_back(kind.is_sliding() ? kind.window : 0);
+  return windows;
+}
+
 std::vector<LayerKind> periodic_layer_kinds(int n_layers, int window, int period) {
   require(n_layers >= 0, "n_layers", n_layers, "must be >= 0");
   require(period >= 1, "period", period, "must be >= 1 (1: every layer global)");

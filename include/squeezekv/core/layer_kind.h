@@ -36,6 +36,13 @@ void validate(const LayerKind& kind, std::string_view field);
 // valid ("layer_kinds" names the vector, "layer_kinds[i].window" a bad window).
 void validate_layer_kinds(std::span<const LayerKind> kinds, int n_layers);
 
+// The kinds as the C API and Python give them: one window per layer, 0 for a global layer. Empty
+// gives empty (every layer global); otherwise one per layer, each in [0, kMaxSlidingWindow]
+// (InvalidArgument naming "sliding_windows.size()" or "sliding_windows[i]").
+std::vector<LayerKind> layer_kinds_from_windows(std::span<const int32_t> windows, int n_layers);
+// The reverse, for reports: one window per layer, 0 for a global one.
+std::vector<int> sliding_windows_of(std::span<const LayerKind> kinds);
+
 // llama.cpp's periodic pattern (set_swa_pattern): the last layer of every `period` is global, the
 // others slide over `window` (Gemma 3: period 6, so layers 5, 11, 17, ... are global).
 std::vector<LayerKind> periodic_layer_kinds(int n_layers, int window, int period);
