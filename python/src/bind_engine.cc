@@ -101,6 +101,11 @@ py::list run_perplexity(const Model& model, const std::vector<int32_t>& tokens,
     d["peak_kept_bytes"] = r.peak_kept_bytes;
     d["mean_full_bytes"] = r.mean_full_bytes;
     d["peak_full_bytes"] = r.peak_full_bytes;
+    d["mean_sliding_kept_bytes"] = r.mean_sliding_kept_bytes;
+    d["peak_sliding_kept_bytes"] = r.peak_sliding_kept_bytes;
+    d["mean_evicting_kept_bytes"] = r.mean_evicting_kept_bytes;
+    d["peak_evicting_kept_bytes"] = r.peak_evicting_kept_bytes;
+    d["layer_windows"] = r.layer_windows;
     d["layer_budgets"] = r.layer_budgets;
     d["layer_mean_kept"] = r.layer_mean_kept;
     d["layer_importance"] = r.layer_importance;  // what a measuring allocator read per layer
