@@ -507,6 +507,13 @@ TEST(Cli, CacheOutputsSplitSlidingAndEvictingBytes) {
     EXPECT_EQ(r["mean_sliding_kept_bytes"].get<double>(), 0.0);
     EXPECT_EQ(r["mean_evicting_kept_bytes"].get<double>(), r["mean_kept_bytes"].get<double>());
   }
+  const CliRun stream = run("perplexity " + kModel + " -f ../shared/data/tinystories_val.txt -t 1 --stream "
+                            "--stream-tokens 600 --method h2o --budget 32 --json");
+  ASSERT_EQ(stream.status, 0) << stream.out;
+  const auto st = nlohmann::json::parse(stream.out);
+  EXPECT_EQ(st["layer_windows"].get<std::vector<int>>(), globals);
+  EXPECT_EQ(st["mean_sliding_kept_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(st["mean_evicting_kept_bytes"].get<double>(), st["mean_kept_bytes"].get<double>());
 }
 
 }  // namespace
