@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/ops/kivi_rows.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/matmul.h"

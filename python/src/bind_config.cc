@@ -4,7 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 

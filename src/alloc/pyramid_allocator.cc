@@ -30,7 +30,7 @@ constexpr std::string_view kReads[] = {"budget", "n_sink"};
 
 extern const AllocatorInfo pyramid_allocator_info = {
     "pyramid", "a fixed linear taper of budgets over depth", kParams, kReads, "",
-    [](const KVCacheConfig& c) -> std::unique_ptr<BudgetAllocator> {
+    [](const ComponentParams& c) -> std::unique_ptr<BudgetAllocator> {
       return std::make_unique<PyramidAllocator>(c.budget, c.n_sink, c.get_real("beta"));
     }};
 

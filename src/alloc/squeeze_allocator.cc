@@ -74,14 +74,14 @@ extern const AllocatorInfo squeeze_allocator_info = {
     "squeeze", "per-layer budgets measured from the prompt", kParams, kReads,
     "key-dispersion: mean pairwise cosine of each layer's first-update keys; hidden-cosine: cosine "
     "of the residual stream across each layer's attention",
-    [](const KVCacheConfig& c) -> std::unique_ptr<BudgetAllocator> {
+    [](const ComponentParams& c) -> std::unique_ptr<BudgetAllocator> {
       return std::make_unique<SqueezeAllocator>(c.budget, c.n_sink, c.get_real("strength"),
                                                 c.get_text("importance") == "hidden-cosine",
                                                 c.get_real("squeeze_fraction"));
     },
     nullptr,
     // The squeeze fraction applies to the hidden-cosine measurement only.
-    [](const KVCacheConfig& c, std::string_view param) {
+    [](const ComponentParams& c, std::string_view param) {
       return param != "squeeze_fraction" || c.get_text("importance") == "hidden-cosine";
     }};
 

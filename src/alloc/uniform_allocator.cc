@@ -32,12 +32,12 @@ constexpr std::string_view kUniformReads[] = {"budget"};
 
 extern const AllocatorInfo none_allocator_info = {
     "none", "no budget: every row is kept (the full policy)", {}, {}, "",
-    [](const KVCacheConfig&) -> std::unique_ptr<BudgetAllocator> { return std::make_unique<NoneAllocator>(); },
+    [](const ComponentParams&) -> std::unique_ptr<BudgetAllocator> { return std::make_unique<NoneAllocator>(); },
     /*validate=*/nullptr, /*uses=*/nullptr, /*unbounded=*/true};
 
 extern const AllocatorInfo uniform_allocator_info = {
     "uniform", "every layer gets the average budget", {}, kUniformReads, "",
-    [](const KVCacheConfig& c) -> std::unique_ptr<BudgetAllocator> {
+    [](const ComponentParams& c) -> std::unique_ptr<BudgetAllocator> {
       return std::make_unique<UniformAllocator>(c.budget);
     }};
 

@@ -69,7 +69,7 @@ void run(const BudgetsArgs& a) {
   if (!info.unbounded && !measures) {  // a measuring allocator checks its own floor
     require(a.avg > a.n_sink, "--avg", a.avg, "must exceed --sinks = " + std::to_string(a.n_sink));
   }
-  if (info.validate) info.validate(config);
+  if (info.validate) info.validate(component_params(config, info.params));
   const std::vector<int> budgets = make_allocator(config)->allocate(layers, measures ? a.measurements : std::vector<double>{}, a.max_rows);
   const long long total = std::accumulate(budgets.begin(), budgets.end(), 0LL);
   if (a.json) {

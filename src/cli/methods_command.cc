@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv::cli {

@@ -1,8 +1,8 @@
 // `squeezekv random-model -o FILE`: writes a random-weight GGUF model of any Llama/Qwen2 shape and
 // weight type (deterministic for a seed), so speed can be measured at real sizes without
 // downloading weights: `--preset llama-1b --type q4_k_m` is the benchmarks' 1B model.
+#include <cctype>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/random_model.h"
+#include "squeezekv/ops/tensor_type.h"
 
 namespace squeezekv::cli {
 namespace {
@@ -27,17 +28,26 @@ struct RandomModelArgs {
   CLI::Option* tied_flag = nullptr;  // given: --tied / --untied overrides the preset
 };
 
-const std::map<std::string, TensorType> kTypes = {
-    {"f32", TensorType::f32},   {"f16", TensorType::f16},   {"bf16", TensorType::bf16}, {"q8_0", TensorType::q8_0},
-    {"q4_0", TensorType::q4_0}, {"q4_1", TensorType::q4_1}, {"q5_0", TensorType::q5_0}, {"q4_k", TensorType::q4_k},
-    {"q4_k_m", TensorType::q4_k}, {"q6_k", TensorType::q6_k}};
+// --type's values: every computable weight type by its lower-case name, and q4_k_m (Q4_K with Q6_K
+// where llama.cpp's Q4_K_M puts it).
+std::string lower_name(TensorType type) {
+  std::string name(tensor_type_name(static_cast<uint32_t>(type)));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::string type_choices() {
+  std::string choices;
+  for (const TensorType type : weight_types()) choices += lower_name(type) + ", ";
+  return choices + "q4_k_m";
+}
 
 void run(const RandomModelArgs& a) {
   require(a.preset == "tiny" || a.preset == "llama-1b", "--preset", a.preset, "must be tiny or llama-1b");
-  const auto type = kTypes.find(a.type);
-  require(type != kTypes.end(), "--type", a.type, "must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q4_k_m, q6_k");
-  RandomModelSpec spec = a.preset == "llama-1b" ? llama_1b_spec(type->second) : RandomModelSpec{};
-  spec.weight_type = type->second;
+  const std::optional<TensorType> type = a.type == "q4_k_m" ? TensorType::q4_k : tensor_type_by_name(a.type);
+  if (!type) require(false, "--type", a.type, "must be one of " + type_choices());
+  RandomModelSpec spec = a.preset == "llama-1b" ? llama_1b_spec(*type) : RandomModelSpec{};
+  spec.weight_type = *type;
   spec.k_quant_mix = a.type == "q4_k_m";
   spec.arch = a.arch;
   spec.seed = a.seed;
@@ -65,8 +75,8 @@ void register_random_model(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "starting shape: tiny (dim 64, 2 layers) or llama-1b (Llama-3.2-1B)")
       ->capture_default_str();
-  cmd->add_option("--type", a->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q4_k_m (Q6_K where llama.cpp's "
-                                     "Q4_K_M puts it), q6_k")
+  cmd->add_option("--type", a->type,
+                  "weight type: " + type_choices() + " (Q4_K with Q6_K where llama.cpp's Q4_K_M puts it)")
       ->capture_default_str();
   cmd->add_option("--arch", a->arch, "llama or qwen2")->capture_default_str();
   cmd->add_option("--seed", a->seed, "weights' seed")->capture_default_str();

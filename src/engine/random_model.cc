@@ -42,29 +42,7 @@ void random_row(uint64_t seed, uint64_t tensor, uint64_t row, Fill fill, float* 
   }
 }
 
-uint32_t file_type_of(TensorType t) {
-  switch (t) {  // llama_ftype values
-    case TensorType::f32:
-      return 0;
-    case TensorType::f16:
-      return 1;
-    case TensorType::q4_0:
-      return 2;
-    case TensorType::q4_1:
-      return 3;
-    case TensorType::q5_0:
-      return 8;
-    case TensorType::q8_0:
-      return 7;
-    case TensorType::q4_k:
-      return 15;  // Q4_K_M
-    case TensorType::q6_k:
-      return 18;
-    case TensorType::bf16:
-      return 32;
-  }
-  return 0;
-}
+uint32_t file_type_of(TensorType t) { return llama_file_type(t); }  // llama_ftype, from the traits table
 
 // <unk>, <s>, </s>, <0x00>..<0xFF>, then pieces in order of length: the 95 printable ASCII
 // characters with "▁" for space, then all strings over {▁, a..z} of length 2, 3, ... Scores

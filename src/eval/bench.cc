@@ -319,6 +319,7 @@ BandwidthResult measure_read_bandwidth(size_t bytes, ThreadPool* pool, int repet
   require(repetitions >= 1, "repetitions", repetitions, "must be >= 1");
   BandwidthProbe probe(bytes);
   std::vector<double> samples;
+  samples.reserve(size_t(repetitions));
   for (int rep = 0; rep < repetitions; ++rep) samples.push_back(probe.bytes_per_second(pool));
   BandwidthResult r;
   r.threads = pool ? int(pool->num_workers()) : 1;

@@ -1,4 +1,4 @@
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 
 #include <string>
 #include <vector>
@@ -238,8 +238,8 @@ void KVCacheConfig::validate() const {
     require(find_field(name) == nullptr, name, format_value(value), "is a field, not a component parameter");
     require_param(name).check(value);
   }
-  if (p.validate) p.validate(*this);
-  if (a.validate) a.validate(*this);
+  if (p.validate) p.validate(component_params(*this, p.params));
+  if (a.validate) a.validate(component_params(*this, a.params));
 }
 
 namespace {

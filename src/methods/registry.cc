@@ -177,7 +177,7 @@ bool reads_param(const KVCacheConfig& config, std::string_view name) {
   if (is_kivi_param(name)) return kivi;
   if (name == "n_sink" && kivi && config.kivi_sinks() > 0) return true;
   const AllocatorInfo& a = resolved_allocator_info(config);
-  if (a.uses && owns(a.params, name) && !a.uses(config, name)) return false;
+  if (a.uses && owns(a.params, name) && !a.uses(component_params(config, a.params), name)) return false;
   if (name == "max_distance" && config.positions != PositionRule::span) return false;
   return component_reads(resolved_policy_info(config), a, name);
 }
@@ -202,12 +202,20 @@ std::string method_default(const MethodInfo& method, const ParamSpec& spec) {
   return std::string(spec.default_value);
 }
 
+ComponentParams component_params(const KVCacheConfig& config, std::span<const ParamSpec> own) {
+  ComponentParams out{config.budget, config.n_sink, config.head_dim, config.recent, config.decay, config.score};
+  for (const ParamSpec& spec : own) out.own.emplace(std::string(spec.name), config.get(spec.name));
+  return out;
+}
+
 std::unique_ptr<TokenPolicy> make_token_policy(const KVCacheConfig& config) {
-  return resolved_policy_info(config).make(config);
+  const PolicyInfo& info = resolved_policy_info(config);
+  return info.make(component_params(config, info.params));
 }
 
 std::unique_ptr<BudgetAllocator> make_allocator(const KVCacheConfig& config) {
-  return resolved_allocator_info(config).make(config);
+  const AllocatorInfo& info = resolved_allocator_info(config);
+  return info.make(component_params(config, info.params));
 }
 
 }  // namespace squeezekv

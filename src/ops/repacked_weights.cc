@@ -1,54 +1,53 @@
-// The repacked layouts''s sizes and its scalar reader; the SIMD writer and the tiles that read
-// it live in matmul_tiles-inl.h (repack_groups and can_repack in matmul.cc, which dispatches).
+// The repacked layouts' sizes and their scalar reader; each type's layout (its SIMD writer, the
+// tiles that read it and its unit reader) lives in its kernel file, src/ops/matmul_<type>.cc, and
+// its row of the traits table (tensor_type.cc) points at it (repack_groups and can_repack are in
+// matmul.cc, which dispatches).
 #include "squeezekv/ops/repacked_weights.h"
 
-#include <cstring>
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
-#include "ops/quant_formats.h"
-#include "ops/repacked_layout.h"
+#include "ops/weight_kernels.h"
 #include "squeezekv/base/errors.h"
-#include "squeezekv/base/fp16.h"
 
 namespace squeezekv {
+
+std::string detail::repackable_type_names(std::string_view conjunction) {
+  std::string names;
+  std::vector<std::string_view> repackable;
+  for (const TensorType type : weight_types()) {
+    if (has_repacked_layout(type)) repackable.push_back(tensor_type_name(static_cast<uint32_t>(type)));
+  }
+  for (size_t i = 0; i < repackable.size(); ++i) {
+    if (i + 1 == repackable.size() && i > 0) {
+      names.append(" ").append(conjunction).append(" ");
+    } else if (i > 0) {
+      names.append(", ");
+    }
+    names.append(repackable[i]);
+  }
+  return names;
+}
+
 namespace {
 
-using namespace repacked;
-
-// Block j of row `lane` of a Q8_0 group, as GGUF stores it (34 bytes).
-void q8_0_block(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, uint8_t* block) {
-  std::memcpy(block, group + static_cast<size_t>(n_blocks) * kQ8_0CodeBytes + static_cast<size_t>(j) * kQ8_0HalfBytes +
-                         2 * lane, 2);
-  const uint8_t* codes = group + static_cast<size_t>(j) * kQ8_0CodeBytes + 4 * lane;
-  for (size_t i = 0; i < quant::q8_0_elems; ++i) block[2 + i] = codes[(i / 4) * 64 + i % 4] ^ 0x80;
-}
-
-// Super-block j of row `lane` of a Q4_K group, as GGUF stores it (144 bytes).
-void q4_k_block(const uint8_t* group, int64_t j, size_t lane, uint8_t* block) {
-  const uint8_t* unit = group + static_cast<size_t>(j) * kQ4_KUnitBytes;
-  std::memcpy(block, unit + kQ4_KHalves + 2 * lane, 2);
-  std::memcpy(block + 2, unit + kQ4_KHalves + 32 + 2 * lane, 2);
-  for (size_t k = 0; k < 3; ++k) std::memcpy(block + quant::q4_k_scales_offset + 4 * k, unit + kQ4_KWords + k * 64 + 4 * lane, 4);
-  for (size_t i = 0; i < 128; ++i) block[quant::q4_k_qs_offset + i] = unit[(i / 4) * 64 + 4 * lane + i % 4];
-}
-
-// Super-block j of row `lane` of a Q6_K group, as GGUF stores it (210 bytes).
-void q6_k_block(const uint8_t* group, int64_t n_super, int64_t j, size_t lane, uint8_t* block) {
-  const uint8_t* unit = group + static_cast<size_t>(j) * kQ6_KUnitBytes;
-  for (size_t i = 0; i < 192; ++i) {  // ql then qh: 6 runs of 32 bytes, 8 vectors each
-    block[i] = unit[(i / 32 * 8 + i % 32 / 4) * 64 + 4 * lane + i % 4];
-  }
-  for (size_t k = 0; k < 4; ++k) std::memcpy(block + quant::q6_k_scales_offset + 4 * k, unit + kQ6_KWords + k * 64 + 4 * lane, 4);
-  std::memcpy(block + quant::q6_k_d_offset,
-              group + static_cast<size_t>(n_super) * kQ6_KUnitBytes + static_cast<size_t>(j) * 32 + 2 * lane, 2);
-}
+// The largest unit (block or super-block) a repacked layout rebuilds, as dequantize_repacked_row's
+// buffer holds it.
+constexpr int64_t kMaxUnitBytes = 256;
 
 }  // namespace
 
+bool has_repacked_layout(TensorType type) {
+  return block_layout(static_cast<uint32_t>(type)).has_value() && detail::weight_kernels(type).repacked != nullptr;
+}
+
 size_t repacked_group_bytes(TensorType type, int64_t n_cols) {
-  require(has_repacked_layout(type), "weight type", tensor_type_name(static_cast<uint32_t>(type)),
-          "has no repacked layout (Q8_0, Q4_K and Q6_K have)");
+  if (!has_repacked_layout(type)) {
+    require(false, "weight type", tensor_type_name(static_cast<uint32_t>(type)),
+            "has no repacked layout (" + detail::repackable_type_names("and") + " have)");
+  }
   const int64_t elems = block_layout(type).block_elems;
   if (n_cols <= 0 || n_cols % elems != 0) {
     require(false, "n_cols", n_cols, "must be a positive multiple of " + std::to_string(elems));
@@ -68,8 +67,10 @@ size_t repacked_bytes(const WeightMatrix& w) {
 }
 
 RepackedBuffer allocate_repacked(const WeightMatrix& w) {
-  require(can_repack(w), "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
-          "cannot be repacked on this CPU (repacking needs Q8_0, Q4_K or Q6_K and AVX-512 VNNI)");
+  if (!can_repack(w)) {
+    require(false, "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
+            "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") + " and AVX-512 VNNI)");
+  }
   const size_t bytes = repacked_bytes(w);  // a multiple of 64, as aligned_alloc asks
   auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   require(p != nullptr, "repacked bytes", bytes, "could not be allocated");
@@ -81,20 +82,18 @@ void dequantize_repacked_row(const WeightMatrix& w, int64_t row, float* out) {
   if (row < 0 || row >= w.n_rows) {  // the message only on failure: this runs once per token
     require(false, "row", row, "out of range [0, " + std::to_string(w.n_rows) + ")");
   }
-  const int64_t elems = block_layout(w.type).block_elems, n_units = w.n_cols / elems;
+  const detail::RepackedLayout* layout = detail::weight_kernels(w.type).repacked;
+  require(layout != nullptr, "weight type", tensor_type_name(static_cast<uint32_t>(w.type)), "has no repacked layout");
+  const BlockLayout unit = block_layout(w.type);
+  require(unit.block_bytes <= kMaxUnitBytes, "block bytes", unit.block_bytes, "exceed the repacked reader's buffer");
+  const int64_t n_units = w.n_cols / unit.block_elems;
   const auto lane = static_cast<size_t>(row % kRepackedGroupRows);
   const auto* group = static_cast<const uint8_t*>(w.repacked) +
                       static_cast<size_t>(row / kRepackedGroupRows) * repacked_group_bytes(w.type, w.n_cols);
-  uint8_t block[quant::q6_k_bytes];  // one GGUF block of the row, rebuilt (Q6_K's is the largest)
+  uint8_t block[kMaxUnitBytes];  // one GGUF block of the row, rebuilt
   for (int64_t j = 0; j < n_units; ++j) {
-    if (w.type == TensorType::q8_0) {
-      q8_0_block(group, n_units, j, lane, block);
-    } else if (w.type == TensorType::q4_k) {
-      q4_k_block(group, j, lane, block);
-    } else {
-      q6_k_block(group, n_units, j, lane, block);
-    }
-    dequantize_row(w.type, block, out + j * elems, elems);
+    layout->read_unit(group, n_units, j, lane, block);
+    dequantize_row(w.type, block, out + j * unit.block_elems, unit.block_elems);
   }
 }
 

@@ -1,18 +1,30 @@
-// The traits table of GGUF tensor types (one row per ggml type id) and the row (de)quantisation
-// entry points, which read it.
+// The traits table of GGUF tensor types (one row per ggml type id: name, block layout, reference
+// codec, file type and matmul kernels) and the entry points that read it. A new computable type is
+// a row here plus its kernel file, src/ops/matmul_<type>.cc (docs/architecture.md, "Add a weight
+// type").
 #include "squeezekv/ops/tensor_type.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
-#include "squeezekv/base/fp16.h"
 #include "ops/quant_formats.h"
+#include "ops/weight_kernels.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/fp16.h"
 
 namespace squeezekv {
+
+// Each computable type's kernels: the row kernel, its tiles and its repacked layout where it has
+// them, defined in its src/ops/matmul_<type>.cc.
+extern const detail::WeightKernels f32_kernels, f16_kernels, q4_0_kernels, q4_1_kernels, q5_0_kernels, q8_0_kernels,
+    q4_k_kernels, q6_k_kernels, bf16_kernels;
+
 namespace {
 
 using DequantizeFn = void (*)(const uint8_t* src, float* dst, int64_t n);
@@ -43,52 +55,54 @@ struct TypeTraits {
   uint32_t id;               // GGUF type id (= the row's index)
   std::string_view name;     // ggml's
   BlockLayout layout;        // {0, 0} where the id has no layout
-  DequantizeFn dequantize;   // null where squeezekv cannot compute on the type
+  DequantizeFn dequantize;   // the reference codec; null where squeezekv cannot compute on the type
   QuantizeFn quantize;
+  uint32_t file_type;        // llama_ftype of a file whose matrices are all of this type
+  const detail::WeightKernels* kernels;  // matmul's row kernel, tiles and repacked layout
 };
 
 // clang-format off
 constexpr std::array<TypeTraits, 40> kTraits = {{
-    {0, "F32", {1, 4}, dequantize_f32, quantize_f32},
-    {1, "F16", {1, 2}, dequantize_f16, quantize_f16},
-    {2, "Q4_0", {quant::q4_0_elems, quant::q4_0_bytes}, quant::dequantize_q4_0, quant::quantize_q4_0},
-    {3, "Q4_1", {quant::q4_1_elems, quant::q4_1_bytes}, quant::dequantize_q4_1, quant::quantize_q4_1},
-    {4, "", {0, 0}, nullptr, nullptr},
-    {5, "", {0, 0}, nullptr, nullptr},
-    {6, "Q5_0", {quant::q5_0_elems, quant::q5_0_bytes}, quant::dequantize_q5_0, quant::quantize_q5_0},
-    {7, "Q5_1", {32, 24}, nullptr, nullptr},
-    {8, "Q8_0", {quant::q8_0_elems, quant::q8_0_bytes}, quant::dequantize_q8_0, quant::quantize_q8_0},
-    {9, "Q8_1", {32, 36}, nullptr, nullptr},
-    {10, "Q2_K", {256, 84}, nullptr, nullptr},
-    {11, "Q3_K", {256, 110}, nullptr, nullptr},
-    {12, "Q4_K", {quant::q4_k_elems, quant::q4_k_bytes}, quant::dequantize_q4_k, quant::quantize_q4_k},
-    {13, "Q5_K", {256, 176}, nullptr, nullptr},
-    {14, "Q6_K", {quant::q6_k_elems, quant::q6_k_bytes}, quant::dequantize_q6_k, quant::quantize_q6_k},
-    {15, "Q8_K", {256, 292}, nullptr, nullptr},
-    {16, "IQ2_XXS", {256, 66}, nullptr, nullptr},
-    {17, "IQ2_XS", {256, 74}, nullptr, nullptr},
-    {18, "IQ3_XXS", {256, 98}, nullptr, nullptr},
-    {19, "IQ1_S", {256, 50}, nullptr, nullptr},
-    {20, "IQ4_NL", {32, 18}, nullptr, nullptr},
-    {21, "IQ3_S", {256, 110}, nullptr, nullptr},
-    {22, "IQ2_S", {256, 82}, nullptr, nullptr},
-    {23, "IQ4_XS", {256, 136}, nullptr, nullptr},
-    {24, "I8", {1, 1}, nullptr, nullptr},
-    {25, "I16", {1, 2}, nullptr, nullptr},
-    {26, "I32", {1, 4}, nullptr, nullptr},
-    {27, "I64", {1, 8}, nullptr, nullptr},
-    {28, "F64", {1, 8}, nullptr, nullptr},
-    {29, "IQ1_M", {256, 56}, nullptr, nullptr},
-    {30, "BF16", {1, 2}, dequantize_bf16, quantize_bf16},
-    {31, "Q4_0_4_4", {0, 0}, nullptr, nullptr},  // retired: the repacked Q4_0 layouts
-    {32, "Q4_0_4_8", {0, 0}, nullptr, nullptr},
-    {33, "Q4_0_8_8", {0, 0}, nullptr, nullptr},
-    {34, "TQ1_0", {256, 54}, nullptr, nullptr},
-    {35, "TQ2_0", {256, 66}, nullptr, nullptr},
-    {36, "IQ4_NL_4_4", {0, 0}, nullptr, nullptr},  // retired
-    {37, "IQ4_NL_4_8", {0, 0}, nullptr, nullptr},
-    {38, "IQ4_NL_8_8", {0, 0}, nullptr, nullptr},
-    {39, "MXFP4", {32, 17}, nullptr, nullptr},
+    {0, "F32", {1, 4}, dequantize_f32, quantize_f32, 0, &f32_kernels},
+    {1, "F16", {1, 2}, dequantize_f16, quantize_f16, 1, &f16_kernels},
+    {2, "Q4_0", {quant::q4_0_elems, quant::q4_0_bytes}, quant::dequantize_q4_0, quant::quantize_q4_0, 2, &q4_0_kernels},
+    {3, "Q4_1", {quant::q4_1_elems, quant::q4_1_bytes}, quant::dequantize_q4_1, quant::quantize_q4_1, 3, &q4_1_kernels},
+    {4, "", {0, 0}, nullptr, nullptr, 0, nullptr},
+    {5, "", {0, 0}, nullptr, nullptr, 0, nullptr},
+    {6, "Q5_0", {quant::q5_0_elems, quant::q5_0_bytes}, quant::dequantize_q5_0, quant::quantize_q5_0, 8, &q5_0_kernels},
+    {7, "Q5_1", {32, 24}, nullptr, nullptr, 0, nullptr},
+    {8, "Q8_0", {quant::q8_0_elems, quant::q8_0_bytes}, quant::dequantize_q8_0, quant::quantize_q8_0, 7, &q8_0_kernels},
+    {9, "Q8_1", {32, 36}, nullptr, nullptr, 0, nullptr},
+    {10, "Q2_K", {256, 84}, nullptr, nullptr, 0, nullptr},
+    {11, "Q3_K", {256, 110}, nullptr, nullptr, 0, nullptr},
+    {12, "Q4_K", {quant::q4_k_elems, quant::q4_k_bytes}, quant::dequantize_q4_k, quant::quantize_q4_k, 15, &q4_k_kernels},
+    {13, "Q5_K", {256, 176}, nullptr, nullptr, 0, nullptr},
+    {14, "Q6_K", {quant::q6_k_elems, quant::q6_k_bytes}, quant::dequantize_q6_k, quant::quantize_q6_k, 18, &q6_k_kernels},
+    {15, "Q8_K", {256, 292}, nullptr, nullptr, 0, nullptr},
+    {16, "IQ2_XXS", {256, 66}, nullptr, nullptr, 0, nullptr},
+    {17, "IQ2_XS", {256, 74}, nullptr, nullptr, 0, nullptr},
+    {18, "IQ3_XXS", {256, 98}, nullptr, nullptr, 0, nullptr},
+    {19, "IQ1_S", {256, 50}, nullptr, nullptr, 0, nullptr},
+    {20, "IQ4_NL", {32, 18}, nullptr, nullptr, 0, nullptr},
+    {21, "IQ3_S", {256, 110}, nullptr, nullptr, 0, nullptr},
+    {22, "IQ2_S", {256, 82}, nullptr, nullptr, 0, nullptr},
+    {23, "IQ4_XS", {256, 136}, nullptr, nullptr, 0, nullptr},
+    {24, "I8", {1, 1}, nullptr, nullptr, 0, nullptr},
+    {25, "I16", {1, 2}, nullptr, nullptr, 0, nullptr},
+    {26, "I32", {1, 4}, nullptr, nullptr, 0, nullptr},
+    {27, "I64", {1, 8}, nullptr, nullptr, 0, nullptr},
+    {28, "F64", {1, 8}, nullptr, nullptr, 0, nullptr},
+    {29, "IQ1_M", {256, 56}, nullptr, nullptr, 0, nullptr},
+    {30, "BF16", {1, 2}, dequantize_bf16, quantize_bf16, 32, &bf16_kernels},
+    {31, "Q4_0_4_4", {0, 0}, nullptr, nullptr, 0, nullptr},  // retired: the repacked Q4_0 layouts
+    {32, "Q4_0_4_8", {0, 0}, nullptr, nullptr, 0, nullptr},
+    {33, "Q4_0_8_8", {0, 0}, nullptr, nullptr, 0, nullptr},
+    {34, "TQ1_0", {256, 54}, nullptr, nullptr, 0, nullptr},
+    {35, "TQ2_0", {256, 66}, nullptr, nullptr, 0, nullptr},
+    {36, "IQ4_NL_4_4", {0, 0}, nullptr, nullptr, 0, nullptr},  // retired
+    {37, "IQ4_NL_4_8", {0, 0}, nullptr, nullptr, 0, nullptr},
+    {38, "IQ4_NL_8_8", {0, 0}, nullptr, nullptr, 0, nullptr},
+    {39, "MXFP4", {32, 17}, nullptr, nullptr, 0, nullptr},
 }};
 // clang-format on
 
@@ -131,6 +145,32 @@ void require_whole_blocks(const TypeTraits& t, int64_t n) {
 }  // namespace
 
 BlockLayout block_layout(TensorType type) { return traits(type).layout; }
+
+std::span<const TensorType> weight_types() {
+  static const std::vector<TensorType> types = [] {
+    std::vector<TensorType> computable;
+    for (const TypeTraits& t : kTraits) {
+      if (supported_traits(t.id) != nullptr) computable.push_back(static_cast<TensorType>(t.id));
+    }
+    return computable;
+  }();
+  return types;
+}
+
+std::optional<TensorType> tensor_type_by_name(std::string_view name) {
+  auto same = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+  };
+  for (const TensorType type : weight_types()) {
+    const std::string_view known = kTraits[static_cast<uint32_t>(type)].name;
+    if (std::ranges::equal(name, known, same)) return type;
+  }
+  return std::nullopt;
+}
+
+uint32_t llama_file_type(TensorType type) { return traits(type).file_type; }
+
+const detail::WeightKernels& detail::weight_kernels(TensorType type) { return *traits(type).kernels; }
 
 std::optional<BlockLayout> block_layout(uint32_t gguf_type_id) {
   const TypeTraits* t = supported_traits(gguf_type_id);

@@ -15,12 +15,12 @@ namespace {
 
 class ChunkedPolicy final : public CumulativePolicy {
  public:
-  explicit ChunkedPolicy(const KVCacheConfig& config)
-      : CumulativePolicy(config), chunk_size_(config.get_int("chunk_size")) {}
+  explicit ChunkedPolicy(const ComponentParams& params)
+      : CumulativePolicy(params), chunk_size_(params.get_int("chunk_size")) {}
   std::string_view name() const override { return "chunked"; }
 
   void evict_head(LayerRows& layer, int h, int budget) override {
-    evict_chunks(layer.heads[size_t(h)], budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_));
+    evict_chunks(layer.heads[size_t(h)], budget, protection(layer, budget));
   }
 
  private:
@@ -83,6 +83,6 @@ const ParamSpec kParams[] = {
 extern const PolicyInfo chunked_policy_info = {
     "chunked", "cumulative score, evicting whole chunks of consecutive positions", kParams,
     kCumulativeReads, /*scores_rows=*/true,
-    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<ChunkedPolicy>(c); }};
+    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<ChunkedPolicy>(c); }};
 
 }  // namespace squeezekv

@@ -7,7 +7,7 @@ namespace squeezekv {
 extern const PolicyInfo cumulative_policy_info = {
     "cumulative", "evict the lowest cumulative attention score (H2O heavy hitters)", {},
     kCumulativeReads, /*scores_rows=*/true,
-    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<CumulativePolicy>(c); }};
+    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<CumulativePolicy>(c); }};
 
 void CumulativePolicy::score_keys(LayerRows& layer, const UpdateRows& update) {
   if (source_ == ScoreSource::key_proxy) accumulate_key_proxy(layer, update, decay_, scratch_);
@@ -18,11 +18,6 @@ void CumulativePolicy::score_attention(LayerRows& layer, int head, const float* 
   if (source_ == ScoreSource::attention) {
     accumulate_attention(layer.heads[size_t(head)], probs, n_queries, n_slots, decay_);
   }
-}
-
-void CumulativePolicy::evict_head(LayerRows& layer, int head, int budget) {
-  HeadStore& store = layer.heads[size_t(head)];
-  evict_lowest(store, budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_), store.scores());
 }
 
 }  // namespace squeezekv

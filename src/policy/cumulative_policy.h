@@ -3,29 +3,24 @@
 // nor in the recent window. Parameters: n_sink, recent (share of budget - n_sink), decay, score.
 #pragma once
 
-#include "policy/eviction.h"
-#include "policy/per_head_policy.h"
+#include "policy/scorer_policy.h"
 
 namespace squeezekv {
 
 // The cache fields a cumulative policy reads (its subclasses too).
 inline constexpr std::string_view kCumulativeReads[] = {"n_sink", "recent", "decay", "score"};
 
-class CumulativePolicy : public PerHeadPolicy {
+class CumulativePolicy : public ScorerPolicy {
  public:
-  explicit CumulativePolicy(const KVCacheConfig& config)
-      : n_sink_(config.n_sink), recent_(config.recent), decay_(float(config.decay)),
-        source_(config.score) {}
+  explicit CumulativePolicy(const ComponentParams& params)
+      : ScorerPolicy(params), decay_(float(params.decay)), source_(params.score) {}
   std::string_view name() const override { return "cumulative"; }
   bool wants_attention() const override { return source_ == ScoreSource::attention; }
   void score_keys(LayerRows& layer, const UpdateRows& update) override;
   void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
                        int n_slots) override;
-  void evict_head(LayerRows& layer, int head, int budget) override;
 
- protected:
-  int n_sink_;
-  double recent_;
+ private:
   float decay_;
   ScoreSource source_;
   KeyProxyScratch scratch_;

@@ -16,7 +16,7 @@ class FullPolicy final : public TokenPolicy {
 
 extern const PolicyInfo full_policy_info = {
     "full", "keep every row", {}, {}, /*scores_rows=*/false,
-    [](const KVCacheConfig&) -> std::unique_ptr<TokenPolicy> { return std::make_unique<FullPolicy>(); },
+    [](const ComponentParams&) -> std::unique_ptr<TokenPolicy> { return std::make_unique<FullPolicy>(); },
     /*validate=*/nullptr, /*methods=*/{}, /*keeps_every_row=*/true};
 
 }  // namespace squeezekv

@@ -6,16 +6,16 @@
 // attention.
 #include <cmath>
 
-#include "policy/eviction.h"
+#include "policy/scorer_policy.h"
 #include "squeezekv/core/component_info.h"
-#include "policy/per_head_policy.h"
 
 namespace squeezekv {
 namespace {
 
-class KnormPolicy final : public PerHeadPolicy {
+// A scorer: it writes its scores only; the eviction is ScorerPolicy's.
+class KnormPolicy final : public ScorerPolicy {
  public:
-  explicit KnormPolicy(const KVCacheConfig& config) : n_sink_(config.n_sink), recent_(config.recent) {}
+  explicit KnormPolicy(const ComponentParams& params) : ScorerPolicy(params) {}
   std::string_view name() const override { return "knorm"; }
 
   // A row's score is minus its key's norm, so evicting the lowest score evicts the largest norm.
@@ -32,18 +32,7 @@ class KnormPolicy final : public PerHeadPolicy {
       }
     }
   }
-
-  void evict_head(LayerRows& layer, int head, int budget) override {
-    HeadStore& store = layer.heads[size_t(head)];
-    evict_lowest(store, budget, cumulative_protection(layer.tokens_seen, budget, n_sink_, recent_), store.scores());
-  }
-
- private:
-  int n_sink_;
-  double recent_;
 };
-
-constexpr std::string_view kReads[] = {"n_sink", "recent"};
 
 constexpr MethodInfo kMethods[] = {
     {"knorm", "knorm", "uniform", "KnormPress: evict the rows whose keys have the largest L2 norm",
@@ -53,8 +42,8 @@ constexpr MethodInfo kMethods[] = {
 }  // namespace
 
 extern const PolicyInfo knorm_policy_info = {
-    "knorm", "keep the rows whose keys have the lowest L2 norm", {}, kReads, /*scores_rows=*/false,
-    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<KnormPolicy>(c); },
+    "knorm", "keep the rows whose keys have the lowest L2 norm", {}, kScorerReads, /*scores_rows=*/false,
+    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<KnormPolicy>(c); },
     nullptr, kMethods};
 
 }  // namespace squeezekv

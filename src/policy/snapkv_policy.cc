@@ -21,9 +21,9 @@ namespace {
 
 class SnapKVPolicy final : public TokenPolicy {
  public:
-  explicit SnapKVPolicy(const KVCacheConfig& config)
-      : n_sink_(config.n_sink), window_(int(config.get_int("window"))), kernel_(int(config.get_int("kernel"))),
-        source_(config.score) {}
+  explicit SnapKVPolicy(const ComponentParams& params)
+      : n_sink_(params.n_sink), window_(int(params.get_int("window"))), kernel_(int(params.get_int("kernel"))),
+        source_(params.score) {}
   std::string_view name() const override { return "snapkv"; }
   bool bounded() const override { return done_; }  // the whole prompt is held until it ends
   bool wants_attention() const override { return source_ == ScoreSource::attention && !done_; }
@@ -141,8 +141,8 @@ constexpr std::string_view kSnapReads[] = {"n_sink", "score"};
 extern const PolicyInfo snapkv_policy_info = {
     "snapkv", "observation window, once at the end of the prompt", kParams, kSnapReads,
     /*scores_rows=*/true,
-    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<SnapKVPolicy>(c); },
-    [](const KVCacheConfig& c) {
+    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<SnapKVPolicy>(c); },
+    [](const ComponentParams& c) {
       const int64_t window = c.get_int("window");
       require(window < c.budget, "window", window, "must be smaller than budget = " + std::to_string(c.budget));
     },

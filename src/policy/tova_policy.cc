@@ -14,7 +14,7 @@ namespace {
 
 class TovaPolicy final : public TokenPolicy {
  public:
-  explicit TovaPolicy(const KVCacheConfig& config) : n_sink_(config.n_sink), source_(config.score) {}
+  explicit TovaPolicy(const ComponentParams& params) : n_sink_(params.n_sink), source_(params.score) {}
   std::string_view name() const override { return "tova"; }
   bool wants_attention() const override { return source_ == ScoreSource::attention; }
 
@@ -77,6 +77,6 @@ constexpr std::string_view kTovaReads[] = {"n_sink", "score"};
 
 extern const PolicyInfo tova_policy_info = {
     "tova", "the newest query's attention, one choice per layer", {}, kTovaReads, /*scores_rows=*/true,
-    [](const KVCacheConfig& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<TovaPolicy>(c); }};
+    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<TovaPolicy>(c); }};
 
 }  // namespace squeezekv

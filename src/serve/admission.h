@@ -9,8 +9,8 @@
 
 #include <span>
 
-#include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/core/layer_kind.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/engine/model.h"
 
 namespace squeezekv::serve {

@@ -238,7 +238,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [=, this](size_t, httplib::DataSink& sink) {
+        [=](size_t, httplib::DataSink& sink) {
           if (chat) {
             json role = chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}});
             const std::string s = sse(role);

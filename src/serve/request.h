@@ -9,7 +9,7 @@
 
 #include "serve/error_contract.h"
 #include "squeezekv/engine/chat_template.h"
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/engine/sampler.h"
 
 namespace squeezekv::serve {

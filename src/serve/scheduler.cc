@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <optional>
 
 #include "serve/admission.h"
 #include "squeezekv/base/utf8.h"
+#include "squeezekv/engine/prefill.h"
 #include "squeezekv/engine/sampler.h"
 #include "squeezekv/methods/registry.h"
 
@@ -19,7 +21,7 @@ struct Scheduler::Session {
   Job job;
   std::unique_ptr<ModelCache> cache;
   Sampler sampler;
-  size_t fed = 0;           // prompt tokens fed so far
+  std::optional<PromptFeed> feed;  // the prompt after the tokens a kept cache had seen
   int generated = 0;
   int32_t next = 0;         // the token the next decode step feeds
   std::vector<float> logits;
@@ -33,7 +35,7 @@ struct Scheduler::Session {
 
   Session(uint64_t id_, Job j, std::unique_ptr<ModelCache> c)
       : id(id_), job(std::move(j)), cache(std::move(c)), sampler(job.request.sampler) {}
-  bool prefilling() const { return fed < job.request.tokens.size(); }
+  bool prefilling() const { return !feed->done(); }
 };
 
 Scheduler::Scheduler(const Model& model, ThreadPool* pool, SchedulerOptions options)
@@ -147,7 +149,13 @@ std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
   drop_kept_locked();  // the promises, this one included, plus what stays kept fit the limit
   if (!cache) cache = engine_.make_cache(r.cache);
   auto s = std::make_unique<Session>(next_id_++, std::move(job), std::move(cache));
-  s->fed = reused;
+  // The commands' prompt protocol (engine/prefill.h), one update per step.
+  PrefillOptions prompt;
+  prompt.n_batch = options_.chunk;
+  const CompletionRequest& request = s->job.request;  // `r` was moved into the session
+  prompt.max_rows = int64_t(request.tokens.size()) + request.max_tokens;
+  prompt.reset = false;  // a new cache is empty; a kept one continues
+  s->feed.emplace(engine_, *s->cache, int64_t(request.tokens.size() - reused), prompt);
   s->reused = int(reused);
   stats_.prompt_tokens_reused += reused;
   return s;
@@ -271,23 +279,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   for (auto& s : active) {
     const auto& tokens = s->job.request.tokens;
     if (s->prefilling()) {
-      // A span-rule cache takes at most max_distance + 1 tokens per update (docs/positions.md).
-      size_t chunk = size_t(options_.chunk);
-      if (const int64_t d = span_distance(s->cache->config(), model_.config().context_length); d > 0) {
-        chunk = std::min(chunk, size_t(d) + 1);
-      }
-      const size_t n = std::min(tokens.size() - s->fed, chunk);
-      if (prefill_tokens > 0 && prefill_tokens + int(n) > options_.chunk) continue;
-      if (s->fed == 0) {
-        if (BudgetCoordinator* c = s->cache->coordinator()) {
-          c->set_max_rows(int(std::min<int64_t>(int64_t(tokens.size()) + s->job.request.max_tokens, 1 << 30)));
-        }
-        engine_.begin_prompt(*s->cache);
-      }
-      const bool last = s->fed + n == tokens.size();
-      steps.push_back({std::span(tokens).subspan(s->fed, n), s->cache.get(), last ? Logits::last : Logits::none,
-                       &s->logits});
-      s->fed += n;
+      PromptFeed& feed = *s->feed;
+      const int64_t n = feed.next();
+      if (prefill_tokens > 0 && prefill_tokens + n > options_.chunk) continue;
+      const size_t first = size_t(s->reused) + size_t(feed.fed());
+      feed.take();
+      steps.push_back({std::span(tokens).subspan(first, size_t(n)), s->cache.get(),
+                       feed.done() ? Logits::last : Logits::none, &s->logits});
       prefill_tokens += int(n);
     } else {
       steps.push_back({std::span(&s->next, 1), s->cache.get(), Logits::last, &s->logits});
@@ -302,7 +300,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       for (size_t i = 0; i < steps.size(); ++i) {
         Session& s = *in_step[i];
         if (steps[i].mode == Logits::none) continue;
-        if (!s.prefilling() && steps[i].tokens.data() != &s.next) engine_.end_prompt(*s.cache);
+        if (!s.prefilling() && steps[i].tokens.data() != &s.next) s.feed->finish();
         const int32_t token = s.sampler.sample(s.logits.data(), model_.config().vocab);
         const int before = s.generated;
         emit(s, token);

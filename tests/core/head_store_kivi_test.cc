@@ -10,7 +10,7 @@
 
 #include "squeezekv/base/fp16.h"
 #include "squeezekv/core/head_store.h"
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/ops/kivi_rows.h"
 #include "test_util.h"
 

@@ -87,3 +87,96 @@ TEST(Generate, AFullCacheIsBoundedByTheContext) {
 
 }  // namespace
 }  // namespace squeezekv
+
+namespace squeezekv {
+namespace {
+
+// PromptFeed's updates are the n_batch chunks, each in pieces of max_distance + 1 once a span-rule
+// cache clamps a row: exactly what Engine::forward does with prefill's chunks, so prefill (and the
+// server, which feeds a PromptFeed one update per step) gives the same logits and rows as plain
+// forward calls over the chunks.
+TEST(PromptFeed, UpdatesAreTheChunksInTheSpanRulesPieces) {
+  Engine engine(stories(), nullptr);
+  KVCacheConfig c;
+  c.method = "h2o";
+  c.budget = 32;
+  c.positions = PositionRule::span;
+  c.max_distance = 40;
+  auto cache = engine.make_cache(c);
+  PrefillOptions options;
+  options.n_batch = 64;
+  PromptFeed feed(engine, *cache, 150, options);
+  std::vector<int64_t> sizes;
+  std::vector<bool> chunk_ends;
+  while (!feed.done()) {
+    sizes.push_back(feed.next());
+    ASSERT_EQ(feed.take(), sizes.back());
+    chunk_ends.push_back(feed.chunk_done());
+  }
+  // Chunks [0, 64), [64, 128), [128, 150): the first two exceed 41 tokens past the clamp.
+  EXPECT_EQ(sizes, (std::vector<int64_t>{41, 23, 41, 23, 22}));
+  EXPECT_EQ(chunk_ends, (std::vector<bool>{false, true, false, true, true}));
+  EXPECT_EQ(feed.next(), 0);
+
+  // Without the span rule (text positions) a chunk is one update.
+  c.positions = PositionRule::text;
+  auto text_cache = engine.make_cache(c);
+  PromptFeed whole(engine, *text_cache, 150, options);
+  sizes.clear();
+  while (!whole.done()) sizes.push_back(whole.take());
+  EXPECT_EQ(sizes, (std::vector<int64_t>{64, 64, 22}));
+}
+
+TEST(PromptFeed, PrefillEqualsForwardOverTheChunks) {
+  Engine engine(stories(), nullptr);
+  const std::vector<int32_t> text = tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
+  const auto tokens = std::span(text).first(300);
+  for (const PositionRule rule : {PositionRule::span, PositionRule::text}) {
+    SCOPED_TRACE(to_string(rule));
+    KVCacheConfig c;
+    c.method = "squeeze";
+    c.budget = 48;
+    c.positions = rule;
+    c.max_distance = 70;
+    auto by_prefill = engine.make_cache(c);
+    auto by_forward = engine.make_cache(c);
+    PrefillOptions options;
+    options.n_batch = 100;
+    options.max_rows = 300;
+    std::vector<float> a, b;
+    prefill(engine, *by_prefill, tokens, options, a);
+
+    if (BudgetCoordinator* coordinator = by_forward->coordinator()) coordinator->set_max_rows(300);
+    engine.begin_prompt(*by_forward);
+    for (size_t i = 0; i < tokens.size(); i += 100) {
+      engine.forward(tokens.subspan(i, 100), *by_forward, i + 100 == tokens.size() ? Logits::last : Logits::none, b);
+    }
+    engine.end_prompt(*by_forward);
+    ASSERT_EQ(a, b);
+    for (int l = 0; l < by_prefill->n_layers(); ++l) {
+      ASSERT_EQ(by_prefill->layer(l).tokens_kept(), by_forward->layer(l).tokens_kept()) << "layer " << l;
+      for (int h = 0; h < by_prefill->layer(l).n_heads(); ++h) {
+        const HeadStore& x = by_prefill->layer(l).head(h);
+        const HeadStore& y = by_forward->layer(l).head(h);
+        ASSERT_EQ(x.n_slots(), y.n_slots());
+        for (int s = 0; s < x.n_slots(); ++s) ASSERT_EQ(x.positions()[s], y.positions()[s]);
+      }
+    }
+  }
+}
+
+TEST(PromptFeed, RefusesWholePromptLogitsAndBadSizes) {
+  Engine engine(stories(), nullptr);
+  auto cache = engine.make_cache(KVCacheConfig{});
+  PrefillOptions options;
+  options.logits = Logits::all;
+  EXPECT_THROW(PromptFeed(engine, *cache, 10, options), InvalidArgument);
+  options.logits = Logits::last;
+  options.n_batch = 0;
+  EXPECT_THROW(PromptFeed(engine, *cache, 10, options), InvalidArgument);
+  options.n_batch = 8;
+  EXPECT_THROW(PromptFeed(engine, *cache, -1, options), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace squeezekv

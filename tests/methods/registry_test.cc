@@ -162,3 +162,38 @@ TEST(Registry, UnknownNamesAndBadTextFailByName) {
 
 }  // namespace
 }  // namespace squeezekv
+
+namespace squeezekv {
+namespace {
+
+// What a component is built from: the cache's fields, and each of its own parameters resolved as
+// the configuration resolves it (set, else the method's override, else the default); nothing
+// else, so a component cannot read another's parameters.
+TEST(ComponentParams, ResolveEachOwnParameterAsTheConfigDoes) {
+  for (const MethodInfo& m : all_methods()) {
+    KVCacheConfig c;
+    c.method = std::string(m.id);
+    c.budget = 96;
+    c.n_sink = 3;
+    c.recent = 0.25;
+    for (const std::span<const ParamSpec> own : {find_policy(m.policy).params, find_allocator(m.allocator).params}) {
+      const ComponentParams params = component_params(c, own);
+      EXPECT_EQ(params.budget, 96);
+      EXPECT_EQ(params.n_sink, 3);
+      EXPECT_EQ(params.recent, 0.25);
+      EXPECT_EQ(params.score, c.score);
+      EXPECT_EQ(params.own.size(), own.size()) << m.id;
+      for (const ParamSpec& spec : own) EXPECT_EQ(params.get_text(spec.name), c.get_text(spec.name)) << m.id;
+    }
+  }
+  KVCacheConfig c;
+  c.method = "chunkkv";
+  c.set("chunk_size", 5);
+  const ComponentParams params = component_params(c, find_policy("chunked").params);
+  EXPECT_EQ(params.get_int("chunk_size"), 5);
+  EXPECT_EQ(params.get_real("chunk_size"), 5.0);
+  EXPECT_THROW(params.get_int("beta"), InvalidArgument);  // the pyramid's, not the policy's
+}
+
+}  // namespace
+}  // namespace squeezekv

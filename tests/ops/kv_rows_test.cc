@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "hwy_targets.h"
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/ops/model_ops.h"
 #include "test_util.h"
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,8 +28,9 @@ using testing::make_matrix;
 using testing::random_x;
 using testing::TestMatrix;
 
-const TensorType all_types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0, TensorType::q4_0,
-                                TensorType::q4_1, TensorType::q5_0, TensorType::q4_k, TensorType::q6_k};
+// Every type the traits table computes on (tests/ops/quant_test.cc's WeightTypesFromTheTable
+// lists them), so that a new weight type is checked against its scalar twin on every target.
+const std::span<const TensorType> all_types = weight_types();
 
 bool is_quantized(TensorType type) { return block_layout(type).block_elems > 1; }
 

@@ -9,11 +9,16 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
+#include "ops/weight_kernels.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/base/fp16.h"
+#include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/tensor_type.h"
 
 namespace squeezekv {
@@ -85,6 +90,44 @@ TEST(ops_quant, GgmlLayoutsOfOtherTypes) {
   for (const uint32_t id : {4u, 5u, 31u, 36u, 40u, 1000u}) EXPECT_FALSE(ggml_block_layout(id).has_value()) << id;
   EXPECT_FALSE(block_layout(uint32_t{7}).has_value());  // Q5_1: listed, not computed on
   EXPECT_THROW(block_layout(static_cast<TensorType>(7)), InvalidArgument);
+}
+
+// What the traits table derives for callers: the computable types in id order (the lists of
+// matmul_test and `random-model --type`), look-up by name, the file type a model of each gets,
+// and each type's kernels and repacked layout.
+TEST(ops_quant, WeightTypesFromTheTable) {
+  const std::vector<TensorType> expected = {TensorType::f32,  TensorType::f16,  TensorType::q4_0,
+                                            TensorType::q4_1, TensorType::q5_0, TensorType::q8_0,
+                                            TensorType::q4_k, TensorType::q6_k, TensorType::bf16};
+  const std::span<const TensorType> types = weight_types();
+  EXPECT_EQ(std::vector<TensorType>(types.begin(), types.end()), expected);
+
+  EXPECT_EQ(tensor_type_by_name("Q4_K"), TensorType::q4_k);
+  EXPECT_EQ(tensor_type_by_name("q4_k"), TensorType::q4_k);
+  EXPECT_EQ(tensor_type_by_name("bf16"), TensorType::bf16);
+  EXPECT_EQ(tensor_type_by_name("Q5_1"), std::nullopt);  // listed by ggml, not computed on
+  EXPECT_EQ(tensor_type_by_name("q4_k_m"), std::nullopt);
+  EXPECT_EQ(tensor_type_by_name(""), std::nullopt);
+
+  // llama.cpp's llama_ftype values (Q4_K: Q4_K_M's).
+  const std::pair<TensorType, uint32_t> file_types[] = {
+      {TensorType::f32, 0},  {TensorType::f16, 1},   {TensorType::q4_0, 2},  {TensorType::q4_1, 3}, {TensorType::q5_0, 8},
+      {TensorType::q8_0, 7}, {TensorType::q4_k, 15}, {TensorType::q6_k, 18}, {TensorType::bf16, 32}};
+  for (const auto& [type, file_type] : file_types) EXPECT_EQ(llama_file_type(type), file_type);
+  EXPECT_THROW(llama_file_type(TensorType::q5_1), InvalidArgument);
+
+  for (const TensorType type : types) {
+    const detail::WeightKernels& kernels = detail::weight_kernels(type);
+    EXPECT_NE(kernels.rows, nullptr) << tensor_type_name(static_cast<uint32_t>(type));
+    const bool repacks = type == TensorType::q8_0 || type == TensorType::q4_k || type == TensorType::q6_k;
+    EXPECT_EQ(has_repacked_layout(type), repacks) << tensor_type_name(static_cast<uint32_t>(type));
+    if (repacks) {
+      EXPECT_NE(kernels.repacked->repack_groups, nullptr);
+      EXPECT_NE(kernels.repacked->read_unit, nullptr);
+    }
+  }
+  EXPECT_FALSE(has_repacked_layout(TensorType::q5_1));
+  EXPECT_THROW(detail::weight_kernels(TensorType::q5_1), InvalidArgument);
 }
 
 TEST(ops_quant, RejectsPartialBlocks) {

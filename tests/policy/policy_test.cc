@@ -445,7 +445,7 @@ TEST(EveryPolicy, EvictingHeadByHeadEqualsEvictingTheLayer) {
       // Copies of the rows, evicted to a tighter budget both ways.
       for (const int budget : {30, 17}) {
         LayerRows whole = cache->rows(), by_head = cache->rows();
-        auto policy = info->make(cache->config());
+        auto policy = info->make(component_params(cache->config(), info->params));
         policy->evict(whole, budget);
         for (const int h : {2, 0, 3, 1}) policy->evict_head(by_head, h, budget);
         for (int h = 0; h < 4; ++h) {

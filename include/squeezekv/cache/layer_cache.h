@@ -22,9 +22,9 @@
 #include <optional>
 #include <vector>
 
-#include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/core/layer_kind.h"
 #include "squeezekv/core/layer_rows.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {

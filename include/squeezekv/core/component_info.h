@@ -7,7 +7,7 @@
 #include <span>
 #include <string_view>
 
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/core/component_params.h"
 #include "squeezekv/core/param_spec.h"
 
 namespace squeezekv {
@@ -38,8 +38,8 @@ struct PolicyInfo {
   std::span<const ParamSpec> params;          // the parameters it owns
   std::span<const std::string_view> reads;    // the cache fields it reads besides the budget
   bool scores_rows;                           // reads `score`: may want attention fed back
-  std::unique_ptr<TokenPolicy> (*make)(const KVCacheConfig& config);
-  void (*validate)(const KVCacheConfig& config) = nullptr;  // rules across parameters
+  std::unique_ptr<TokenPolicy> (*make)(const ComponentParams& params);
+  void (*validate)(const ComponentParams& params) = nullptr;  // rules across parameters
   // Method ids this policy's file defines (e.g. `knorm`: policy knorm, allocator uniform); the
   // registry lists them after the reference library's table.
   std::span<const MethodInfo> methods = {};
@@ -54,10 +54,10 @@ struct AllocatorInfo {
   std::span<const ParamSpec> params;
   std::span<const std::string_view> reads;
   std::string_view measures;  // what it measures during the prompt ("" = nothing)
-  std::unique_ptr<BudgetAllocator> (*make)(const KVCacheConfig& config);
-  void (*validate)(const KVCacheConfig& config) = nullptr;
+  std::unique_ptr<BudgetAllocator> (*make)(const ComponentParams& params);
+  void (*validate)(const ComponentParams& params) = nullptr;
   // Whether one of its own parameters matters under this config (null = all of them always).
-  bool (*uses)(const KVCacheConfig& config, std::string_view param) = nullptr;
+  bool (*uses)(const ComponentParams& params, std::string_view param) = nullptr;
   bool unbounded = false;  // gives every layer an unbounded budget: the allocator of the policies
                            // that keep every row, and only of those
 };

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 
 namespace squeezekv {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/methods/kv_cache_config.h"
 
 namespace squeezekv {
 

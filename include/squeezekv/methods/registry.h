@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "squeezekv/core/component_info.h"
-#include "squeezekv/core/kv_cache_config.h"
 #include "squeezekv/core/param_spec.h"
+#include "squeezekv/methods/kv_cache_config.h"
 
 namespace squeezekv {
 
@@ -66,6 +66,9 @@ std::vector<const ParamSpec*> method_params(const MethodInfo& method);
 // The default a method gives a parameter: its override, else the spec's default.
 std::string method_default(const MethodInfo& method, const ParamSpec& spec);
 
+// What a component of `config` is built from (core/component_params.h): the cache's fields and
+// each parameter of `own` resolved under the config (set, the method's override, or the default).
+ComponentParams component_params(const KVCacheConfig& config, std::span<const ParamSpec> own);
 std::unique_ptr<TokenPolicy> make_token_policy(const KVCacheConfig& config);
 std::unique_ptr<BudgetAllocator> make_allocator(const KVCacheConfig& config);
 

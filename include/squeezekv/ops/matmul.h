@@ -19,22 +19,11 @@
 #include <span>
 
 #include "squeezekv/ops/tensor_type.h"
+#include "squeezekv/ops/weight_matrix.h"  // callers of the products name WeightMatrix
 
 namespace squeezekv {
 
 class ThreadPool;
-
-// A weight matrix in GGUF layout: n_rows rows (GGUF ne1) of n_cols elements (ne0) each,
-// row-major and contiguous, so row r starts at data + r * row_bytes(type, n_cols).
-struct WeightMatrix {
-  const void* data = nullptr;
-  TensorType type = TensorType::f32;
-  int64_t n_rows = 0;
-  int64_t n_cols = 0;  // a multiple of block_layout(type).block_elems
-  // Optional: the same rows in the tiles' layout (repacked_weights.h), read instead of data by the
-  // targets that can; results are the same bit for bit either way. Not owned.
-  const void* repacked = nullptr;
-};
 
 // y[r] = dot(row r of w, x) for r < n_rows; x has n_cols floats and must not overlap y. Rows are
 // split across pool (nullptr: the calling thread only). Throws InvalidArgument on a bad shape.

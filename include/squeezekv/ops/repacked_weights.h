@@ -25,16 +25,16 @@
 #include <cstdlib>
 #include <memory>
 
-#include "squeezekv/ops/matmul.h"
+#include "squeezekv/ops/tensor_type.h"
+#include "squeezekv/ops/weight_matrix.h"
 
 namespace squeezekv {
 
 inline constexpr int64_t kRepackedGroupRows = 16;
 
-// The types with a repacked layout.
-inline bool has_repacked_layout(TensorType type) {
-  return type == TensorType::q8_0 || type == TensorType::q4_k || type == TensorType::q6_k;
-}
+// Whether type has a repacked layout (its row of the traits table, tensor_type.cc, says so);
+// false for a type squeezekv cannot compute on.
+bool has_repacked_layout(TensorType type);
 
 // Bytes of one 16-row group of a `type` matrix with n_cols columns (a multiple of 64, so that
 // every group starts on a cache line). InvalidArgument for a type without a repacked layout.
@@ -42,7 +42,8 @@ size_t repacked_group_bytes(TensorType type, int64_t n_cols);
 // Bytes of the whole repacked matrix.
 size_t repacked_bytes(const WeightMatrix& w);
 
-// Whether this CPU and build repack w: Q8_0, Q4_K or Q6_K on a target with 512-bit VNNI tiles.
+// Whether this CPU and build repack w: a type with a repacked layout (Q8_0, Q4_K, Q6_K) on a
+// target with 512-bit VNNI tiles.
 bool can_repack(const WeightMatrix& w);
 
 struct FreeDeleter {

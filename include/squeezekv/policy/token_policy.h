@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "squeezekv/core/kv_cache_config.h"
+#include "squeezekv/core/component_params.h"
 #include "squeezekv/core/layer_rows.h"
 
 namespace squeezekv {

@@ -12,24 +12,11 @@
 #include <string_view>
 #include <type_traits>
 
+#include "squeezekv/core/cache_choices.h"
 #include "squeezekv/core/param_spec.h"
 #include "squeezekv/ops/kv_rows.h"
 
 namespace squeezekv {
-
-// Where the cumulative-score policies get their per-row importance.
-enum class ScoreSource : uint8_t {
-  key_proxy,  // each new key acts as the query (needs only K/V; the reference library's)
-  attention,  // real attention probabilities fed back by the engine (original H2O)
-};
-
-// Which position RoPE gives a query and a kept row (docs/positions.md).
-enum class PositionRule : uint8_t {
-  span,   // the position in the text, rows kept within max_distance of the newest token (sinks
-          // excepted: they are read at that distance)
-  cache,  // the rank among the rows the layer-head holds: distances never exceed the rows held
-  text,   // the position in the original text
-};
 
 struct KVCacheConfig {
   std::string method = "squeeze";  // a registered method id (`squeezekv methods`)

@@ -1,0 +1,24 @@
+// The enumerated choices of a cache that components below the registry read: where scores come
+// from and which positions RoPE sees. Their names and parsing live with KVCacheConfig
+// (methods/kv_cache_config.h).
+#pragma once
+
+#include <cstdint>
+
+namespace squeezekv {
+
+// Where the cumulative-score policies get their per-row importance.
+enum class ScoreSource : uint8_t {
+  key_proxy,  // each new key acts as the query (needs only K/V; the reference library's)
+  attention,  // real attention probabilities fed back by the engine (original H2O)
+};
+
+// Which position RoPE gives a query and a kept row (docs/positions.md).
+enum class PositionRule : uint8_t {
+  span,   // the position in the text, rows kept within max_distance of the newest token (sinks
+          // excepted: they are read at that distance)
+  cache,  // the rank among the rows the layer-head holds: distances never exceed the rows held
+  text,   // the position in the original text
+};
+
+}  // namespace squeezekv

@@ -1,0 +1,107 @@
+// Q4_0 weights (16 bytes of nibbles and an fp16 d a 32-element block; value = d * (q - 8)): the
+// row kernel (the nibble family's, matmul_nibbles-inl.h) and the prompt tiles. Compiled once per
+// SIMD target (foreach_target); the driver (matmul.cc) reaches MatmulRowsQ4_0 through the traits
+// table (tensor_type.cc).
+// clang-format off: the target include must come first, then foreach_target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/matmul_q4_0.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+// clang-format on
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/activation_q8.h"
+#include "ops/matmul_nibbles-inl.h"
+#include "ops/matmul_rows-inl.h"
+#include "ops/matmul_tiles-inl.h"
+#include "ops/quant_formats.h"
+#include "ops/weight_kernels.h"
+#include "squeezekv/ops/weight_matrix.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace squeezekv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Q4_0's blocks for the nibble kernels (matmul_nibbles-inl.h).
+struct Q4_0Format {
+  static constexpr bool kHasMin = false, kFifthBit = false;
+  static constexpr int64_t kBlockBytes = quant::q4_0_bytes, kCodesOffset = 2, kFifthBitsOffset = 0;
+  static constexpr int16_t kOffset = 8;
+  static constexpr int kOffsetShift = 4;
+};
+static_assert(quant::q4_0_elems == 32);
+
+#if SQUEEZEKV_VNNI_TILES
+struct Q4_0Tiles : PanelView {
+  static constexpr int64_t kUnitCols = quant::q4_0_elems, kUnitBytes = quant::q4_0_bytes, kStreamUnits = 16;
+  static constexpr int kMaxTokens = 4;
+
+  // Q4_0: the nibble panel; the tiles add -8 * (the token's block sum).
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                             Panel& panel) {
+    PackNibbleRows<quant::q4_0_bytes, 2, 0>(rows, stride, valid, n_blocks, panel);
+  }
+
+  // Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel (a
+  // streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
+  // 4 (-8 instead of -128 times the block sum; exact).
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
+                                             __m512* a0, __m512*) {
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, true>(*panel, x, x0, j, p); };
+    int64_t j = 0;
+    for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
+    for (; j < n_blocks; ++j) {
+      __m512 p[T];
+      product(j, p);
+      for (int k = 0; k < T; ++k) a0[k] = _mm512_add_ps(a0[k], p[k]);
+    }
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
+};
+static_assert(Q4_0Tiles::kStreamUnits % 8 == 0, "streamed panels must keep the row kernel's trees");
+#endif  // SQUEEZEKV_VNNI_TILES
+
+struct Q4_0Rows {
+  template <int K>
+  static HWY_INLINE void Dots(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+    NibbleDots<Q4_0Format, K>(row, x, n, out);
+  }
+};
+
+// Rows [row_begin, row_end) of w times every token of the call.
+void MatmulRowsQ4_0(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
+                    float* HWY_RESTRICT y) {
+#if SQUEEZEKV_VNNI_TILES
+  if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q4_0Tiles>(w, in, row_begin, row_end, y);
+#endif
+  QuantizedRows<Q4_0Rows>(w, in, row_begin, row_end, y);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace squeezekv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace squeezekv {
+
+HWY_EXPORT(MatmulRowsQ4_0);
+
+namespace {
+
+void rows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end, float* y) {
+  HWY_DYNAMIC_DISPATCH(MatmulRowsQ4_0)(w, in, row_begin, row_end, y);
+}
+
+}  // namespace
+
+extern const detail::WeightKernels q4_0_kernels;
+const detail::WeightKernels q4_0_kernels{rows, nullptr};
+
+}  // namespace squeezekv
+#endif  // HWY_ONCE

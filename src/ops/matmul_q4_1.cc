@@ -1,0 +1,118 @@
+// Q4_1 weights (16 bytes of nibbles, an fp16 d and an fp16 minimum m a 32-element block; value =
+// d * q + m): the row kernel (the nibble family's, matmul_nibbles-inl.h) and the prompt tiles.
+// Compiled once per SIMD target (foreach_target); the driver (matmul.cc) reaches MatmulRowsQ4_1
+// through the traits table (tensor_type.cc).
+// clang-format off: the target include must come first, then foreach_target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/matmul_q4_1.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+// clang-format on
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/activation_q8.h"
+#include "ops/matmul_nibbles-inl.h"
+#include "ops/matmul_rows-inl.h"
+#include "ops/matmul_tiles-inl.h"
+#include "ops/quant_formats.h"
+#include "ops/weight_kernels.h"
+#include "squeezekv/ops/weight_matrix.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace squeezekv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Q4_1's blocks for the nibble kernels (matmul_nibbles-inl.h).
+struct Q4_1Format {
+  static constexpr bool kHasMin = true, kFifthBit = false;
+  static constexpr int64_t kBlockBytes = quant::q4_1_bytes, kCodesOffset = quant::q4_1_qs_offset, kFifthBitsOffset = 0;
+  static constexpr int16_t kOffset = 8;  // unused: Q4_1 has a minimum instead
+  static constexpr int kOffsetShift = 4;
+};
+static_assert(quant::q4_1_elems == 32);
+
+#if SQUEEZEKV_VNNI_TILES
+struct Q4_1Tiles : PanelView {
+  static constexpr int64_t kUnitCols = quant::q4_1_elems, kUnitBytes = quant::q4_1_bytes, kStreamUnits = 16;
+  static constexpr int kMaxTokens = 4;
+
+  // Q4_1: the nibble panel with the rows' minimum m as factor_min.
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                             Panel& panel) {
+    PackNibbleRows<quant::q4_1_bytes, quant::q4_1_qs_offset, 2>(rows, stride, valid, n_blocks, panel);
+  }
+
+  // Q4_1: the code term into a0 and the minimum term into a1, each as its row kernel sums it (runs
+  // of 8 blocks as trees, then the remaining blocks one by one; a streamed row's panels are runs of
+  // 8 until the last).
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
+                                             __m512* a0, __m512* a1) {
+    const auto* const min_ptr = panel->factor_min.data();
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, false>(*panel, x, x0, j, p); };
+    auto minimum = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
+      for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(min_ptr[j], _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
+    };
+    int64_t j = 0;
+    for (; j + 8 <= n_blocks; j += 8) {
+      AddTreeOf8<T>(product, j, a0);
+      AddTreeOf8<T>(minimum, j, a1);
+    }
+    for (; j < n_blocks; ++j) {
+      __m512 p[T], q[T];
+      product(j, p);
+      minimum(j, q);
+      for (int k = 0; k < T; ++k) {
+        a0[k] = _mm512_add_ps(a0[k], p[k]);
+        a1[k] = _mm512_add_ps(a1[k], q[k]);
+      }
+    }
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
+};
+static_assert(Q4_1Tiles::kStreamUnits % 8 == 0, "streamed panels must keep the row kernel's trees");
+#endif  // SQUEEZEKV_VNNI_TILES
+
+struct Q4_1Rows {
+  template <int K>
+  static HWY_INLINE void Dots(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+    NibbleDots<Q4_1Format, K>(row, x, n, out);
+  }
+};
+
+// Rows [row_begin, row_end) of w times every token of the call.
+void MatmulRowsQ4_1(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
+                    float* HWY_RESTRICT y) {
+#if SQUEEZEKV_VNNI_TILES
+  if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q4_1Tiles>(w, in, row_begin, row_end, y);
+#endif
+  QuantizedRows<Q4_1Rows>(w, in, row_begin, row_end, y);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace squeezekv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace squeezekv {
+
+HWY_EXPORT(MatmulRowsQ4_1);
+
+namespace {
+
+void rows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end, float* y) {
+  HWY_DYNAMIC_DISPATCH(MatmulRowsQ4_1)(w, in, row_begin, row_end, y);
+}
+
+}  // namespace
+
+extern const detail::WeightKernels q4_1_kernels;
+const detail::WeightKernels q4_1_kernels{rows, nullptr};
+
+}  // namespace squeezekv
+#endif  // HWY_ONCE

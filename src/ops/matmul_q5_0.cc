@@ -1,0 +1,73 @@
+// Q5_0 weights (a 32-bit qh of 5th bits, 16 bytes of nibbles and an fp16 d a 32-element block;
+// value = d * (q - 16)): the row kernel (the nibble family's, matmul_nibbles-inl.h). No prompt
+// tiles yet: its calls of any size take the row kernel. Compiled once per SIMD target
+// (foreach_target); the driver (matmul.cc) reaches MatmulRowsQ5_0 through the traits table
+// (tensor_type.cc).
+// clang-format off: the target include must come first, then foreach_target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/matmul_q5_0.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+// clang-format on
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/activation_q8.h"
+#include "ops/matmul_nibbles-inl.h"
+#include "ops/matmul_rows-inl.h"
+#include "ops/quant_formats.h"
+#include "ops/weight_kernels.h"
+#include "squeezekv/ops/weight_matrix.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace squeezekv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Q5_0's blocks for the nibble kernels (matmul_nibbles-inl.h).
+struct Q5_0Format {
+  static constexpr bool kHasMin = false, kFifthBit = true;
+  static constexpr int64_t kBlockBytes = quant::q5_0_bytes, kCodesOffset = quant::q5_0_qs_offset,
+                           kFifthBitsOffset = quant::q5_0_qh_offset;
+  static constexpr int16_t kOffset = 16;
+  static constexpr int kOffsetShift = 3;
+};
+static_assert(quant::q5_0_elems == 32);
+
+struct Q5_0Rows {
+  template <int K>
+  static HWY_INLINE void Dots(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
+    NibbleDots<Q5_0Format, K>(row, x, n, out);
+  }
+};
+
+// Rows [row_begin, row_end) of w times every token of the call.
+void MatmulRowsQ5_0(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
+                    float* HWY_RESTRICT y) {
+  QuantizedRows<Q5_0Rows>(w, in, row_begin, row_end, y);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace squeezekv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace squeezekv {
+
+HWY_EXPORT(MatmulRowsQ5_0);
+
+namespace {
+
+void rows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end, float* y) {
+  HWY_DYNAMIC_DISPATCH(MatmulRowsQ5_0)(w, in, row_begin, row_end, y);
+}
+
+}  // namespace
+
+extern const detail::WeightKernels q5_0_kernels;
+const detail::WeightKernels q5_0_kernels{rows, nullptr};
+
+}  // namespace squeezekv
+#endif  // HWY_ONCE
