@@ -3,6 +3,9 @@
 ``KVCacheFactory.create(config)`` gives one lone layer (no coordinator: a uniform layer with the
 average budget, or squeeze_resolved_budget). ``KVCacheBuilder.for_model(model, config)`` gives one
 cache per layer sharing one coordinator, which is where the squeeze reallocation happens.
+``sliding_windows`` (one per layer: 0 for a global layer, W for one that attends over the newest W
+positions, as Gemma 3's) makes sliding layers: each holds exactly its window, and the method (its
+policy, and its allocator's budget, measurement and taper) governs the global layers alone.
 
 The native cache needs the batch size and KV head count; unless the model tells them, they are
 taken from the first ``update_and_fetch`` (every layer of one model must then agree).
@@ -33,12 +36,14 @@ def _as_block(array, name: str) -> np.ndarray:
 class _Group:
     """The native cache behind a set of layers, built on first use."""
 
-    def __init__(self, config: KVCacheConfig, n_layers: Optional[int], n_kv_heads=None, n_batch=None):
+    def __init__(self, config: KVCacheConfig, n_layers: Optional[int], n_kv_heads=None, n_batch=None,
+                 sliding_windows=None):
         if not isinstance(config, KVCacheConfig):
             raise ValueError(f"config = {config!r}: must be a squeezekv.KVCacheConfig")
         self.config = config
         self.native_config = config.to_native()
         self.n_layers = n_layers  # None: a lone layer (KVCacheFactory.create)
+        self.sliding_windows = list(sliding_windows) if sliding_windows is not None else [0] * (n_layers or 1)
         self.native = None
         self.lock = threading.Lock()  # one call at a time on the native cache (and its build)
         if n_kv_heads is not None:
@@ -46,9 +51,10 @@ class _Group:
 
     def build(self, n_kv_heads: int, n_batch: int):
         if self.n_layers is None:
-            self.native = _native.create_layer(self.native_config, n_kv_heads, n_batch)
+            self.native = _native.create_layer(self.native_config, n_kv_heads, n_batch, self.sliding_windows[0])
         else:
-            self.native = _native.ModelCache(self.native_config, self.n_layers, n_kv_heads, n_batch)
+            self.native = _native.ModelCache(self.native_config, self.n_layers, n_kv_heads, n_batch,
+                                             self.sliding_windows)
 
     def layer(self, index: int, keys: Optional[np.ndarray] = None):
         if self.native is None:
@@ -100,10 +106,16 @@ class LayerCache:
         return self._index
 
     @property
+    def sliding_window(self) -> int:
+        """0 for a global (evicting) layer; W for a sliding one, which holds the newest W positions."""
+        return self._group.sliding_windows[self._index]
+
+    @property
     def layer_budget(self) -> int:
-        """Rows per head this layer keeps (the average budget until the schedule is final)."""
+        """Rows per head this layer keeps (the average budget until the schedule is final; a
+        sliding layer's window)."""
         config = self._group.config
-        fallback = config.squeeze_budget
+        fallback = self.sliding_window or config.squeeze_budget
         if self._group.n_layers is None and config.squeeze_resolved_budget is not None:
             fallback = config.squeeze_resolved_budget
         return self._stat("layer_budget", fallback)
@@ -185,8 +197,23 @@ class ModelCaches(list):
         return native.is_final if native is not None else not self._group.native_config.schedule_waits_for_measurement
 
     @property
+    def sliding_windows(self) -> list:
+        """One per layer: 0 for a global (evicting) layer, W for a sliding one."""
+        return list(self._group.sliding_windows)
+
+    @property
     def kept_bytes(self) -> int:
         return sum(layer.kept_bytes for layer in self)
+
+    @property
+    def sliding_kept_bytes(self) -> int:
+        """Resident bytes of the sliding layers (their windows)."""
+        return sum(layer.kept_bytes for layer in self if layer.sliding_window)
+
+    @property
+    def evicting_kept_bytes(self) -> int:
+        """Resident bytes of the global layers, the ones the method evicts in."""
+        return sum(layer.kept_bytes for layer in self if not layer.sliding_window)
 
     @property
     def full_bytes(self) -> int:
@@ -225,28 +252,46 @@ def _layer_count_and_heads(model_or_layer_count):
                      "or a model with .layers or n_layers")
 
 
+def _checked_windows(windows, n_layers: int) -> list:
+    """The windows as ints, checked before any cache is built (the native cache checks again)."""
+    windows = list(windows)
+    if len(windows) != n_layers:
+        raise ValueError(f"sliding_windows has {len(windows)} entries: must equal n_layers = {n_layers} "
+                         "(one per layer, 0 for a global one)")
+    for i, w in enumerate(windows):
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not 0 <= w <= 1 << 30:
+            raise ValueError(f"sliding_windows[{i}] = {w!r}: must be 0 (a global layer) or a window in [1, {1 << 30}]")
+    return [int(w) for w in windows]
+
+
 class KVCacheFactory:
     @staticmethod
     def create(config: KVCacheConfig, n_kv_heads: Optional[int] = None,
-               n_batch: Optional[int] = None) -> LayerCache:
+               n_batch: Optional[int] = None, sliding_window: int = 0) -> LayerCache:
         """One cache without a coordinator: a uniform layer with squeeze_budget, or
-        squeeze_resolved_budget when set (the reference library's single-cache fallback)."""
-        return LayerCache(_Group(config, None, n_kv_heads, n_batch), 0)
+        squeeze_resolved_budget when set (the reference library's single-cache fallback); with
+        sliding_window W > 0, a sliding layer holding the newest W positions."""
+        windows = _checked_windows([sliding_window], 1)
+        return LayerCache(_Group(config, None, n_kv_heads, n_batch, windows), 0)
 
 
 class KVCacheBuilder:
     @staticmethod
     def for_model(model_or_layer_count, config: KVCacheConfig, n_kv_heads: Optional[int] = None,
-                  n_batch: Optional[int] = None) -> ModelCaches:
+                  n_batch: Optional[int] = None, sliding_windows=None) -> ModelCaches:
         """One cache per layer sharing one coordinator. A squeezekv Model also fixes the KV heads
-        and head_dim (the model's head_dim replaces config.head_dim, as the engine does)."""
+        and head_dim (the model's head_dim replaces config.head_dim, as the engine does).
+        sliding_windows: one per layer, 0 for a global layer, W for a sliding one (None: every
+        layer global)."""
         n_layers, model_heads = _layer_count_and_heads(model_or_layer_count)
         if not 1 <= n_layers <= _native.MAX_CACHE_LAYERS:
             # before the per-layer wrappers are built: a huge count would exhaust memory first
             raise ValueError(f"n_layers = {n_layers}: must lie in [1, {_native.MAX_CACHE_LAYERS}]")
+        if sliding_windows is not None:
+            sliding_windows = _checked_windows(sliding_windows, n_layers)
         from .engine import Model
 
         if isinstance(model_or_layer_count, Model):
             config = config.replace(head_dim=model_or_layer_count.head_dim)
         heads = n_kv_heads if n_kv_heads is not None else model_heads
-        return ModelCaches(_Group(config, n_layers, heads, n_batch))
+        return ModelCaches(_Group(config, n_layers, heads, n_batch, sliding_windows))

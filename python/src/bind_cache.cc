@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <span>
 
 #include "bindings.h"
 #include "squeezekv/base/errors.h"
@@ -69,6 +70,8 @@ void bind_cache(py::module_& m) {
       .def("end_prompt", &LayerCache::end_prompt)
       .def("reset", &LayerCache::reset)
       .def_property_readonly("layer_index", &LayerCache::layer_index)
+      .def_property_readonly("sliding_window", [](const LayerCache& l) { return l.sliding() ? l.kind().window : 0; },
+                             "0 for a global (evicting) layer, W for a sliding one (the newest W positions)")
       .def_property_readonly("n_heads", &LayerCache::n_heads)
       .def_property_readonly("n_batch", [](const LayerCache& l) { return l.rows().n_batch; })
       .def_property_readonly("n_kv_heads", [](const LayerCache& l) { return l.rows().n_kv_heads; })
@@ -87,9 +90,16 @@ void bind_cache(py::module_& m) {
       .def_property_readonly("compression_ratio", &LayerCache::compression_ratio);
 
   py::class_<ModelCache, std::unique_ptr<ModelCache>>(m, "ModelCache")
-      .def(py::init<const KVCacheConfig&, int, int, int>(), py::arg("config"), py::arg("n_layers"),
-           py::arg("n_kv_heads") = 1, py::arg("n_batch") = 1)
+      .def(py::init([](const KVCacheConfig& config, int n_layers, int n_kv_heads, int n_batch,
+                       const std::vector<int32_t>& sliding_windows) {
+             return std::make_unique<ModelCache>(config, n_layers, n_kv_heads, n_batch,
+                                                 layer_kinds_from_windows(sliding_windows, n_layers));
+           }),
+           py::arg("config"), py::arg("n_layers"), py::arg("n_kv_heads") = 1, py::arg("n_batch") = 1,
+           py::arg("sliding_windows") = std::vector<int32_t>{},
+           "sliding_windows: one per layer, 0 for a global layer, W for one that slides over W positions")
       .def_property_readonly("n_layers", &ModelCache::n_layers)
+      .def_property_readonly("sliding_windows", [](const ModelCache& c) { return sliding_windows_of(c.layer_kinds()); })
       .def(
           "layer",
           [](ModelCache& c, int i) -> LayerCache& {
@@ -105,6 +115,8 @@ void bind_cache(py::module_& m) {
         return c.coordinator() ? c.coordinator()->measurements() : std::vector<double>{};
       })
       .def_property_readonly("kept_bytes", &ModelCache::kept_bytes)
+      .def_property_readonly("sliding_kept_bytes", &ModelCache::sliding_kept_bytes)
+      .def_property_readonly("evicting_kept_bytes", &ModelCache::evicting_kept_bytes)
       .def_property_readonly("full_bytes", &ModelCache::full_bytes)
       .def_property_readonly("compression_ratio", &ModelCache::compression_ratio)
       .def("begin_prompt", &ModelCache::begin_prompt)
@@ -112,8 +124,14 @@ void bind_cache(py::module_& m) {
       .def("reset", &ModelCache::reset);
 
   m.attr("MAX_CACHE_LAYERS") = kMaxCacheLayers;
-  m.def("create_layer", &KVCacheFactory::create, py::arg("config"), py::arg("n_kv_heads") = 1,
-        py::arg("n_batch") = 1, "One layer without a coordinator (KVCacheFactory::create).");
+  m.def(
+      "create_layer",
+      [](const KVCacheConfig& config, int n_kv_heads, int n_batch, int32_t sliding_window) {
+        const std::vector<LayerKind> kind = layer_kinds_from_windows(std::span(&sliding_window, 1), 1);
+        return KVCacheFactory::create(config, n_kv_heads, n_batch, kind.front());
+      },
+      py::arg("config"), py::arg("n_kv_heads") = 1, py::arg("n_batch") = 1, py::arg("sliding_window") = 0,
+      "One layer without a coordinator (KVCacheFactory::create); sliding_window W > 0: a sliding layer.");
 }
 
 }  // namespace squeezekv::python

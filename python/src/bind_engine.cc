@@ -68,6 +68,9 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
   d["layer_budgets"] = cache->budgets();
   d["layer_kept"] = kept;
   d["kept_bytes"] = cache->kept_bytes();
+  d["sliding_kept_bytes"] = cache->sliding_kept_bytes();    // the windows of the sliding layers
+  d["evicting_kept_bytes"] = cache->evicting_kept_bytes();  // the layers the method evicts in
+  d["layer_windows"] = sliding_windows_of(cache->layer_kinds());  // 0: global, W: sliding
   d["full_bytes"] = cache->full_bytes();
   d["compression_ratio"] = cache->compression_ratio();
   d["repeated_4gram_share"] = repeated_ngram_share(r.tokens, 4);
@@ -98,6 +101,11 @@ py::list run_perplexity(const Model& model, const std::vector<int32_t>& tokens,
     d["peak_kept_bytes"] = r.peak_kept_bytes;
     d["mean_full_bytes"] = r.mean_full_bytes;
     d["peak_full_bytes"] = r.peak_full_bytes;
+    d["mean_sliding_kept_bytes"] = r.mean_sliding_kept_bytes;
+    d["peak_sliding_kept_bytes"] = r.peak_sliding_kept_bytes;
+    d["mean_evicting_kept_bytes"] = r.mean_evicting_kept_bytes;
+    d["peak_evicting_kept_bytes"] = r.peak_evicting_kept_bytes;
+    d["layer_windows"] = r.layer_windows;
     d["layer_budgets"] = r.layer_budgets;
     d["layer_mean_kept"] = r.layer_mean_kept;
     d["layer_importance"] = r.layer_importance;  // what a measuring allocator read per layer

@@ -10,6 +10,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/ops/thread_pool.h"
 #include "cache/exclusive.h"
+#include "cache/sliding_window.h"
 
 namespace squeezekv {
 
@@ -36,6 +37,25 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
                      HeadStore(config.head_dim, config.key_type(), config.value_type(), kivi));
   update_.slots.resize(rows_.heads.size());
   if (coordinator_) coordinator_->attach(layer_index, [this](int b) { set_budget(b); });
+}
+
+namespace {
+
+// The window of a sliding kind (its budget), checked before the layer is built.
+int sliding_window(const LayerKind& kind) {
+  require(kind.is_sliding(), "kind", to_string(kind),
+          "this constructor builds a sliding layer (a global layer takes a budget and a policy)");
+  validate(kind, "window");
+  return kind.window;
+}
+
+}  // namespace
+
+LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
+                       LayerKind window_kind, std::atomic<bool>* shared_busy)
+    : LayerCache(config, layer_index, n_kv_heads, n_batch, sliding_window(window_kind),
+                 make_sliding_window_rows(), nullptr, shared_busy) {
+  kind_ = window_kind;
 }
 
 void LayerCache::check_finite(const float* data, size_t n, const char* what) const {
@@ -215,7 +235,9 @@ void LayerCache::settle(ThreadPool* pool) {
   const bool prompt_end = prompt_pending_;
   prompt_pending_ = false;
   // Rows older than the span go first, so the policy fills its budget from rows within it.
-  const bool age = config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded();
+  // A sliding layer holds its window whatever the rule (the model reads no row beyond it).
+  const bool age = config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded() &&
+                   !sliding();
   const int64_t before = rows_.tokens_seen - config_.max_distance;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
@@ -295,7 +317,9 @@ size_t LayerCache::kept_bytes() const {
 }
 
 size_t LayerCache::full_bytes() const {
-  return rows_.heads.size() * size_t(rows_.tokens_seen) * kv_token_bytes(config_);
+  // A sliding layer's unevicted cache is its window (what llama.cpp holds for it too).
+  const int64_t rows = sliding() ? std::min<int64_t>(rows_.tokens_seen, kind_.window) : rows_.tokens_seen;
+  return rows_.heads.size() * size_t(rows) * kv_token_bytes(config_);
 }
 
 double LayerCache::compression_ratio() const {

@@ -2,7 +2,9 @@
 // rows, budgets and accounting.
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "capi/capi_internal.h"
 #include "squeezekv/methods/registry.h"
@@ -173,6 +175,26 @@ squeezekv_cache* squeezekv_cache_init(const squeezekv_cache_params* params, int3
   return out;
 }
 
+squeezekv_cache* squeezekv_cache_init_sliding(const squeezekv_cache_params* params, int32_t n_layers,
+                                             int32_t n_kv_heads, int32_t n_batch, const int32_t* sliding_windows) {
+  squeezekv_cache* out = nullptr;
+  guarded(__func__, [&] {
+    squeezekv::require(n_layers >= 1 && n_layers <= squeezekv::kMaxCacheLayers, "n_layers", n_layers,
+                       "must lie in [1, " + std::to_string(squeezekv::kMaxCacheLayers) + "]");
+    squeezekv::require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be >= 1");
+    squeezekv::require(n_batch >= 1, "n_batch", n_batch, "must be >= 1");
+    std::vector<squeezekv::LayerKind> kinds;
+    if (sliding_windows != nullptr) {
+      kinds = squeezekv::layer_kinds_from_windows(std::span(sliding_windows, size_t(n_layers)), n_layers);
+    }
+    auto cache = std::make_unique<squeezekv_cache>();
+    cache->model = squeezekv::KVCacheBuilder::for_model(n_layers, squeezekv::capi::to_config(params), n_kv_heads,
+                                                        n_batch, std::move(kinds));
+    out = cache.release();
+  });
+  return out;
+}
+
 squeezekv_cache* squeezekv_cache_init_layer(const squeezekv_cache_params* params, int32_t n_kv_heads,
                                           int32_t n_batch) {
   squeezekv_cache* out = nullptr;
@@ -306,12 +328,25 @@ squeezekv_status squeezekv_cache_layer_stats(const squeezekv_cache* cache, int32
     s.kept_bytes = l.kept_bytes();
     s.full_bytes = l.full_bytes();
     s.compression_ratio = l.compression_ratio();
+    s.sliding_window = l.sliding() ? l.kind().window : 0;
   });
 }
 
 uint64_t squeezekv_cache_kept_bytes(const squeezekv_cache* cache) {
   if (!cache) return 0;
   return cache->model ? cache->model->kept_bytes() : cache->single->kept_bytes();
+}
+
+uint64_t squeezekv_cache_sliding_kept_bytes(const squeezekv_cache* cache) {
+  if (!cache) return 0;
+  if (cache->model) return cache->model->sliding_kept_bytes();
+  return cache->single->sliding() ? cache->single->kept_bytes() : 0;
+}
+
+uint64_t squeezekv_cache_evicting_kept_bytes(const squeezekv_cache* cache) {
+  if (!cache) return 0;
+  if (cache->model) return cache->model->evicting_kept_bytes();
+  return cache->single->sliding() ? 0 : cache->single->kept_bytes();
 }
 
 uint64_t squeezekv_cache_full_bytes(const squeezekv_cache* cache) {

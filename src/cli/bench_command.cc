@@ -14,6 +14,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/cache/model_cache.h"
@@ -108,7 +109,13 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
   std::printf("cpu: %s, %.0f MHz reported; SIMD target %s; int8 dots: %s; weights repacked at load: %.1f MiB\n",
               cpu.model.c_str(), cpu.mhz, cpu.simd_target.c_str(), cpu.int8_dot.c_str(),
               double(facts.repacked_bytes) / (1 << 20));
-  std::printf("peak resident memory: %.1f MiB\n\n", double(peak_rss) / (1 << 20));
+  std::printf("peak resident memory: %.1f MiB\n", double(peak_rss) / (1 << 20));
+  if (!rows.empty()) {
+    if (const std::string note = sliding_note(rows.front().layer_windows); !note.empty()) {
+      std::printf("%s; KV MiB below is both kinds (--json and -o csv give each)\n", note.c_str());
+    }
+  }
+  std::printf("\n");
   std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | time vs 1st cache [min, max] | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
   std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows) {
@@ -128,17 +135,18 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
 void print_csv(const ModelFacts& facts, const std::vector<BenchRow>& rows) {
   std::printf("model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
               "min_tps,max_tps,time_vs_first_median,time_vs_first_min,time_vs_first_max,weight_gbps,bandwidth_share,gflops,"
-              "rows_per_layer,kv_kept_bytes,cpu,simd_target\n");
+              "rows_per_layer,kv_kept_bytes,cpu,simd_target,kv_sliding_kept_bytes,kv_evicting_kept_bytes\n");
   const CpuInfo cpu = cpu_info();
   for (const BenchRow& r : rows) {
     const Derived d = derive(r, facts);
     const Spread& s = r.tokens_per_second;
     const Spread& v = r.time_vs_first_cache;
-    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu,\"%s\",%s\n",
+    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu,\"%s\",%s,%zu,%zu\n",
                 facts.path.c_str(), facts.weight_type.c_str(), r.threads, r.cache.c_str(), r.config.method.c_str(),
                 r.config.budget, to_string(r.config.score).c_str(), r.test().c_str(), r.depth, r.n_tokens, s.median,
                 s.mean, s.stddev, s.min, s.max, v.median, v.min, v.max, d.weight_gbps, d.share, d.gflops, static_cast<long long>(r.rows_per_layer),
-                r.kv_kept_bytes, cpu.model.c_str(), cpu.simd_target.c_str());
+                r.kv_kept_bytes, cpu.model.c_str(), cpu.simd_target.c_str(), r.kv_sliding_kept_bytes,
+                r.kv_evicting_kept_bytes);
   }
 }
 
@@ -175,7 +183,9 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
                               {"weight_gbps", d.weight_gbps}, {"bandwidth_share", d.share},
                               {"bandwidth_share_samples", r.bandwidth_share.samples},
                               {"probe_bytes_per_second_samples", r.bandwidth.samples}, {"gflops", d.gflops},
-                              {"rows_per_layer", r.rows_per_layer}, {"kv_kept_bytes", r.kv_kept_bytes}});
+                              {"rows_per_layer", r.rows_per_layer}, {"kv_kept_bytes", r.kv_kept_bytes},
+                              {"kv_sliding_kept_bytes", r.kv_sliding_kept_bytes},
+                              {"kv_evicting_kept_bytes", r.kv_evicting_kept_bytes}, {"layer_windows", r.layer_windows}});
   }
   std::printf("%s\n", out.dump(2).c_str());
 }

@@ -9,6 +9,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/base/errors.h"
@@ -80,6 +81,7 @@ void run(GenerateArgs& a) {
   kept.reserve(size_t(cache->n_layers()));
   for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).tokens_kept());
   const double repeats = a.stats || a.json ? repeated_ngram_share(r.tokens, 4) : 0.0;
+  const std::vector<int> windows = sliding_windows_of(cache->layer_kinds());
   if (a.json) {
     nlohmann::json out = {{"prompt", valid_utf8(a.prompt)}, {"text", valid_utf8(model.tokenizer().decode(r.tokens))},
                           {"prompt_tokens", r.prompt_tokens.size()}, {"generated_tokens", r.n_generated},
@@ -87,7 +89,9 @@ void run(GenerateArgs& a) {
                           {"decode_tokens_per_second", r.decode_tokens_per_second()},
                           {"method", config.method}, {"layer_budgets", cache->budgets()}, {"layer_kept", kept},
                           {"kv_kept_bytes", cache->kept_bytes()}, {"kv_full_bytes", cache->full_bytes()},
-                          {"repeated_4gram_share", repeats}, {"stopped_at_eos", r.stopped_at_eos}};
+                          {"repeated_4gram_share", repeats}, {"stopped_at_eos", r.stopped_at_eos},
+                          {"layer_windows", windows}, {"kv_sliding_kept_bytes", cache->sliding_kept_bytes()},
+                          {"kv_evicting_kept_bytes", cache->evicting_kept_bytes()}};
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -97,6 +101,10 @@ void run(GenerateArgs& a) {
   std::fprintf(stderr, "cache: %s, layer budgets %s\n       kept rows %s\n       KV resident %.1f KiB, a full cache %.1f KiB (%.2fx)\n",
                cache_label(config).c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
                double(cache->kept_bytes()) / 1024.0, double(cache->full_bytes()) / 1024.0, cache->compression_ratio());
+  for (const std::string& line : {sliding_note(windows), sliding_bytes_note(windows, double(cache->sliding_kept_bytes()),
+                                                                          double(cache->evicting_kept_bytes()))}) {
+    if (!line.empty()) std::fprintf(stderr, "       %s\n", line.c_str());
+  }
   const std::string note = span_note(config, model.config().context_length);
   if (!note.empty()) std::fprintf(stderr, "       %s\n", note.c_str());
   if (a.stats) std::fprintf(stderr, "repeated 4-grams: %.1f %% of the output\n", 100.0 * repeats);

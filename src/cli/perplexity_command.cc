@@ -6,6 +6,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
 #include "cli/stream_report.h"
@@ -31,7 +32,11 @@ nlohmann::json to_json(const PerplexityResult& r) {
           {"mean_kept_bytes", r.mean_kept_bytes}, {"peak_kept_bytes", r.peak_kept_bytes},
           {"mean_full_bytes", r.mean_full_bytes}, {"peak_full_bytes", r.peak_full_bytes},
           {"layer_budgets", r.layer_budgets}, {"layer_mean_kept", r.layer_mean_kept},
-          {"layer_importance", r.layer_importance}, {"seconds", r.seconds}};
+          {"layer_importance", r.layer_importance}, {"seconds", r.seconds},
+          {"layer_windows", r.layer_windows},
+          {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes}, {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes},
+          {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes},
+          {"peak_evicting_kept_bytes", r.peak_evicting_kept_bytes}};
 }
 
 void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& tokens, const KVCacheConfig& config) {
@@ -95,6 +100,10 @@ void run(PerplexityArgs& a) {
   std::printf("KV resident: mean %.1f KiB, peak %.1f KiB; a full cache: mean %.1f KiB, peak %.1f KiB\n",
               r.mean_kept_bytes / 1024.0, r.peak_kept_bytes / 1024.0, r.mean_full_bytes / 1024.0,
               r.peak_full_bytes / 1024.0);
+  for (const std::string& line : {sliding_note(r.layer_windows),
+                                  sliding_bytes_note(r.layer_windows, r.mean_sliding_kept_bytes, r.mean_evicting_kept_bytes)}) {
+    if (!line.empty()) std::printf("%s%s\n", line.c_str(), line.starts_with("KV") ? " (mean)" : "");
+  }
 }
 
 }  // namespace

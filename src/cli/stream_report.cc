@@ -35,7 +35,9 @@ nlohmann::json stream_json(const StreamResult& r) {
           {"tokens", r.tokens}, {"scored", r.scored}, {"perplexity", r.perplexity},
           {"mean_nll", r.mean_nll}, {"mean_kept_bytes", r.mean_kept_bytes},
           {"peak_kept_bytes", r.peak_kept_bytes}, {"layer_budgets", r.layer_budgets},
-          {"seconds", r.seconds}, {"segments", segments}};
+          {"seconds", r.seconds}, {"segments", segments}, {"layer_windows", r.layer_windows},
+          {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
+          {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes}};
 }
 
 void print_stream_table(const std::vector<StreamResult>& results) {

@@ -9,6 +9,7 @@
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "cli/output_file.h"
 #include "cli/progress.h"
@@ -45,7 +46,10 @@ nlohmann::json row(const PerplexityResult& r) {
       {"peak_kept_bytes", r.peak_kept_bytes}, {"mean_full_bytes", r.mean_full_bytes},
       {"peak_full_bytes", r.peak_full_bytes}, {"layer_budgets", r.layer_budgets},
       {"layer_mean_kept", r.layer_mean_kept}, {"layer_importance", r.layer_importance},
-      {"chunks", r.chunks}, {"scored", r.scored}, {"seconds", r.seconds}};
+      {"chunks", r.chunks}, {"scored", r.scored}, {"seconds", r.seconds},
+      {"layer_windows", r.layer_windows}, {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
+      {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes}, {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes},
+      {"peak_evicting_kept_bytes", r.peak_evicting_kept_bytes}};
   out.update(metrics);
   return out;
 }
@@ -57,7 +61,8 @@ std::vector<std::string> csv_columns() {
     if (reported(*spec)) out.emplace_back(spec->name);
   }
   for (const char* metric : {"perplexity", "mean_nll", "mean_kl", "top1_agreement", "mean_kept_bytes",
-                             "peak_kept_bytes", "mean_full_bytes", "peak_full_bytes", "seconds"}) {
+                             "peak_kept_bytes", "mean_full_bytes", "peak_full_bytes", "seconds",
+                             "mean_sliding_kept_bytes", "mean_evicting_kept_bytes"}) {
     out.emplace_back(metric);
   }
   return out;
@@ -143,12 +148,18 @@ void run(SweepArgs& a) {
     json_out.close();
   }
   if (csv_out.is_open()) write_csv(csv_out, rows);
-  std::printf("%-58s %6s %9s %9s %8s %7s %10s\n", "variant", "budget", "PPL", "KL", "top-1", "KV KiB", "full KiB");
+  // A model with sliding layers: two more columns, the kept bytes of each kind.
+  const std::string note = sliding_note(results.front().layer_windows);
+  if (!note.empty()) std::printf("%s\n", note.c_str());
+  std::printf("%-58s %6s %9s %9s %8s %7s %10s%s\n", "variant", "budget", "PPL", "KL", "top-1", "KV KiB", "full KiB",
+              note.empty() ? "" : " sliding KiB evicting KiB");
   for (const PerplexityResult& r : results) {
-    std::printf("%-58s %6s %9.4f %9.5f %7.2f%% %7.1f %10.1f\n", sweep_variant(r.config).c_str(),
+    std::printf("%-58s %6s %9.4f %9.5f %7.2f%% %7.1f %10.1f", sweep_variant(r.config).c_str(),
                 (keeps_every_row(r.config) ? std::string("-") : std::to_string(r.config.budget)).c_str(),
                 r.perplexity, r.mean_kl, 100.0 * r.top1_agreement, r.mean_kept_bytes / 1024.0,
                 r.mean_full_bytes / 1024.0);
+    if (!note.empty()) std::printf(" %11.1f %12.1f", r.mean_sliding_kept_bytes / 1024.0, r.mean_evicting_kept_bytes / 1024.0);
+    std::printf("\n");
   }
 }
 

@@ -264,6 +264,9 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
           row.bandwidth = Spread::of(probed);
           row.bandwidth_share = Spread::of(shares[k]);
           row.kv_kept_bytes = slots[k].cache->kept_bytes();
+          row.kv_sliding_kept_bytes = slots[k].cache->sliding_kept_bytes();
+          row.kv_evicting_kept_bytes = slots[k].cache->evicting_kept_bytes();
+          row.layer_windows = sliding_windows_of(slots[k].cache->layer_kinds());
           row.rows_per_layer = mean_rows(*slots[k].cache);
           if (progress) {
             progress(row.test() + " @ d" + std::to_string(row.depth) + ", " + std::to_string(threads) +

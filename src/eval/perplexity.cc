@@ -26,7 +26,16 @@ struct Accumulator {
   double nll = 0.0, kl = 0.0;
   int64_t scored = 0, agree = 0;
   double kept_sum = 0.0, full_sum = 0.0, kept_peak = 0.0, full_peak = 0.0;
+  double sliding_sum = 0.0, sliding_peak = 0.0, evicting_sum = 0.0, evicting_peak = 0.0;
   int64_t samples = 0;
+
+  // Peaks after any update (a prefill chunk or a decode step).
+  void peaks(const ModelCache& cache) {
+    kept_peak = std::max(kept_peak, double(cache.kept_bytes()));
+    full_peak = std::max(full_peak, double(cache.full_bytes()));
+    sliding_peak = std::max(sliding_peak, double(cache.sliding_kept_bytes()));
+    evicting_peak = std::max(evicting_peak, double(cache.evicting_kept_bytes()));
+  }
   std::vector<double> layer_kept;
   double seconds = 0.0;
 };
@@ -98,20 +107,17 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
     prefill_options.max_rows = options.n_ctx;
     prefill_options.logits = Logits::none;
     prefill(engine, cache, std::span(chunk).first(size_t(first)), prefill_options, logits, [&](int64_t) {
-      if (stats) {
-        stats->kept_peak = std::max(stats->kept_peak, double(cache.kept_bytes()));
-        stats->full_peak = std::max(stats->full_peak, double(cache.full_bytes()));
-      }
+      if (stats) stats->peaks(cache);
     });
     for (int j = first; j < options.n_ctx - 1; ++j) {
       engine.forward(std::span(chunk).subspan(size_t(j), 1), cache, Logits::last, logits);
       score(j - first, logits.data());
       if (stats) {
-        const double kept = double(cache.kept_bytes()), full = double(cache.full_bytes());
-        stats->kept_sum += kept;
-        stats->full_sum += full;
-        stats->kept_peak = std::max(stats->kept_peak, kept);
-        stats->full_peak = std::max(stats->full_peak, full);
+        stats->kept_sum += double(cache.kept_bytes());
+        stats->full_sum += double(cache.full_bytes());
+        stats->sliding_sum += double(cache.sliding_kept_bytes());
+        stats->evicting_sum += double(cache.evicting_kept_bytes());
+        stats->peaks(cache);
         ++stats->samples;
         for (int l = 0; l < cache.n_layers(); ++l) stats->layer_kept[size_t(l)] += cache.layer(l).tokens_kept();
       }
@@ -186,6 +192,11 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
     r.mean_full_bytes = a.full_sum / double(a.samples);
     r.peak_kept_bytes = a.kept_peak;
     r.peak_full_bytes = a.full_peak;
+    r.mean_sliding_kept_bytes = a.sliding_sum / double(a.samples);
+    r.mean_evicting_kept_bytes = a.evicting_sum / double(a.samples);
+    r.peak_sliding_kept_bytes = a.sliding_peak;
+    r.peak_evicting_kept_bytes = a.evicting_peak;
+    r.layer_windows = sliding_windows_of(reference->layer_kinds());  // every cache of the model has them
     for (double k : a.layer_kept) r.layer_mean_kept.push_back(k / double(a.samples));
     r.seconds = a.seconds;
   }

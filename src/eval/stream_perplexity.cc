@@ -61,6 +61,7 @@ std::vector<StreamResult> evaluate_stream_perplexity(Engine& engine, std::span<c
     r.config = configs[c];
     r.tokens = n;
     Sums all, seg;
+    double sliding = 0.0;
     int64_t seg_first = options.warmup;
     // logits predict tokens[j]; then tokens[j] goes in and the next prediction comes out.
     for (int64_t j = options.warmup; j < n; ++j) {
@@ -68,6 +69,7 @@ std::vector<StreamResult> evaluate_stream_perplexity(Engine& engine, std::span<c
       const double kept = double(cache->kept_bytes());
       all.add(nll, kept);
       seg.add(nll, kept);
+      sliding += double(cache->sliding_kept_bytes());
       if (seg.scored == options.segment || j + 1 == n) {
         r.segments.push_back(close_segment(seg_first, seg));
         seg = Sums{};
@@ -83,6 +85,9 @@ std::vector<StreamResult> evaluate_stream_perplexity(Engine& engine, std::span<c
     r.perplexity = std::exp(r.mean_nll);
     r.mean_kept_bytes = all.kept / double(all.scored);
     r.peak_kept_bytes = all.peak;
+    r.mean_sliding_kept_bytes = sliding / double(all.scored);
+    r.mean_evicting_kept_bytes = (all.kept - sliding) / double(all.scored);
+    r.layer_windows = sliding_windows_of(cache->layer_kinds());
     r.layer_budgets = cache->budgets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     results.push_back(std::move(r));

@@ -41,12 +41,27 @@ int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionSh
   return std::min(rows, layers * unbounded);  // no head holds more than it is ever given
 }
 
-size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, const SessionShape& shape) {
-  const auto layers = int64_t(model.n_layers);
-  const auto hd = size_t(model.head_dim);
+int64_t promised_sliding_rows(std::span<const LayerKind> kinds, const SessionShape& shape) {
+  const int64_t seen = shape.prompt_tokens + shape.max_tokens;
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(shape.chunk, std::max<int64_t>(1, shape.prompt_tokens)));
+  int64_t rows = 0;
+  for (const LayerKind& kind : kinds) {
+    // A sliding layer's budget (its window) is final from the start, so its slots stop at
+    // window + 1 between updates and window + chunk during one, and never pass what grows to
+    // hold every row it is given.
+    if (kind.is_sliding()) rows += std::min(int64_t(kind.window) + 1 + chunk, grown_capacity(seen));
+  }
+  return rows;
+}
+
+namespace {
+
+// Bytes per KV head of `layers` layers that hold at most `live` rows per KV head in all; `full`:
+// they keep every row (the method's full cache).
+size_t group_bytes(const KVCacheConfig& config, size_t hd, int64_t layers, int64_t live, bool full,
+                   const SessionShape& shape) {
+  if (layers == 0) return 0;
   const KVType k = config.key_type(), v = config.value_type();
-  const bool full = keeps_every_row(config);
-  const int64_t live = promised_rows(config, model.n_layers, shape);  // per KV head, summed over layers
   const int64_t seen = shape.prompt_tokens + shape.max_tokens;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(shape.chunk, std::max<int64_t>(1, shape.prompt_tokens)));
   const int64_t G = config.kivi_group;
@@ -77,7 +92,22 @@ size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, 
     pool_rows += layers * kPoolSlack;
   }
   if (kv_kivi(v)) pool_rows += std::min(live, layers * (residual + chunk + pinned)) + layers * kPoolSlack;
-  const size_t per_head = key_bytes + size_t(slots) * value_row + size_t(pool_rows) * 2 * hd;
+  return key_bytes + size_t(slots) * value_row + size_t(pool_rows) * 2 * hd;
+}
+
+}  // namespace
+
+size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, const SessionShape& shape,
+                         std::span<const LayerKind> kinds) {
+  validate_layer_kinds(kinds, model.n_layers);
+  int64_t n_sliding = 0;
+  for (const LayerKind& kind : kinds) n_sliding += kind.is_sliding() ? 1 : 0;
+  const int64_t n_evicting = int64_t(model.n_layers) - n_sliding;
+  const auto hd = size_t(model.head_dim);
+  // The method governs the evicting layers alone; a sliding layer evicts its oldest row per step.
+  const size_t per_head =
+      group_bytes(config, hd, n_evicting, promised_rows(config, int(n_evicting), shape), keeps_every_row(config), shape) +
+      group_bytes(config, hd, n_sliding, promised_sliding_rows(kinds, shape), false, shape);
   return per_head * size_t(model.n_kv_heads);
 }
 

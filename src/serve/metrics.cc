@@ -43,6 +43,16 @@ std::string render_metrics(const SchedulerStats& s, const HttpCounters& h) {
          double(s.kv_promised_bytes));
   metric(out, "squeezekv_kv_resident_bytes", "gauge", "K/V bytes resident in all sessions after the last step.",
          double(s.kv_resident_bytes));
+  metric(out, "squeezekv_kv_resident_sliding_bytes", "gauge",
+         "Of the resident K/V bytes: the sliding layers' windows (the model's own attention).",
+         double(s.kv_resident_sliding_bytes));
+  metric(out, "squeezekv_kv_resident_evicting_bytes", "gauge",
+         "Of the resident K/V bytes: the global layers, where the method evicts.", double(s.kv_resident_evicting_bytes));
+  out += "# HELP squeezekv_layer_sliding_window Each layer's attention: 0 global (evicting), W a sliding window.\n"
+         "# TYPE squeezekv_layer_sliding_window gauge\n";
+  for (size_t l = 0; l < s.layer_windows.size(); ++l) {
+    out += "squeezekv_layer_sliding_window{layer=\"" + std::to_string(l) + "\"} " + std::to_string(s.layer_windows[l]) + "\n";
+  }
   metric(out, "squeezekv_kv_resident_peak_bytes", "gauge", "The most K/V bytes resident after any step, sessions and kept caches together.",
          double(s.kv_resident_peak_bytes));
   metric(out, "squeezekv_kv_promise_violations_total", "counter", "Steps where a session held more than it promised.",

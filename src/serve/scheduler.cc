@@ -39,15 +39,18 @@ struct Scheduler::Session {
 };
 
 Scheduler::Scheduler(const Model& model, ThreadPool* pool, SchedulerOptions options)
-    : model_(model), engine_(model, pool), options_(options) {
+    : model_(model), engine_(model, pool), options_(options),
+      layer_kinds_(engine_.make_cache(KVCacheConfig{})->layer_kinds()) {
   stats_.kv_limit_bytes = options_.kv_limit_bytes;
+  stats_.layer_windows = sliding_windows_of(layer_kinds_);
   thread_ = std::thread([this] { run(); });
 }
 
 Scheduler::~Scheduler() { shutdown(); }
 
 size_t Scheduler::promise(const CompletionRequest& r) const {
-  return promised_kv_bytes(r.cache, model_.config(), {int64_t(r.tokens.size()), r.max_tokens, options_.chunk});
+  return promised_kv_bytes(r.cache, model_.config(), {int64_t(r.tokens.size()), r.max_tokens, options_.chunk},
+                           layer_kinds_);
 }
 
 Admission Scheduler::submit(CompletionRequest request, std::shared_ptr<Channel> channel) {
@@ -327,11 +330,15 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       std::abort();
 #endif
     }
-    if (!s->done) sessions.push_back({s->id, bytes, s->job.promise});
+    if (!s->done) sessions.push_back({s->id, bytes, s->job.promise, s->cache->sliding_kept_bytes()});
   }
   const size_t peak = resident + kept_bytes_;  // only this thread changes kept_bytes_
   resident = 0;
-  for (const auto& x : sessions) resident += x.resident_bytes;  // what stays after this step
+  size_t sliding = 0;
+  for (const auto& x : sessions) {  // what stays after this step
+    resident += x.resident_bytes;
+    sliding += x.sliding_bytes;
+  }
   uint64_t finished = 0, prompt = 0;
   std::lock_guard lock(mutex_);
   // Done sessions leave the step (kept order for the rest) and free their promise.
@@ -362,6 +369,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   stats_.tokens_per_second = span > 0 ? double(window_tokens) / span : 0.0;
   stats_.sessions = std::move(sessions);
   stats_.kv_resident_bytes = resident;
+  stats_.kv_resident_sliding_bytes = sliding;
+  stats_.kv_resident_evicting_bytes = resident - sliding;
   stats_.kv_resident_peak_bytes = std::max(stats_.kv_resident_peak_bytes, peak);
   stats_.promise_violations += violations;
   stats_.prompt_tokens += prompt;

@@ -50,6 +50,7 @@ struct SchedulerStats {
     uint64_t id = 0;
     size_t resident_bytes = 0;
     size_t promised_bytes = 0;
+    size_t sliding_bytes = 0;  // of resident_bytes: the sliding layers' windows
   };
   std::vector<Session> sessions;
   size_t queued = 0;
@@ -60,6 +61,8 @@ struct SchedulerStats {
   size_t kv_limit_bytes = 0;
   size_t kv_promised_bytes = 0;   // reserved by the running sessions
   size_t kv_resident_bytes = 0;   // measured after the last step
+  size_t kv_resident_sliding_bytes = 0, kv_resident_evicting_bytes = 0;  // its two parts
+  std::vector<int> layer_windows;  // the model's layers: 0 global (evicting), W sliding
   size_t kv_resident_peak_bytes = 0;  // sessions and kept caches together
   uint64_t promise_violations = 0;  // a session above its promise (a bug if ever non-zero)
   uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0, finished = 0, cancelled = 0;
@@ -109,6 +112,7 @@ class Scheduler {
   const Model& model_;
   Engine engine_;
   SchedulerOptions options_;
+  std::vector<LayerKind> layer_kinds_;  // the model's, as every cache the engine makes has them
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

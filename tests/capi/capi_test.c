@@ -217,6 +217,58 @@ static void test_model_cache_loop(void) {
   squeezekv_cache_free(cache);
 }
 
+/* Sliding layers beside global ones: each holds its window, the schedule covers the global layers. */
+static void test_sliding_layers(void) {
+  enum { L = 6, H = 2, D = 16, PREFILL = 96, BUDGET = 24, W = 10 };
+  const int32_t windows[L] = {W, 0, W, 0, W, 0};
+  squeezekv_cache_params* p = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set_int(p, "head_dim", D) == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set_int(p, "budget", BUDGET) == SQUEEZEKV_STATUS_OK);
+  const int32_t bad[L] = {W, 0, -1, 0, W, 0};
+  CHECK(squeezekv_cache_init_sliding(p, L, H, 1, bad) == NULL);
+  CHECK(strstr(squeezekv_last_error(), "sliding_windows[2] = -1") != NULL);
+  squeezekv_cache* cache = squeezekv_cache_init_sliding(p, L, H, 1, windows);
+  squeezekv_cache_params_free(p);
+  CHECK(cache != NULL);
+  if (!cache) return;
+  float* keys = malloc(sizeof(float) * H * PREFILL * D);
+  float* values = malloc(sizeof(float) * H * PREFILL * D);
+  for (int l = 0; l < L; ++l) {
+    fill_keys(keys, H * PREFILL, D, l, L);
+    for (int i = 0; i < H * PREFILL * D; ++i) values[i] = next_float();
+    CHECK(squeezekv_cache_update(cache, l, keys, values, PREFILL) == SQUEEZEKV_STATUS_OK);
+  }
+  for (int step = 0; step < 8; ++step) {
+    for (int l = 0; l < L; ++l) CHECK(squeezekv_cache_update(cache, l, keys, values, 1) == SQUEEZEKV_STATUS_OK);
+  }
+  int32_t total = 0;
+  uint64_t sliding = 0, evicting = 0;
+  for (int l = 0; l < L; ++l) {
+    squeezekv_layer_stats s;
+    CHECK(squeezekv_cache_layer_stats(cache, l, &s) == SQUEEZEKV_STATUS_OK);
+    CHECK(s.sliding_window == windows[l]);
+    if (windows[l] > 0) {
+      CHECK(s.layer_budget == W && s.tokens_kept == W && s.budget_final);
+      CHECK(s.full_bytes == (uint64_t)(2 * H * W * D * 2));  /* the window is what an unevicted layer holds */
+      int64_t positions[W];
+      CHECK(squeezekv_cache_fetch(cache, l, 1, NULL, NULL, positions, W) == W);
+      for (int i = 0; i < W; ++i) CHECK(positions[i] == PREFILL + 8 - W + i);
+      sliding += s.kept_bytes;
+    } else {
+      total += s.layer_budget;
+      evicting += s.kept_bytes;
+    }
+  }
+  CHECK(total == 3 * BUDGET);  /* the budget is the average over the global layers */
+  CHECK(squeezekv_cache_sliding_kept_bytes(cache) == sliding);
+  CHECK(squeezekv_cache_evicting_kept_bytes(cache) == evicting);
+  CHECK(squeezekv_cache_kept_bytes(cache) == sliding + evicting);
+  CHECK(squeezekv_cache_sliding_kept_bytes(NULL) == 0 && squeezekv_cache_evicting_kept_bytes(NULL) == 0);
+  free(values);
+  free(keys);
+  squeezekv_cache_free(cache);
+}
+
 /* A lone h2o layer scored by attention the caller computes over the slots (the engine protocol). */
 static void test_lone_layer_attention(void) {
   enum { H = 1, D = 8, BUDGET = 10, MAX_SLOTS = 64 };
@@ -507,6 +559,7 @@ int main(int argc, char** argv) {
   else if (strcmp(name, "allocators") == 0) test_allocators();
   else if (strcmp(name, "model_cache_loop") == 0) test_model_cache_loop();
   else if (strcmp(name, "lone_layer_attention") == 0) test_lone_layer_attention();
+  else if (strcmp(name, "sliding_layers") == 0) test_sliding_layers();
   else if (strcmp(name, "errors") == 0) test_errors();
   else if (strcmp(name, "engine") == 0) test_engine();
   else if (strcmp(name, "null_arguments") == 0) test_null_arguments();

@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "squeezekv/ops/cpu_info.h"
 
@@ -464,6 +466,54 @@ TEST(Cli, KiviUnderEvictionHoldsLessThanF16) {
   const auto f16_bytes = nlohmann::json::parse(f16.out)["kv_kept_bytes"].get<double>();
   const auto kivi_bytes = nlohmann::json::parse(kivi.out)["kv_kept_bytes"].get<double>();
   EXPECT_LT(kivi_bytes, 0.85 * f16_bytes);
+}
+
+}  // namespace
+
+namespace {
+
+// Every output that reports cache memory gives the per-layer windows (0: global) and the kept bytes
+// of the sliding and the evicting layers; on a model of global layers only, the sliding part is 0
+// and the evicting part is the whole.
+TEST(Cli, CacheOutputsSplitSlidingAndEvictingBytes) {
+  const std::vector<int> globals(5, 0);  // stories260K: 5 global layers
+  const CliRun gen = run("generate " + kModel + " -p Once -n 8 -t 1 --method h2o --budget 16 --json");
+  ASSERT_EQ(gen.status, 0) << gen.out;
+  const auto g = nlohmann::json::parse(gen.out);
+  EXPECT_EQ(g["layer_windows"].get<std::vector<int>>(), globals);
+  EXPECT_EQ(g["kv_sliding_kept_bytes"].get<size_t>(), 0u);
+  EXPECT_EQ(g["kv_evicting_kept_bytes"].get<size_t>(), g["kv_kept_bytes"].get<size_t>());
+  const std::string text = " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1";
+  const CliRun ppl = run("perplexity " + kModel + text + " --method h2o --budget 16 --json");
+  ASSERT_EQ(ppl.status, 0) << ppl.out;
+  const auto p = nlohmann::json::parse(ppl.out);
+  EXPECT_EQ(p["layer_windows"].get<std::vector<int>>(), globals);
+  EXPECT_EQ(p["mean_sliding_kept_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(p["mean_evicting_kept_bytes"].get<double>(), p["mean_kept_bytes"].get<double>());
+  EXPECT_EQ(p["peak_evicting_kept_bytes"].get<double>(), p["peak_kept_bytes"].get<double>());
+  const CliRun bench = run("bench " + kModel + " -p 8 -n 4 -r 1 -t 1 --method h2o --budget 8 --bandwidth-mib 0 -o json");
+  ASSERT_EQ(bench.status, 0) << bench.out;
+  for (const auto& r : nlohmann::json::parse(bench.out)["results"]) {
+    EXPECT_EQ(r["layer_windows"].get<std::vector<int>>(), globals);
+    EXPECT_EQ(r["kv_sliding_kept_bytes"].get<size_t>(), 0u);
+    EXPECT_EQ(r["kv_evicting_kept_bytes"].get<size_t>(), r["kv_kept_bytes"].get<size_t>());
+  }
+  const std::string json_path = testing::TempDir() + "cli_sweep_split.json";
+  const CliRun sweep = run("sweep " + kModel + text + " --methods h2o,full --budgets 16 --json " + json_path);
+  ASSERT_EQ(sweep.status, 0) << sweep.out;
+  std::ifstream in(json_path);
+  for (const auto& r : nlohmann::json::parse(in)["results"]) {
+    EXPECT_EQ(r["layer_windows"].get<std::vector<int>>(), globals);
+    EXPECT_EQ(r["mean_sliding_kept_bytes"].get<double>(), 0.0);
+    EXPECT_EQ(r["mean_evicting_kept_bytes"].get<double>(), r["mean_kept_bytes"].get<double>());
+  }
+  const CliRun stream = run("perplexity " + kModel + " -f ../shared/data/tinystories_val.txt -t 1 --stream "
+                            "--stream-tokens 600 --method h2o --budget 32 --json");
+  ASSERT_EQ(stream.status, 0) << stream.out;
+  const auto st = nlohmann::json::parse(stream.out);
+  EXPECT_EQ(st["layer_windows"].get<std::vector<int>>(), globals);
+  EXPECT_EQ(st["mean_sliding_kept_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(st["mean_evicting_kept_bytes"].get<double>(), st["mean_kept_bytes"].get<double>());
 }
 
 }  // namespace

@@ -118,10 +118,12 @@ TEST(ServeHttp, ThirtyTwoClientsAtOnceSomeLeavingMidStream) {
   const size_t limit = 6 * one_full;
   Served s(limit, 64);
   std::atomic<bool> running{true};
-  std::atomic<double> most_resident{0}, most_promised{0};
+  std::atomic<double> most_resident{0}, most_promised{0}, most_evicting{0}, most_sliding{0};
   std::thread monitor([&] {
     while (running) {
       most_resident = std::max(most_resident.load(), s.metric("squeezekv_kv_resident_bytes"));
+      most_evicting = std::max(most_evicting.load(), s.metric("squeezekv_kv_resident_evicting_bytes"));
+      most_sliding = std::max(most_sliding.load(), s.metric("squeezekv_kv_resident_sliding_bytes"));
       most_promised = std::max(most_promised.load(), s.metric("squeezekv_kv_promised_bytes"));
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -151,6 +153,13 @@ TEST(ServeHttp, ThirtyTwoClientsAtOnceSomeLeavingMidStream) {
   EXPECT_GT(most_promised.load(), 0.0);
   EXPECT_LE(most_promised.load(), double(limit));
   EXPECT_LE(most_resident.load(), double(limit));
+  // stories260K's 5 layers are global: every resident byte is an evicting layer's.
+  EXPECT_GT(most_evicting.load(), 0.0);
+  EXPECT_LE(most_evicting.load(), double(limit));
+  EXPECT_EQ(most_sliding.load(), 0.0);
+  EXPECT_EQ(s.metric("squeezekv_layer_sliding_window{layer=\"0\"}"), 0.0);
+  EXPECT_EQ(s.metric("squeezekv_layer_sliding_window{layer=\"4\"}"), 0.0);
+  EXPECT_EQ(s.metric("squeezekv_layer_sliding_window{layer=\"5\"}"), -1.0);  // no such layer
   EXPECT_LE(s.metric("squeezekv_kv_resident_peak_bytes"), double(limit));
   EXPECT_EQ(s.metric("squeezekv_kv_promise_violations_total"), 0.0);
   // Nothing leaks: the sessions of the clients that left are gone too.

@@ -10,6 +10,7 @@
 #include "squeezekv/methods/registry.h"
 #include "served.h"
 #include "stories_model.h"
+#include "test_util.h"
 
 namespace squeezekv::serve {
 namespace {
@@ -240,6 +241,77 @@ TEST(Admission, ThePromiseBoundsEveryStorageFormat) {
     }
   }
   EXPECT_GT(checked, 150);
+}
+
+// A model with sliding layers (the caches built directly, random keys): the promise bounds what
+// each method holds in every storage format, though the windows exceed the budget.
+TEST(Admission, ThePromiseBoundsAModelWithSlidingLayers) {
+  ModelConfig model;
+  model.n_layers = 6;
+  model.n_kv_heads = 2;
+  model.head_dim = 32;
+  const std::vector<LayerKind> kinds = periodic_layer_kinds(6, 50, 3);  // layers 2 and 5 global
+  const char* kTypes[] = {"f16", "q4_0", "kivi2", "kivi4"};
+  const int prompt = 90, max_tokens = 80;
+  int checked = 0;
+  for (const char* kv_type : kTypes) {
+    for (const MethodInfo& m : all_methods()) {
+      KVCacheConfig c;
+      c.method = std::string(m.id);
+      c.budget = 24;  // below the window
+      c.head_dim = model.head_dim;
+      c.set("kv_type", kv_type);
+      c.kivi_group = 8;
+      c.kivi_residual = 8;
+      try {
+        c.validate();
+      } catch (const Error&) {
+        continue;
+      }
+      for (const int chunk : {1, 32}) {
+        SCOPED_TRACE(std::string(m.id) + " " + kv_type + " chunk " + std::to_string(chunk));
+        ModelCache cache(c, model.n_layers, model.n_kv_heads, 1, kinds);
+        if (auto* coordinator = cache.coordinator()) coordinator->set_max_rows(prompt + max_tokens);
+        const size_t promise = promised_kv_bytes(c, model, {prompt, max_tokens, chunk}, kinds);
+        size_t most = 0;
+        auto feed = [&](int n, uint64_t seed) {
+          for (int l = 0; l < model.n_layers; ++l) {
+            const std::vector<float> k = test::normal(size_t(model.n_kv_heads * n * model.head_dim), seed + uint64_t(l));
+            cache.layer(l).update(k.data(), k.data(), n);
+          }
+          most = std::max(most, cache.kept_bytes());
+        };
+        cache.begin_prompt();
+        for (int i = 0; i < prompt; i += chunk) feed(std::min(chunk, prompt - i), uint64_t(i) * 31);
+        cache.end_prompt();
+        for (int t = 1; t < max_tokens; ++t) feed(1, 100000 + uint64_t(t) * 31);
+        EXPECT_LE(most, promise);
+        EXPECT_GT(cache.sliding_kept_bytes(), 0u);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 40);
+}
+
+// Gemma 3 270M's shape (18 layers, 1 KV head of 256, window 512, every 6th layer global): a full
+// cache promises the window in its 15 sliding layers and the whole context in its 3 global ones.
+TEST(Admission, AFullCacheOfGemma3PromisesWhatLlamaCppHolds) {
+  ModelConfig gemma;
+  gemma.n_layers = 18;
+  gemma.n_kv_heads = 1;
+  gemma.head_dim = 256;
+  const std::vector<LayerKind> kinds = periodic_layer_kinds(18, 512, 6);
+  KVCacheConfig full;
+  full.method = "full";
+  const SessionShape shape{512, 4096 - 512, 64};
+  const size_t row = 256 * 2 * 2;  // K and V, fp16
+  EXPECT_EQ(promised_kv_bytes(full, gemma, shape, kinds), (15 * (512 + 1 + 64) + 3 * (4096 + 512)) * row);
+  KVCacheConfig squeeze;
+  squeeze.method = "squeeze";
+  squeeze.budget = 256;  // the average over the 3 global layers
+  EXPECT_EQ(promised_kv_bytes(squeeze, gemma, shape, kinds), (15 * (512 + 1 + 64) + 3 * (256 + 1 + 64)) * row);
+  EXPECT_THROW(promised_kv_bytes(full, gemma, shape, std::vector<LayerKind>(3)), InvalidArgument);
 }
 
 TEST(Admission, SqueezeAt256FitsOver8TimesTheSessionsOfAFullCacheAt4096) {

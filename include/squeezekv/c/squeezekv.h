@@ -111,6 +111,14 @@ typedef struct squeezekv_cache squeezekv_cache;
  * reallocation happens only here. NULL on bad parameters (see squeezekv_last_error). */
 SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init(const squeezekv_cache_params* params, int32_t n_layers,
                                                   int32_t n_kv_heads, int32_t n_batch);
+/* The same for a model whose layers may slide (Gemma 2 and 3): sliding_windows[n_layers] holds 0
+ * for a global layer (evicting, governed by the method) and W >= 1 for a layer that attends over
+ * the newest W positions: that layer holds exactly those rows, no policy runs there and no
+ * allocator schedules it (the budget is the average over the global layers, squeeze measures them
+ * alone, pyramid tapers over them). NULL: every layer global, as squeezekv_cache_init. */
+SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init_sliding(const squeezekv_cache_params* params, int32_t n_layers,
+                                                          int32_t n_kv_heads, int32_t n_batch,
+                                                          const int32_t* sliding_windows);
 /* One layer without a coordinator (KVCacheFactory::create): a uniform layer with `budget`, or
  * `resolved_budget` when set. Its only layer is 0. */
 SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init_layer(const squeezekv_cache_params* params,
@@ -169,12 +177,16 @@ typedef struct squeezekv_layer_stats {
   uint64_t kept_bytes;      /* K and V bytes resident */
   uint64_t full_bytes;      /* what an unevicted cache would hold */
   double compression_ratio; /* full / kept, 1 when nothing is kept */
+  int32_t sliding_window;   /* 0: a global (evicting) layer; W: a sliding layer holding the newest W
+                               positions (its full_bytes: those rows; its layer_budget: W) */
 } squeezekv_layer_stats;
 
 SQUEEZEKV_API squeezekv_status squeezekv_cache_layer_stats(const squeezekv_cache* cache, int32_t layer,
                                                           squeezekv_layer_stats* stats);
-/* Totals over the layers. */
+/* Totals over the layers; kept = sliding_kept + evicting_kept. */
 SQUEEZEKV_API uint64_t squeezekv_cache_kept_bytes(const squeezekv_cache* cache);
+SQUEEZEKV_API uint64_t squeezekv_cache_sliding_kept_bytes(const squeezekv_cache* cache);
+SQUEEZEKV_API uint64_t squeezekv_cache_evicting_kept_bytes(const squeezekv_cache* cache);
 SQUEEZEKV_API uint64_t squeezekv_cache_full_bytes(const squeezekv_cache* cache);
 SQUEEZEKV_API double squeezekv_cache_compression_ratio(const squeezekv_cache* cache);
 

@@ -1,7 +1,9 @@
 // BudgetCoordinator: one per model cache. Each layer reports one measurement during the prompt
 // (the first report wins); when every layer has reported, the allocator computes the schedule
 // once and the coordinator publishes each layer's budget to whoever attached for that layer (a
-// LayerCache, whose set_budget trims at once). It knows layers only by index.
+// LayerCache, whose set_budget trims at once). It knows layers only by index: the model's layer
+// indices, of which only the scheduled ones (the evicting layers; a sliding layer holds its window
+// and is no part of any schedule) report and get a budget.
 #pragma once
 
 #include <functional>
@@ -16,15 +18,22 @@ namespace squeezekv {
 
 class BudgetCoordinator {
  public:
-  BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetAllocator> allocator);
+  // scheduled: one flag per layer (empty: every layer); at least one must be set.
+  BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetAllocator> allocator,
+                    std::vector<bool> scheduled = {});
 
   using Publish = std::function<void(int budget)>;
   void attach(int layer, Publish publish);
+  // A layer that is not scheduled is ignored (the engine may measure every layer alike).
   void report(int layer, double measurement);
   bool reported(int layer) const { return measured_[size_t(layer)].has_value(); }
   bool is_final() const { return !budgets_.empty(); }
   int n_layers() const { return int(measured_.size()); }
-  // The published schedule (empty until final) and the measurements behind it.
+  bool scheduled(int layer) const { return scheduled_[size_t(layer)]; }
+  int n_scheduled() const { return n_scheduled_; }
+  // The published schedule (empty until final) and the measurements behind it, one per model
+  // layer: 0 for a layer that is not scheduled. The allocator saw the scheduled layers' alone, in
+  // layer order.
   const std::vector<int>& budgets() const { return budgets_; }
   std::vector<double> measurements() const;
   const BudgetAllocator& allocator() const { return *allocator_; }
@@ -36,6 +45,8 @@ class BudgetCoordinator {
   std::shared_ptr<const BudgetAllocator> allocator_;
   std::vector<Publish> layers_;
   std::vector<std::optional<double>> measured_;
+  std::vector<bool> scheduled_;
+  int n_scheduled_ = 0;
   std::vector<int> budgets_;
   int max_rows_ = 0;
 };

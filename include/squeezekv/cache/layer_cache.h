@@ -22,8 +22,9 @@
 #include <optional>
 #include <vector>
 
-#include "squeezekv/methods/kv_cache_config.h"
+#include "squeezekv/core/layer_kind.h"
 #include "squeezekv/core/layer_rows.h"
+#include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/policy/token_policy.h"
 
 namespace squeezekv {
@@ -66,6 +67,13 @@ class LayerCache {
   LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
              int budget, std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator,
              std::atomic<bool>* shared_busy = nullptr);
+  // A sliding layer (core/layer_kind.h): after every update each head holds exactly the newest
+  // min(tokens_seen, window) positions. No policy runs and no coordinator schedules it; its
+  // budget is the window, final from the start. During an update it also holds the update's rows
+  // and the window before them: the engine masks each query to its own window (a key at position
+  // p is seen by a query at q when q - window < p <= q).
+  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
+             LayerKind window_kind, std::atomic<bool>* shared_busy = nullptr);
   LayerCache(const LayerCache&) = delete;
   LayerCache& operator=(const LayerCache&) = delete;
 
@@ -99,6 +107,8 @@ class LayerCache {
 
   // ---- accounting ----
   int layer_index() const { return layer_index_; }
+  const LayerKind& kind() const { return kind_; }
+  bool sliding() const { return kind_.is_sliding(); }
   int layer_budget() const { return budget_; }
   bool budget_final() const { return budget_final_; }
   // The key measurement of a measuring allocator that reads keys (the squeeze allocator's key
@@ -108,7 +118,7 @@ class LayerCache {
   int tokens_kept() const;          // rows held by the fullest head
   int tokens_kept(int h) const { return head(h).n_live(); }
   size_t kept_bytes() const;        // K and V bytes resident (allocated slots)
-  size_t full_bytes() const;        // what an unevicted cache would hold
+  size_t full_bytes() const;        // what an unevicted cache would hold (sliding: the window's rows)
   double compression_ratio() const; // full / kept, 1 when nothing is kept
   const KVCacheConfig& config() const { return config_; }
   const TokenPolicy& policy() const { return *policy_; }
@@ -130,6 +140,7 @@ class LayerCache {
 
   KVCacheConfig config_;
   int layer_index_;
+  LayerKind kind_{};
   int initial_budget_;  // the fallback budget until a coordinator publishes
   int budget_;
   bool budget_final_;

@@ -1,5 +1,9 @@
 // ModelCache: every layer's cache of one model, sharing one coordinator when the allocator
 // measures the prompt. KVCacheFactory and KVCacheBuilder keep the reference library's entry points.
+//
+// Each layer is global or sliding (core/layer_kind.h). The method governs the global layers alone:
+// its allocator schedules them (the budget is their average; a measuring allocator measures them
+// and no other), its policy evicts in them. A sliding layer holds its window.
 #pragma once
 
 #include <atomic>
@@ -14,7 +18,9 @@ namespace squeezekv {
 
 class ModelCache {
  public:
-  ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads, int n_batch = 1);
+  // layer_kinds: empty (every layer global) or one per layer (validate_layer_kinds).
+  ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads, int n_batch = 1,
+             std::vector<LayerKind> layer_kinds = {});
 
   int n_layers() const { return int(layers_.size()); }
   LayerCache& layer(int i) { return *layers_[size_t(i)]; }
@@ -23,34 +29,42 @@ class ModelCache {
   const BudgetCoordinator* coordinator() const { return coordinator_.get(); }
   BudgetCoordinator* coordinator() { return coordinator_.get(); }
   const KVCacheConfig& config() const { return config_; }
+  // One per layer (every layer global when none were given).
+  const std::vector<LayerKind>& layer_kinds() const { return kinds_; }
+  int n_sliding() const;
 
   void begin_prompt();
   void end_prompt();
   void reset();
 
+  // Rows per head each layer may keep now: a sliding layer's is its window.
   std::vector<int> budgets() const;
-  size_t kept_bytes() const;
+  size_t kept_bytes() const;  // sliding_kept_bytes() + evicting_kept_bytes()
+  size_t sliding_kept_bytes() const;
+  size_t evicting_kept_bytes() const;
   size_t full_bytes() const;
   double compression_ratio() const;
 
  private:
   KVCacheConfig config_;
+  std::vector<LayerKind> kinds_;
   std::unique_ptr<BudgetCoordinator> coordinator_;
   std::vector<std::unique_ptr<LayerCache>> layers_;
   std::atomic<bool> busy_{false};  // the single-writer flag every layer shares (layer_cache.h)
 };
 
 // The reference library's KVCacheFactory.create: one layer, no coordinator — a uniform layer with the average
-// budget, or resolved_budget when set.
+// budget, or resolved_budget when set; or, given a sliding kind, a sliding layer over its window.
 struct KVCacheFactory {
   static std::unique_ptr<LayerCache> create(const KVCacheConfig& config, int n_kv_heads = 1,
-                                            int n_batch = 1);
+                                            int n_batch = 1, LayerKind kind = {});
 };
 
 // The reference library's KVCacheBuilder.for_model: a whole model's caches with one shared coordinator.
 struct KVCacheBuilder {
   static std::unique_ptr<ModelCache> for_model(int n_layers, const KVCacheConfig& config,
-                                               int n_kv_heads = 1, int n_batch = 1);
+                                               int n_kv_heads = 1, int n_batch = 1,
+                                               std::vector<LayerKind> layer_kinds = {});
 };
 
 }  // namespace squeezekv

@@ -62,6 +62,8 @@ struct BenchRow {
   Spread bandwidth;
   Spread bandwidth_share;
   size_t kv_kept_bytes = 0;  // after the last repetition
+  size_t kv_sliding_kept_bytes = 0, kv_evicting_kept_bytes = 0;  // its two parts (core/layer_kind.h)
+  std::vector<int> layer_windows;  // per layer: 0 global (evicting), W sliding
   int64_t rows_per_layer = 0;  // average rows held per layer and KV head after the last repetition
   std::string test() const { return (generation ? "tg" : "pp") + std::to_string(n_tokens); }
 };

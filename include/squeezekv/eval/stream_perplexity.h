@@ -35,6 +35,9 @@ struct StreamResult {
   int64_t scored = 0;
   double mean_nll = 0.0, perplexity = 0.0;
   double mean_kept_bytes = 0.0, peak_kept_bytes = 0.0;
+  // The kept bytes split (means over the scored steps): sliding layers' windows, evicting layers.
+  double mean_sliding_kept_bytes = 0.0, mean_evicting_kept_bytes = 0.0;
+  std::vector<int> layer_windows;  // per layer: 0 global (evicting), W sliding
   std::vector<StreamSegment> segments;
   std::vector<int> layer_budgets;  // at the end of the stream
   double seconds = 0.0;
