@@ -281,8 +281,8 @@ class KVCacheBuilder:
                   n_batch: Optional[int] = None, sliding_windows=None) -> ModelCaches:
         """One cache per layer sharing one coordinator. A squeezekv Model also fixes the KV heads
         and head_dim (the model's head_dim replaces config.head_dim, as the engine does).
-        sliding_windows: one per layer, 0 for a global layer, W for a sliding one (None: every
-        layer global)."""
+        sliding_windows: one per layer, 0 for a global layer, W for a sliding one (None: a Model's
+        own, else every layer global)."""
         n_layers, model_heads = _layer_count_and_heads(model_or_layer_count)
         if not 1 <= n_layers <= _native.MAX_CACHE_LAYERS:
             # before the per-layer wrappers are built: a huge count would exhaust memory first
@@ -293,5 +293,7 @@ class KVCacheBuilder:
 
         if isinstance(model_or_layer_count, Model):
             config = config.replace(head_dim=model_or_layer_count.head_dim)
+            if sliding_windows is None and any(model_or_layer_count.layer_windows):
+                sliding_windows = model_or_layer_count.layer_windows  # as the engine builds its caches
         heads = n_kv_heads if n_kv_heads is not None else model_heads
         return ModelCaches(_Group(config, n_layers, heads, n_batch, sliding_windows))

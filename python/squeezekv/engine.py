@@ -41,6 +41,8 @@ class Model:
     head_dim = property(lambda self: self._info["head_dim"])
     vocab = property(lambda self: self._info["vocab"])
     context_length = property(lambda self: self._info["context_length"])
+    # Per layer: 0 for a global layer, W for one attending over its newest W positions (Gemma 3).
+    layer_windows = property(lambda self: list(self._info["layer_windows"]))
 
     @property
     def layers(self) -> range:

@@ -36,6 +36,9 @@ py::dict model_info(const Model& model) {
   d["dim"] = c.dim;
   d["vocab"] = c.vocab;
   d["context_length"] = c.context_length;
+  std::vector<int> windows;  // per layer: 0 global, W sliding (what its cache holds)
+  for (const LayerConfig& lc : c.layers) windows.push_back(lc.attention == AttentionKind::sliding ? lc.window : 0);
+  d["layer_windows"] = windows;
   d["n_params"] = model.n_params();
   d["repacked_bytes"] = model.repacked_bytes();
   return d;

@@ -56,7 +56,8 @@ squeezekv_cache* squeezekv_cache_init_for_model(const squeezekv_model* model, co
     squeezekv::KVCacheConfig shaped = require_handle(params, "params").config;
     shaped.head_dim = c.head_dim;
     auto cache = std::make_unique<squeezekv_cache>();
-    cache->model = squeezekv::KVCacheBuilder::for_model(c.n_layers, shaped, c.n_kv_heads);
+    // Its sliding layers hold their windows, as Engine::make_cache builds them.
+    cache->model = squeezekv::KVCacheBuilder::for_model(c.n_layers, shaped, c.n_kv_heads, 1, c.layer_kinds());
     out = cache.release();
   });
   return out;

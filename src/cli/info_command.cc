@@ -64,7 +64,7 @@ void run(const InfoArgs& a) {
                           {"tied_embeddings", c.tied_embeddings}, {"kv_bytes_full_context_f16", kv_full}};
     nlohmann::json layers = nlohmann::json::array();
     for (const LayerConfig& lc : c.layers) {
-      layers.push_back({{"attention", attention_kind_name(lc.attention)}, {"window", lc.window},
+      layers.push_back({{"attention", to_string(lc.attention)}, {"window", lc.window},
                         {"rope_base", lc.rope_base}, {"qk_norm", lc.qk_norm}, {"post_norms", lc.post_norms},
                         {"activation", activation_name(lc.activation)}, {"attention_scale", lc.attention_scale}});
     }

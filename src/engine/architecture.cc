@@ -56,7 +56,6 @@ constexpr ArchitectureInfo kArchitectures[] = {
 
 }  // namespace
 
-const char* attention_kind_name(AttentionKind kind) { return kind == AttentionKind::sliding ? "sliding" : "global"; }
 
 const char* activation_name(Activation activation) {
   return activation == Activation::gelu_tanh ? "gelu_tanh" : "silu";

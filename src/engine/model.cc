@@ -233,4 +233,11 @@ uint64_t Model::weight_bytes() const {
   return n;
 }
 
+std::vector<LayerKind> ModelConfig::layer_kinds() const {
+  std::vector<LayerKind> kinds;
+  for (const LayerConfig& lc : layers) kinds.push_back(lc.kind());
+  const bool any_sliding = std::any_of(kinds.begin(), kinds.end(), [](const LayerKind& k) { return k.is_sliding(); });
+  return any_sliding ? kinds : std::vector<LayerKind>{};
+}
+
 }  // namespace squeezekv

@@ -10,6 +10,7 @@
 
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/engine/random_model.h"
+#include "test_util.h"
 
 namespace {
 std::atomic<int64_t> g_allocations{0};
@@ -53,7 +54,7 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
   spec.n_kv_heads = 2;
   spec.ffn_dim = 1024;
   spec.weight_type = TensorType::q8_0;
-  const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_decode_alloc_test.gguf").string();
+  const std::string path = (test::temp_dir() / "squeezekv_decode_alloc_test.gguf").string();
   write_random_model(path, spec);
   const Model model = Model::load(path);
   std::filesystem::remove(path);

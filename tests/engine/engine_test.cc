@@ -160,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Reference, EnginePerplexity,
 // ---- random models: every weight type and both architectures ----
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("squeezekv_engine_test_" + name + ".gguf")).string();
+  return (test::temp_dir() / ("squeezekv_engine_test_" + name + ".gguf")).string();
 }
 
 std::vector<float> random_model_logits(const RandomModelSpec& spec, const std::string& name) {

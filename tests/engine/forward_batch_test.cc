@@ -11,6 +11,7 @@
 #include "squeezekv/ops/model_ops.h"
 #include "squeezekv/ops/thread_pool.h"
 #include "stories_model.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
@@ -140,7 +141,7 @@ TEST(ForwardBatch, QuantisedWeightsToo) {
     spec.ffn_dim = 512;
     spec.weight_type = k_quants ? TensorType::q4_k : TensorType::q8_0;
     spec.k_quant_mix = k_quants;
-    const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_forward_batch_test.gguf").string();
+    const std::string path = (test::temp_dir() / "squeezekv_forward_batch_test.gguf").string();
     write_random_model(path, spec);
     const Model model = Model::load(path);
     std::filesystem::remove(path);

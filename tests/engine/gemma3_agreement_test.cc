@@ -43,7 +43,7 @@ const Model& gemma3() {
 // same amplification as SmolLM2's, docs/results.md). On the F32 weights the two agree.
 const Model& gemma3_f32() {
   static const Model model = [] {
-    const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_gemma3_f32.gguf").string();
+    const std::string path = (test::temp_dir() / "squeezekv_gemma3_f32.gguf").string();
     test::write_f32_copy(gemma3().file(), path);
     Model m = Model::load(path);
     std::filesystem::remove(path);  // the mapping stays valid

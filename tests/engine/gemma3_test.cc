@@ -11,12 +11,13 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/engine/random_model.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("squeezekv_gemma3_test_" + name + ".gguf")).string();
+  return (test::temp_dir() / ("squeezekv_gemma3_test_" + name + ".gguf")).string();
 }
 
 RandomModelSpec small_gemma3(int64_t layers, int64_t window) {

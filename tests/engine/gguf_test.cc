@@ -30,7 +30,7 @@ namespace {
 const char* const kModel = test::kStoriesModel;
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
+  return (test::temp_dir() /
           ("squeezekv_gguf_test_" + std::to_string(::getpid()) + "_" + name))
       .string();
 }

@@ -24,7 +24,7 @@ namespace squeezekv {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
+  return (test::temp_dir() /
           ("squeezekv_hardening_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 

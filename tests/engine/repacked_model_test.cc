@@ -11,6 +11,7 @@
 #include "squeezekv/engine/random_model.h"
 #include "squeezekv/ops/model_ops.h"
 #include "squeezekv/ops/thread_pool.h"
+#include "test_util.h"
 
 namespace squeezekv {
 namespace {
@@ -55,7 +56,7 @@ TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
     spec.k_quant_mix = c.k_quant_mix;
     spec.tied_embeddings = c.tied;
     const bool tied = c.tied;
-    const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_repacked_model_test.gguf").string();
+    const std::string path = (test::temp_dir() / "squeezekv_repacked_model_test.gguf").string();
     write_random_model(path, spec);
     const Model in_place = Model::load(path, {.repack = false});
     const Model repacked = Model::load(path);

@@ -128,7 +128,7 @@ const GreedyCase kGreedy[] = {
 // float order into 2 % ones, and the continuations part within a few tokens (docs/results.md,
 // "Real models"); the perplexity test below holds the file itself.
 TEST(SmolLM2Agreement, GreedyOnTheWeightsInF32EqualsLlamaCpp) {
-  const std::string path = (std::filesystem::temp_directory_path() / "squeezekv_smollm2_f32.gguf").string();
+  const std::string path = (test::temp_dir() / "squeezekv_smollm2_f32.gguf").string();
   test::write_f32_copy(smollm2().file(), path);
   const Model model = Model::load(path);
   std::filesystem::remove(path);  // the mapping stays valid

@@ -12,28 +12,25 @@
 #include <string_view>
 #include <vector>
 
+#include "squeezekv/core/layer_kind.h"
 #include "squeezekv/ops/matmul.h"
 #include "squeezekv/ops/model_ops.h"
 
 namespace squeezekv {
-
-enum class AttentionKind {
-  global,   // every earlier position
-  sliding,  // only the last `window` positions (the query's own included)
-};
 
 enum class Activation {
   silu,       // SwiGLU: silu(gate) * up
   gelu_tanh,  // GeGLU: gelu(gate) * up, GELU's tanh approximation
 };
 
-const char* attention_kind_name(AttentionKind kind);  // "global", "sliding"
 const char* activation_name(Activation activation);   // "silu", "gelu_tanh"
 
 // How one layer computes, from the file's keys and its architecture's row.
 struct LayerConfig {
+  // core/layer_kind.h's kinds, which the cache follows too (Engine::make_cache hands them over).
   AttentionKind attention = AttentionKind::global;
   int window = 0;             // sliding: a query at p sees keys at p - window + 1 .. p; 0 when global
+  LayerKind kind() const { return attention == AttentionKind::sliding ? LayerKind::sliding(window) : LayerKind::global(); }
   float rope_base = 10000.0f;
   bool qk_norm = false;       // RMS norm of each query and key head before RoPE (weights [head_dim])
   bool post_norms = false;    // RMS norm of the attention's and the MLP's outputs before each residual add

@@ -38,6 +38,8 @@ struct ModelConfig {
   const ArchitectureInfo* info = nullptr;  // the architecture's row of the table
   std::vector<LayerConfig> layers;         // [n_layers]
   int group() const { return n_heads / n_kv_heads; }  // query heads per KV head
+  // What the cache holds per layer (core/layer_kind.h): empty when every layer is global.
+  std::vector<LayerKind> layer_kinds() const;
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
