@@ -25,7 +25,9 @@ bool MaskedSoftmax(float* x, const uint8_t* mask, size_t n, float scale) {
   const hn::Rebind<uint8_t, decltype(d)> d8;
   const size_t N = hn::Lanes(d);
   // The mask's bytes as a lane mask (its N bytes widened).
-  auto kept = [&](size_t j) { return hn::RebindMask(d, hn::Ne(hn::PromoteTo(du, hn::LoadU(d8, mask + j)), hn::Zero(du))); };
+  auto kept = [&](size_t j) {
+    return hn::RebindMask(d, hn::Ne(hn::PromoteTo(du, hn::LoadU(d8, mask + j)), hn::Zero(du)));
+  };
   // Scale and maximum in one pass (the maximum is exact in any order: the same bits as a scalar pass).
   const auto vscale = hn::Set(d, scale);
   auto vmax = hn::Set(d, -kInf);
@@ -101,8 +103,8 @@ bool softmax_rows(size_t n_q, const uint8_t* mask, size_t n_rows, float scale, f
 
 }  // namespace
 
-bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows,
-                 size_t head_dim, const uint8_t* mask, float scale, float* probs, size_t ld) {
+bool query_probs(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, size_t n_rows, size_t head_dim,
+                 const uint8_t* mask, float scale, float* probs, size_t ld) {
   return query_probs_patched(q, n_q, ld_q, rows, type, n_rows, head_dim, mask, scale, probs, ld, {});
 }
 
@@ -120,9 +122,9 @@ bool query_probs_patched(const float* q, size_t n_q, size_t ld_q, const void* ro
   return softmax_rows(n_q, mask, n_rows, scale, probs, ld);
 }
 
-bool query_probs_rotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
-                         const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
-                         const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld) {
+bool query_probs_rotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, const int32_t* shifts,
+                         size_t n_rows, size_t head_dim, size_t n_rot, bool neox, const float* turns,
+                         const uint8_t* mask, float scale, float* probs, size_t ld) {
   row_dots_rotated(q, n_q, ld_q, rows, type, shifts, n_rows, head_dim, n_rot, neox, turns, probs, ld);
   return softmax_rows(n_q, mask, n_rows, scale, probs, ld);
 }

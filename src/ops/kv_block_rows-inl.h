@@ -49,8 +49,8 @@ HWY_INLINE void WithBlockTag(size_t dim, const F& f) {
 // acc[g * R + r] += the lanes of dot(q + g * ld_q, row r) for g < G, r < count (rows rb bytes
 // apart): block by block, each code vector decoded and scaled once serves the G queries.
 template <size_t G, size_t R, class Fmt, class D, class Count>
-HWY_INLINE void BlockDotRows(D d, const float* q, size_t ld_q, const uint8_t* rows, size_t rb, Count count,
-                             size_t dim, size_t B, hn::Vec<D>* acc) {
+HWY_INLINE void BlockDotRows(D d, const float* q, size_t ld_q, const uint8_t* rows, size_t rb, Count count, size_t dim,
+                             size_t B, hn::Vec<D>* acc) {
   constexpr size_t kParts = kBlockParts<Fmt>;
   const size_t N = hn::Lanes(d);
   const size_t block_bytes = kv_block_bytes(Fmt::kType, dim);
@@ -63,8 +63,11 @@ HWY_INLINE void BlockDotRows(D d, const float* q, size_t ld_q, const uint8_t* ro
       for (size_t w = 0; w < part; w += N) {
         hn::Vec<D> x[kParts];
         Fmt::Decode(d, header, blk + kBlockHeader<Fmt> + w, x);
-        for (size_t g = 0; g < G; ++g) {
-          for (size_t k = 0; k < kParts; ++k) {
+        // Parts outer, queries inner: each accumulator still adds its parts in order.
+#pragma GCC unroll 4
+        for (size_t k = 0; k < kParts; ++k) {
+#pragma GCC unroll 4
+          for (size_t g = 0; g < G; ++g) {
             acc[g * R + r] = hn::MulAdd(hn::LoadU(d, qb + g * ld_q + w + k * part), x[k], acc[g * R + r]);
           }
         }
@@ -103,9 +106,8 @@ void BlockDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* r
 // outer, each row read once, while the G x kBlocks x kVecs accumulators stay in registers; each
 // code vector is decoded and scaled once and serves the G queries.
 template <size_t G, size_t kBlocks, size_t kVecs, class Fmt, class D>
-HWY_INLINE void BlockWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_t* base, size_t rb,
-                                      size_t n_rows, size_t dim, size_t B, size_t b0, size_t v0, float* out,
-                                      size_t ld_out) {
+HWY_INLINE void BlockWeightedSumBlock(D d, const float* w, size_t ld_w, const uint8_t* base, size_t rb, size_t n_rows,
+                                      size_t dim, size_t B, size_t b0, size_t v0, float* out, size_t ld_out) {
   constexpr size_t kParts = kBlockParts<Fmt>;
   const size_t N = hn::Lanes(d);
   const size_t block_bytes = kv_block_bytes(Fmt::kType, dim);
@@ -146,8 +148,8 @@ HWY_INLINE void BlockWeightedSumBlock(D d, const float* w, size_t ld_w, const ui
 }
 
 template <class Fmt, class D>
-void BlockWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows,
-                            size_t dim, float* out, size_t ld_out) {
+void BlockWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
+                            float* out, size_t ld_out) {
   const size_t B = kv_block_size(Fmt::kType, dim), rb = kv_row_bytes(Fmt::kType, dim);
   // Vectors per block: B / N (WithBlockTag's lanes divide the block's parts), in passes of at most
   // 8 (a block of B = 32 with 16 lanes: one pass of 2).

@@ -18,7 +18,6 @@ HWY_INLINE void ForRowsAskingAhead(const void* rows, size_t row_bytes, size_t n_
   }
 }
 
-
 // Dot products end in a horizontal sum of a vector's lanes; one per (row, query) costs more than
 // the row's multiply-adds. LaneSums adds up N vectors at once into the N lanes of one vector
 // (lane k = the sum of vector k's lanes): log2(N) levels, each pairing vectors by a blend, a
@@ -29,9 +28,9 @@ template <class D>
 struct LaneSums {
   static constexpr size_t kLanes = hn::MaxLanes(D());
   static constexpr size_t kLevels = kLanes >= 16 ? 4 : kLanes >= 8 ? 3 : kLanes >= 4 ? 2 : kLanes >= 2 ? 1 : 0;
-  hn::Mask<D> upper[4];             // lanes whose level bit is set
+  hn::Mask<D> upper[4];  // lanes whose level bit is set
   using Indices = decltype(hn::IndicesFromVec(D(), hn::Zero(hn::RebindToUnsigned<D>())));
-  Indices partner[4];               // lane i <- lane i ^ level bit
+  Indices partner[4];  // lane i <- lane i ^ level bit
 
   explicit LaneSums(D d) {
     const hn::RebindToUnsigned<D> du;
@@ -51,7 +50,8 @@ struct LaneSums {
 #pragma GCC unroll 8
       for (size_t i = 0; i < count / 2; ++i) {
         const auto a = v[2 * i], b = v[2 * i + 1];
-        v[i] = hn::Add(hn::IfThenElse(upper[k], b, a), hn::TableLookupLanes(hn::IfThenElse(upper[k], a, b), partner[k]));
+        v[i] =
+            hn::Add(hn::IfThenElse(upper[k], b, a), hn::TableLookupLanes(hn::IfThenElse(upper[k], a, b), partner[k]));
       }
     }
     return v[0];
@@ -85,8 +85,10 @@ HWY_INLINE void DotsInLaneBlocks(D d, size_t n_rows, float* out, size_t ld_out, 
     const size_t here = std::min(R, n_rows - j);
     hn::Vec<D> acc[N];
     for (size_t k = 0; k < N; ++k) acc[k] = hn::Zero(d);
-    if (here == R) block_dot(acc, j, std::integral_constant<size_t, R>());
-    else block_dot(acc, j, here);
+    if (here == R)
+      block_dot(acc, j, std::integral_constant<size_t, R>());
+    else
+      block_dot(acc, j, here);
     hn::Store(sums(acc), d, lanes);
     for (size_t g = 0; g < G; ++g) std::copy(lanes + g * R, lanes + g * R + here, out + g * ld_out + j);
   }

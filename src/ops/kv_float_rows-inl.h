@@ -18,8 +18,8 @@ void FloatLoadRows(const void* src, float* dst, size_t n) {
 // Up to 4 queries per pass (one row load serves them); wider groups take several passes. When the
 // lanes divide the row, blocks of rows end in one LaneSums instead of a horizontal sum per dot.
 template <size_t G, class Fmt, class D>
-HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* rows,
-                                 size_t n_rows, size_t dim, float* out, size_t ld_out) {
+HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* rows, size_t n_rows, size_t dim,
+                                 float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
   if constexpr (LaneSums<D>::kLanes >= 4) {
     if (dim % N == 0) {
@@ -30,7 +30,8 @@ HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* r
         for (size_t i = 0; i < dim; i += N) {
           ForEachRow(count, [&](auto r) {
             const auto row = Fmt::Load(d, rows, (j + r) * dim + i);
-            for (size_t g = 0; g < G; ++g) acc[g * R + r] = hn::MulAdd(hn::LoadU(d, q + g * ld_q + i), row, acc[g * R + r]);
+            for (size_t g = 0; g < G; ++g)
+              acc[g * R + r] = hn::MulAdd(hn::LoadU(d, q + g * ld_q + i), row, acc[g * R + r]);
           });
         }
       });
@@ -54,8 +55,8 @@ HWY_INLINE void RowDotsGroupPass(D d, const float* q, size_t ld_q, const void* r
 }
 
 template <class Fmt, class D>
-void RowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* rows,
-                   size_t n_rows, size_t dim, float* out, size_t ld_out) {
+void RowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* rows, size_t n_rows, size_t dim,
+                   float* out, size_t ld_out) {
   InBlocksOfFour(n_q, [&](auto block, size_t g) {
     RowDotsGroupPass<decltype(block)::value, Fmt>(d, q + g * ld_q, ld_q, rows, n_rows, dim, out + g * ld_out, ld_out);
   });
@@ -66,8 +67,8 @@ void RowDotsGroupT(D d, const float* q, size_t n_q, size_t ld_q, const void* row
 // registers (columns outer read the rows once per vector: four strided passes over a 64-wide head).
 // Every element still adds its rows in row order, so the sums are the same bits either way.
 template <size_t G, size_t kVecs, class Fmt, class D>
-HWY_INLINE void WeightedSumTile(D d, const float* w, size_t ld_w, const void* rows,
-                                size_t n_rows, size_t dim, size_t i0, float* out, size_t ld_out) {
+HWY_INLINE void WeightedSumTile(D d, const float* w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
+                                size_t i0, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
   hn::Vec<D> acc[G][kVecs];
   for (size_t g = 0; g < G; ++g) {
@@ -88,13 +89,14 @@ HWY_INLINE void WeightedSumTile(D d, const float* w, size_t ld_w, const void* ro
 }
 
 template <size_t G, class Fmt, class D>
-HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const void* rows,
-                                     size_t n_rows, size_t dim, float* out, size_t ld_out) {
+HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
+                                     float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
   const size_t vecs = dim / N, vec_end = vecs * N;
   constexpr size_t kWide = kVectorsPerQuery<G>;
   size_t v0 = 0;
-  for (; v0 + kWide <= vecs; v0 += kWide) WeightedSumTile<G, kWide, Fmt>(d, w, ld_w, rows, n_rows, dim, v0 * N, out, ld_out);
+  for (; v0 + kWide <= vecs; v0 += kWide)
+    WeightedSumTile<G, kWide, Fmt>(d, w, ld_w, rows, n_rows, dim, v0 * N, out, ld_out);
   for (; v0 + 2 <= vecs; v0 += 2) WeightedSumTile<G, 2, Fmt>(d, w, ld_w, rows, n_rows, dim, v0 * N, out, ld_out);
   for (; v0 < vecs; ++v0) WeightedSumTile<G, 1, Fmt>(d, w, ld_w, rows, n_rows, dim, v0 * N, out, ld_out);
   for (size_t i = vec_end; i < dim; ++i) {
@@ -109,10 +111,11 @@ HWY_INLINE void WeightedSumGroupPass(D d, const float* w, size_t ld_w, const voi
 }
 
 template <class Fmt, class D>
-void WeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows,
-                       size_t n_rows, size_t dim, float* out, size_t ld_out) {
+void WeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
+                       float* out, size_t ld_out) {
   InBlocksOfFour(n_w, [&](auto block, size_t g) {
-    WeightedSumGroupPass<decltype(block)::value, Fmt>(d, w + g * ld_w, ld_w, rows, n_rows, dim, out + g * ld_out, ld_out);
+    WeightedSumGroupPass<decltype(block)::value, Fmt>(d, w + g * ld_w, ld_w, rows, n_rows, dim, out + g * ld_out,
+                                                      ld_out);
   });
 }
 
@@ -122,9 +125,8 @@ void WeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void*
 // RowDotsGroupPass's, so the logits are those of turning into a scratch and dotting it, bit for
 // bit, without the scratch. Needs N | dim and N | n_rot (neox: N | n_rot / 2).
 template <size_t G, class Fmt, class D>
-HWY_INLINE void TurnedDotsPass(D d, const float* q, size_t ld_q, const void* rows,
-                               const int32_t* shifts, size_t n_rows, size_t dim, size_t n_rot, bool neox,
-                               const float* turns, float* out, size_t ld_out) {
+HWY_INLINE void TurnedDotsPass(D d, const float* q, size_t ld_q, const void* rows, const int32_t* shifts, size_t n_rows,
+                               size_t dim, size_t n_rot, bool neox, const float* turns, float* out, size_t ld_out) {
   const size_t N = hn::Lanes(d);
   const size_t half = n_rot / 2;
   constexpr size_t R = LaneSums<D>::kLanes / G;
@@ -145,34 +147,30 @@ HWY_INLINE void TurnedDotsPass(D d, const float* q, size_t ld_q, const void* row
     });
   });
 }
-// row_dots_group: full vectors, or 8 lanes when a row is narrower than the target's.
-template <class Fmt>
-void FloatDotsGroup(const float* q, size_t n_q, size_t ld_q, const void* rows, size_t n_rows, size_t dim,
-                    float* out, size_t ld_out) {
+// f(tag): full vectors, or 8 lanes when a row is narrower than the target's.
+template <class F>
+HWY_INLINE auto WithFloatTag(size_t dim, const F& f) {
   const hn::ScalableTag<float> d;
-  if (dim < hn::Lanes(d)) {
-    return RowDotsGroupT<Fmt>(hn::CappedTag<float, 8>(), q, n_q, ld_q, rows, n_rows, dim, out, ld_out);
-  }
-  RowDotsGroupT<Fmt>(d, q, n_q, ld_q, rows, n_rows, dim, out, ld_out);
+  return dim < hn::Lanes(d) ? f(hn::CappedTag<float, 8>()) : f(d);
 }
 
-// rows_weighted_sum_group, the same way.
+template <class Fmt>
+void FloatDotsGroup(const float* q, size_t n_q, size_t ld_q, const void* rows, size_t n_rows, size_t dim, float* out,
+                    size_t ld_out) {
+  WithFloatTag(dim, [&](auto d) { RowDotsGroupT<Fmt>(d, q, n_q, ld_q, rows, n_rows, dim, out, ld_out); });
+}
+
 template <class Fmt>
 void FloatWeightedSumGroup(const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
                            float* out, size_t ld_out) {
-  const hn::ScalableTag<float> d;
-  if (dim < hn::Lanes(d)) {
-    return WeightedSumGroupT<Fmt>(hn::CappedTag<float, 8>(), w, n_w, ld_w, rows, n_rows, dim, out, ld_out);
-  }
-  WeightedSumGroupT<Fmt>(d, w, n_w, ld_w, rows, n_rows, dim, out, ld_out);
+  WithFloatTag(dim, [&](auto d) { WeightedSumGroupT<Fmt>(d, w, n_w, ld_w, rows, n_rows, dim, out, ld_out); });
 }
 
 // Dots of n_q queries against keys turned back by their shifts, in registers, where the vectors
 // fit the row and its rotated part; false (nothing written) where they do not.
 template <class Fmt>
-bool FloatTurnedDots(const float* q, size_t n_q, size_t ld_q, const void* rows, const int32_t* shifts,
-                     size_t n_rows, size_t dim, size_t n_rot, bool neox, const float* turns, float* out,
-                     size_t ld_out) {
+bool FloatTurnedDots(const float* q, size_t n_q, size_t ld_q, const void* rows, const int32_t* shifts, size_t n_rows,
+                     size_t dim, size_t n_rot, bool neox, const float* turns, float* out, size_t ld_out) {
   auto turned_dots = [&](auto d) {
     const size_t N = hn::Lanes(d);
     if constexpr (LaneSums<decltype(d)>::kLanes >= 4) {
@@ -186,6 +184,5 @@ bool FloatTurnedDots(const float* q, size_t n_q, size_t ld_q, const void* rows, 
     }
     return false;
   };
-  const hn::ScalableTag<float> d;
-  return dim < hn::Lanes(d) ? turned_dots(hn::CappedTag<float, 8>()) : turned_dots(d);
+  return WithFloatTag(dim, turned_dots);
 }

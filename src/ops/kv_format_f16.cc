@@ -19,9 +19,9 @@ namespace squeezekv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-#include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
-#include "ops/kv_dots-inl.h"       // NOLINT
-#include "ops/kv_float_rows-inl.h" // NOLINT
+#include "ops/query_blocks-inl.h"   // NOLINT: per-target code, inside this namespace on purpose
+#include "ops/kv_dots-inl.h"        // NOLINT
+#include "ops/kv_float_rows-inl.h"  // NOLINT
 
 struct F16Values {
   static constexpr KVType kType = KVType::f16;

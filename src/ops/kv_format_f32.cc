@@ -18,9 +18,9 @@ namespace squeezekv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-#include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
-#include "ops/kv_dots-inl.h"       // NOLINT
-#include "ops/kv_float_rows-inl.h" // NOLINT
+#include "ops/query_blocks-inl.h"   // NOLINT: per-target code, inside this namespace on purpose
+#include "ops/kv_dots-inl.h"        // NOLINT
+#include "ops/kv_float_rows-inl.h"  // NOLINT
 
 struct F32Values {
   static constexpr KVType kType = KVType::f32;
@@ -63,8 +63,7 @@ const KVRowKernels kv_f32_kernels = {
     .unfit = kv_fits_any_head_dim,
     .store = SQUEEZEKV_KV_DISPATCH(F32Store),
     .load = SQUEEZEKV_KV_DISPATCH(F32Load),
-    .load_row_scalar =
-        [](const uint8_t* row, size_t dim, float* out) { std::memcpy(out, row, dim * sizeof(float)); },
+    .load_row_scalar = [](const uint8_t* row, size_t dim, float* out) { std::memcpy(out, row, dim * sizeof(float)); },
     .dots_group = SQUEEZEKV_KV_DISPATCH(F32DotsGroup),
     .weighted_sum_group = SQUEEZEKV_KV_DISPATCH(F32WeightedSumGroup),
     .turned_dots = SQUEEZEKV_KV_DISPATCH(F32TurnedDots),

@@ -23,14 +23,13 @@ struct KVRowKernels {
   // row_dots_group and rows_weighted_sum_group.
   void (*dots_group)(const float* q, size_t n_q, size_t ld_q, const void* rows, size_t n_rows, size_t head_dim,
                      float* out, size_t ld_out);
-  void (*weighted_sum_group)(const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows,
-                             size_t head_dim, float* out, size_t ld_out);
+  void (*weighted_sum_group)(const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t head_dim,
+                             float* out, size_t ld_out);
   // row_dots_rotated with the keys turned back in registers (as query_probs_rotated describes);
   // false where this shape does not fit the kernel (the caller then decodes and turns a tile of
   // rows at a time). nullptr: never (block formats).
-  bool (*turned_dots)(const float* q, size_t n_q, size_t ld_q, const void* rows, const int32_t* shifts,
-                      size_t n_rows, size_t head_dim, size_t n_rot, bool neox, const float* turns, float* out,
-                      size_t ld_out);
+  bool (*turned_dots)(const float* q, size_t n_q, size_t ld_q, const void* rows, const int32_t* shifts, size_t n_rows,
+                      size_t head_dim, size_t n_rot, bool neox, const float* turns, float* out, size_t ld_out);
 };
 
 // In a format file's HWY_ONCE part: a table entry that calls the exported per-target kernel
@@ -72,7 +71,8 @@ void kv_load_row_blocks(const uint8_t* row, size_t head_dim, float* out) {
 // HeadStore reads.
 inline const KVRowKernels& kv_row_kernels(KVType type) {
   const KVRowKernels* kernels = kv_format(type).kernels;
-  if (kernels == nullptr) [[unlikely]] throw_no_row_format(type);
+  if (kernels == nullptr) [[unlikely]]
+    throw_no_row_format(type);
   return *kernels;
 }
 

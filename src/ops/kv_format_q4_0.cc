@@ -24,9 +24,9 @@ namespace squeezekv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-#include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
-#include "ops/kv_dots-inl.h"       // NOLINT
-#include "ops/kv_block_rows-inl.h" // NOLINT
+#include "ops/query_blocks-inl.h"   // NOLINT: per-target code, inside this namespace on purpose
+#include "ops/kv_dots-inl.h"        // NOLINT
+#include "ops/kv_block_rows-inl.h"  // NOLINT
 
 struct Q4Blocks {
   static constexpr KVType kType = KVType::q4_0;

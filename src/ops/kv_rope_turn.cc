@@ -46,7 +46,8 @@ void TurnRowsBack(const int32_t* shifts, size_t n_rows, size_t dim, size_t n_rot
     } else if (!neox) {  // pairs are adjacent lanes: the partner vector is x with pairs swapped
       for (size_t i = 0; i < n_rot; i += N) {
         const auto x = hn::LoadU(d, o + i);
-        const auto turned = hn::Add(hn::Mul(x, hn::LoadU(d, cs + i)), hn::Mul(hn::Reverse2(d, x), hn::LoadU(d, sn + i)));
+        const auto turned =
+            hn::Add(hn::Mul(x, hn::LoadU(d, cs + i)), hn::Mul(hn::Reverse2(d, x), hn::LoadU(d, sn + i)));
         hn::StoreU(turned, d, o + i);
       }
     } else {

@@ -16,8 +16,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Register-blocked: 4 queries x 2 vectors of keys per pass, broadcasting one query element at a
 // time against contiguous transposed keys (the micro-kernel shape of a GEMM).
-void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
-                    size_t n, size_t dim, float* out, size_t ld_out) {
+void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt, size_t n, size_t dim,
+                    float* out, size_t ld_out) {
   const hn::CappedTag<float, 16> d;  // 2 vectors of at most 16 columns fit ld_kt's padding to 32
   const size_t N = hn::Lanes(d);
   const size_t step = 2 * N;
@@ -76,8 +76,8 @@ namespace squeezekv {
 
 HWY_EXPORT(QueryBlockDots);
 
-void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt, size_t n,
-                      size_t head_dim, float* out, size_t ld_out) {
+void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt, size_t n, size_t head_dim,
+                      float* out, size_t ld_out) {
   HWY_DYNAMIC_DISPATCH(QueryBlockDots)(q, m, ld_q, kt, ld_kt, n, head_dim, out, ld_out);
 }
 

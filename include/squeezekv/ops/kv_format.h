@@ -41,9 +41,9 @@ extern const KVRowKernels kv_q8_0_kernels;
 extern const KVRowKernels kv_q4_0_kernels;
 
 struct KVFormat {
-  KVType type;                  // = the row's index
-  std::string_view name;        // as --kv-type, --k-type and the config spell it
-  std::string_view summary;     // one line for `squeezekv methods`
+  KVType type;               // = the row's index
+  std::string_view name;     // as --kv-type, --k-type and the config spell it
+  std::string_view summary;  // one line for `squeezekv methods`
   KVLayout layout;
   uint8_t code_bits;            // bits per stored value (plain) or per code (blocks, grouped)
   uint8_t header_bytes;         // blocks: bytes before each block's codes (its scales)
@@ -132,9 +132,12 @@ inline size_t kv_block_bytes(KVType type, size_t head_dim) {
 // are grouped over tokens: see kivi_rows.h).
 inline size_t kv_row_bytes(KVType type, size_t head_dim) {
   switch (kv_format(type).layout) {
-    case KVLayout::plain: return head_dim * kv_format(type).code_bits / 8;
-    case KVLayout::blocks: return head_dim / kv_block_size(type, head_dim) * kv_block_bytes(type, head_dim);
-    case KVLayout::grouped: break;
+    case KVLayout::plain:
+      return head_dim * kv_format(type).code_bits / 8;
+    case KVLayout::blocks:
+      return head_dim / kv_block_size(type, head_dim) * kv_block_bytes(type, head_dim);
+    case KVLayout::grouped:
+      break;
   }
   return 0;
 }
