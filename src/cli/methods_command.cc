@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/methods/registry.h"
+#include "squeezekv/ops/kv_format.h"
 
 namespace squeezekv::cli {
 namespace {
@@ -38,19 +39,6 @@ nlohmann::json component_json(const Info& info) {
   return {{"id", info.id}, {"summary", info.summary}, {"parameters", params}, {"reads", info.reads}};
 }
 
-struct FormatLine {
-  KVType type;
-  const char* summary;
-};
-constexpr FormatLine kFormats[] = {
-    {KVType::f16, "IEEE half per value"},
-    {KVType::f32, "float per value"},
-    {KVType::q8_0, "llama.cpp q8_0: per block an fp16 scale and int8 codes, x = d * q"},
-    {KVType::q4_0, "llama.cpp q4_0: per block an fp16 scale and 4-bit codes, x = d * (q - 8)"},
-    {KVType::kivi2, "KIVI 2-bit: keys per channel over --kivi-group tokens, values per token; x = m + s * q"},
-    {KVType::kivi4, "KIVI 4-bit: as kivi2 with 4-bit codes"},
-};
-
 void print_json() {
   nlohmann::json methods = nlohmann::json::array(), policies = nlohmann::json::array(),
                  allocators = nlohmann::json::array(), params = nlohmann::json::array();
@@ -72,8 +60,8 @@ void print_json() {
   }
   for (const ParamSpec* spec : all_params()) params.push_back(param_json(*spec));
   nlohmann::json formats = nlohmann::json::array();
-  for (const FormatLine& f : kFormats) {
-    formats.push_back({{"id", to_string(f.type)}, {"summary", f.summary},
+  for (const KVFormat& f : kKVFormats) {
+    formats.push_back({{"id", f.name}, {"summary", f.summary},
                        {"bits_per_value", kv_bits_per_value(f.type, 128)},
                        {"bits_per_value_head_dim_8", kv_bits_per_value(f.type, 8)}});
   }
@@ -100,9 +88,9 @@ void print_text() {
     if (!a->measures.empty()) std::printf("              measures: %s\n", std::string(a->measures).c_str());
   }
   std::printf("\nK/V storage formats (--kv-type, or --k-type / --v-type apart), bits per value:\n");
-  for (const FormatLine& f : kFormats) {
-    std::printf("  %-6s %5.2g bits (%4.2g at head_dim 8)  %s\n", to_string(f.type).c_str(), kv_bits_per_value(f.type, 128),
-                kv_bits_per_value(f.type, 8), f.summary);
+  for (const KVFormat& f : kKVFormats) {
+    std::printf("  %-6s %5.2g bits (%4.2g at head_dim 8)  %s\n", std::string(f.name).c_str(), kv_bits_per_value(f.type, 128),
+                kv_bits_per_value(f.type, 8), std::string(f.summary).c_str());
   }
   std::printf("  Block formats quantize each row of one head in blocks of 32 values (head_dim < 32: one block).\n");
   std::printf("  KIVI keeps the newest --kivi-residual rows in fp16 besides (figures at --kivi-group 32).\n");

@@ -1,5 +1,9 @@
 #include "squeezekv/methods/kv_cache_config.h"
 
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,8 +18,12 @@ namespace {
 // overflows an int.
 constexpr double kMaxRows = double(1 << 30) - 1;
 constexpr std::string_view kScores[] = {"key-proxy", "attention"};
-constexpr std::string_view kKVTypes[] = {"f16", "f32", "q8_0", "q4_0", "kivi2", "kivi4"};
-constexpr std::string_view kPartTypes[] = {"auto", "f16", "f32", "q8_0", "q4_0", "kivi2", "kivi4"};
+constexpr std::span<const std::string_view> kKVTypes = kKVTypeNames;  // every K/V format (ops/kv_format.h)
+constexpr auto kPartTypes = [] {
+  std::array<std::string_view, kKVTypeNames.size() + 1> names{"auto"};
+  std::copy(kKVTypeNames.begin(), kKVTypeNames.end(), names.begin() + 1);
+  return names;
+}();
 constexpr std::string_view kOnOff[] = {"auto", "off", "on"};
 
 void multiple_of_8(const ParamSpec& spec, const ParamValue& value) {
@@ -79,9 +87,7 @@ const Field kFields[] = {
      [](const Config& c) -> Value { return int64_t(c.n_sink); },
      [](Config& c, const Value& v) { c.n_sink = int(as_int(v)); }},
     {{"kv_type", ParamKind::choice, "f16",
-      "stored K/V format, bits per value: f16 16, f32 32, q8_0 8.5, q4_0 4.5 (blocks of 32; head_dim < 32: "
-      "one block a row, e.g. 10 and 6 at head_dim 8), kivi2 3, kivi4 5 (KIVI: codes plus an fp16 min and "
-      "scale per group of 32, the newest kivi_residual rows in fp16)",
+      "stored K/V format (`squeezekv methods` lists each with its bits per value)",
       0, 0, false, kKVTypes, {}, true, false, {}, /*label=*/"kv", /*omit_if=*/"f16"},
      [](const Config& c) -> Value { return to_string(c.kv_type); },
      [](Config& c, const Value& v) { c.kv_type = parse_kv_type(as_text(v)); }},
@@ -279,15 +285,7 @@ std::string to_string(ScoreSource source) {
 }
 
 std::string to_string(KVType type) {
-  switch (type) {
-    case KVType::f16: return "f16";
-    case KVType::f32: return "f32";
-    case KVType::q8_0: return "q8_0";
-    case KVType::q4_0: return "q4_0";
-    case KVType::kivi2: return "kivi2";
-    case KVType::kivi4: return "kivi4";
-  }
-  return "?";
+  return size_t(type) < kKVFormatCount ? std::string(kv_format(type).name) : "?";
 }
 
 std::string to_string(PositionRule rule) {
@@ -313,13 +311,8 @@ PositionRule parse_position_rule(const std::string& text) {
 }
 
 KVType parse_kv_type(const std::string& text) {
-  if (text == "f16") return KVType::f16;
-  if (text == "f32") return KVType::f32;
-  if (text == "q8_0") return KVType::q8_0;
-  if (text == "q4_0") return KVType::q4_0;
-  if (text == "kivi2") return KVType::kivi2;
-  if (text == "kivi4") return KVType::kivi4;
-  throw InvalidArgument(invalid_value("kv_type", text, "expected f16, f32, q8_0, q4_0, kivi2 or kivi4"));
+  if (const std::optional<KVType> type = find_kv_type(text)) return *type;
+  throw InvalidArgument(invalid_value("kv_type", text, "expected " + kv_type_names_text()));
 }
 
 }  // namespace squeezekv

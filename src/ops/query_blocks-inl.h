@@ -1,4 +1,4 @@
-// Included by kv_rows.cc and kivi_rows.cc inside their per-target namespace (each target pass
+// Included by the K/V row kernels (kv_format_*.cc) and kivi_rows.cc inside their per-target namespace (each target pass
 // includes it again, hence no include guard): the kernels' lambdas then keep the target's
 // attributes and are inlined, so their accumulators stay in registers.
 

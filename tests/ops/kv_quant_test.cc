@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "hwy_targets.h"
-#include "ops/kv_quant.h"
+#include "ops/kv_format_kernels.h"
 #include "ops/quant_formats.h"
 #include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
@@ -157,8 +157,8 @@ TEST(KVQuant, VectorDecodeEqualsTheScalarDecoder) {
         const auto simd = decoded(bytes, type, rows * dim, dim);
         std::vector<float> scalar(rows * dim);
         for (size_t r = 0; r < rows; ++r) {
-          kvq::dequantize_row(bytes.data() + r * kv_row_bytes(type, dim), type == KVType::q8_0, dim,
-                              kv_block_size(type, dim), scalar.data() + r * dim);
+          kv_row_kernels(type).load_row_scalar(bytes.data() + r * kv_row_bytes(type, dim), dim,
+                                               scalar.data() + r * dim);
         }
         for (size_t i = 0; i < rows * dim; ++i) ASSERT_EQ(simd[i], scalar[i]) << int(type) << " dim " << dim << " " << i;
       }

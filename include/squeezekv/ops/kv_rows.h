@@ -1,70 +1,23 @@
 // Kernels over cached K/V rows (row-major [n_rows, head_dim], each row kv_row_bytes(type, head_dim)
-// bytes): storing rows, dot products of a query against every row, weighted sums of rows, and a
-// blocked multi-query variant. Both the cache's key-proxy scoring and the engine's attention run
-// on these. Each kernel has a scalar twin (`*_scalar`) that the tests use as the oracle.
+// bytes, in one of the per-token formats of kv_format.h): storing rows, dot products of a query
+// against every row, weighted sums of rows, their blocked multi-query forms, the RoPE turn-back of
+// keys and the attention probabilities over them. Both the cache's key-proxy scoring and the
+// engine's attention run on these. Each kernel has a scalar twin (`*_scalar`) that the tests use as
+// the oracle. Every kernel reads its format's row of the formats' table (its codec and kernels in
+// src/ops/kv_format_<name>.cc); the files by job: kv_row_codecs.cc, kv_row_dots.cc,
+// kv_rope_turn.cc, kv_attention_probs.cc.
 //
-// Quantized rows (q8_0, q4_0: llama.cpp's block formats, docs/semantics.md "K/V storage") are
-// read directly: the SIMD kernels decode codes and scales in registers inside the dot product and
-// the weighted sum; no dequantized copy of the rows is built. A block holds
-// kv_block_size(type, head_dim) elements of one row: 32, or head_dim when it is smaller.
+// Quantized rows (q8_0, q4_0) are read directly: the SIMD kernels decode codes and scales in
+// registers inside the dot product and the weighted sum; no dequantized copy of the rows is built.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "squeezekv/ops/kv_format.h"
+#include "squeezekv/ops/prompt_attention_dots.h"  // (callers of kv_rows.h found it here)
+
 namespace squeezekv {
-
-// Storage format of cached K/V rows.
-//   f16, f32: one float per element.
-//   q8_0: blocks of B elements = fp16 scale d, B int8 codes q; x = d * q (d = amax / 127).
-//   q4_0: blocks of B elements = fp16 scale d, B/2 bytes; byte j holds element j in its low
-//         nibble and element j + B/2 in its high nibble; x = d * (q - 8) (d = max-abs-signed / -8).
-// B = kv_block_size(type, head_dim): 32, or head_dim when head_dim < 32 (llama.cpp uses 32 only).
-//   kivi2, kivi4: KIVI's 2- and 4-bit min-max codes (ops/kivi_rows.h): keys per channel over groups
-//         of tokens, values per token; not a row format, so only HeadStore reads and writes them
-//         (the row kernels below take f16, f32, q8_0 and q4_0).
-enum class KVType : uint8_t { f16, f32, q8_0, q4_0, kivi2, kivi4 };
-
-inline bool kv_float(KVType type) { return type == KVType::f16 || type == KVType::f32; }
-// The per-row block formats q8_0 and q4_0.
-inline bool kv_quantized(KVType type) { return type == KVType::q8_0 || type == KVType::q4_0; }
-inline bool kv_kivi(KVType type) { return type == KVType::kivi2 || type == KVType::kivi4; }
-// Code bits of a KIVI format (0 for the others).
-inline int kivi_bits(KVType type) { return type == KVType::kivi2 ? 2 : type == KVType::kivi4 ? 4 : 0; }
-// Bytes per element of the float formats (f16: 2, f32: 4); not defined for block formats.
-inline size_t kv_type_size(KVType type) { return type == KVType::f16 ? 2 : 4; }
-// Elements per block: 1 for float formats; 32 or head_dim (when smaller) for block formats.
-inline size_t kv_block_size(KVType type, size_t head_dim) {
-  if (!kv_quantized(type)) return 1;
-  return head_dim < 32 ? head_dim : 32;
-}
-// Bytes of one stored row of head_dim elements (row formats; 0 for KIVI, whose keys are grouped
-// over tokens: see kivi_rows.h).
-inline size_t kv_row_bytes(KVType type, size_t head_dim) {
-  switch (type) {
-    case KVType::kivi2:
-    case KVType::kivi4: return 0;
-    case KVType::f16: return 2 * head_dim;
-    case KVType::f32: return 4 * head_dim;
-    case KVType::q8_0: return head_dim / kv_block_size(type, head_dim) * (2 + kv_block_size(type, head_dim));
-    case KVType::q4_0: return head_dim / kv_block_size(type, head_dim) * (2 + kv_block_size(type, head_dim) / 2);
-  }
-  return 0;
-}
-// Stored bits per value, scales included (q8_0: 8.5 at B = 32, 10 at B = 8). KIVI at group 32:
-// the codes with the fp16 min and scale of each group, keys and values averaged (kivi2 3 when
-// head_dim >= 32; at head_dim 8 the value groups are 8 channels: keys 3, values 6, so 4.5), its
-// fp16 residual not counted.
-inline double kv_bits_per_value(KVType type, size_t head_dim) {
-  if (kv_kivi(type)) {
-    const double value_group = head_dim < 32 ? double(head_dim) : 32.0;
-    return double(kivi_bits(type)) + (32.0 / 32.0 + 32.0 / value_group) / 2.0;
-  }
-  return 8.0 * double(kv_row_bytes(type, head_dim)) / double(head_dim);
-}
-// Empty when `type` can store rows of head_dim elements, else why not (block formats need
-// head_dim a multiple of 32 when it is 32 or more; q4_0 needs an even block).
-const char* kv_type_unfit(KVType type, size_t head_dim);
 
 // dst = src (f32) stored as `type`: n elements in rows of head_dim elements (0: one row of n);
 // block formats quantize each row's blocks as llama.cpp's quantize_row_q8_0_ref /
@@ -102,14 +55,6 @@ void rows_weighted_sum_group_scalar(const float* w, size_t n_w, size_t ld_w, con
                                     KVType type, size_t n_rows, size_t head_dim, float* out,
                                     size_t ld_out);
 
-// out[i * ld_out + j] = sum_d q[i * ld_q + d] * kt[d * ld_kt + j] for i < m, j < n: many queries
-// against keys stored transposed (f32 [head_dim][ld_kt]). ld_kt must be a multiple of 32 and the
-// padding columns readable (zero them).
-void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
-                      size_t n, size_t head_dim, float* out, size_t ld_out);
-void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt,
-                             size_t n, size_t head_dim, float* out, size_t ld_out);
-
 // Fused form of rotate_rows_back + query_probs for keys of any type: float rows are decoded and
 // turned back by their shifts in registers as they are dotted with the n_q queries; block formats
 // a tile of rows at a time on the stack (never a copy of all the rows); then the masked softmax
@@ -118,6 +63,10 @@ void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float*
 bool query_probs_rotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
                          const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
                          const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld);
+// The logits alone: out[g * ld_out + j] = dot(q + g * ld_q, row j turned back by shifts[j]).
+void row_dots_rotated(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type, const int32_t* shifts,
+                      size_t n_rows, size_t head_dim, size_t n_rot, bool neox, const float* turns, float* out,
+                      size_t ld_out);
 void row_dots_rotated_scalar(const float* q, size_t n_q, size_t ld_q, const void* rows, KVType type,
                              const int32_t* shifts, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
                              const float* turns, float* out, size_t ld_out);
