@@ -9,6 +9,7 @@ packages=(
   libpcre2-dev                                 # Unicode-aware pre-tokenizer regexes
   libcpp-httplib-dev                           # `squeezekv serve`'s HTTP (what llama.cpp's server uses)
   curl                                         # the server's tests drive it with curl
+  clang-format clang-tidy                      # the style check of scripts/test.sh; scripts/tidy.sh
   python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
 )
 missing=()

@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
+scripts/check_format.sh  # .clang-format's style, before the long build
 build=build
 flags=(-DCMAKE_BUILD_TYPE=Release -DSQUEEZEKV_WERROR=ON)
 if [ "${1:-}" = "--sanitize" ]; then
