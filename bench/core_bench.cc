@@ -207,9 +207,9 @@ const bool registered = [] {
                                  [id = m.id](benchmark::State& s) { BM_DecodeStep(s, id.data()); });
   }
   for (const MethodInfo& m : all_methods()) {
-    benchmark::RegisterBenchmark(("BM_ModelDecodeStep/" + std::string(m.id)).c_str(),
-                                 [id = m.id](benchmark::State& s) { BM_ModelDecodeStep(s, id.data()); })
-        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("BM_ModelDecodeStep/" + std::string(m.id)).c_str(), [id = m.id](benchmark::State& s) {
+      BM_ModelDecodeStep(s, id.data());
+    })->Unit(benchmark::kMicrosecond);
   }
   return true;
 }();

@@ -110,8 +110,8 @@ void bm_matmul(benchmark::State& state, TensorType type, int64_t n_rows, int64_t
   }
   state.counters["GOP/s"] = benchmark::Counter(2.0 * double(n_rows * n_cols * n_tok) * double(state.iterations()) / 1e9,
                                                benchmark::Counter::kIsRate);
-  state.counters["weights GB/s"] = benchmark::Counter(double(bytes.size()) * double(state.iterations()) / 1e9,
-                                                      benchmark::Counter::kIsRate);
+  state.counters["weights GB/s"] =
+      benchmark::Counter(double(bytes.size()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 // family/TYPE/ROWSxCOLS[/repacked]/tokens:N/threads:T, timed in milliseconds of real time.
@@ -222,7 +222,8 @@ void bm_kv_turned_probs(benchmark::State& state, KVType type, size_t n_q, bool f
       query_probs_rotated(q.data(), n_q, kHeadDim, rows.data(), type, shifts.data(), kRows, kHeadDim, kHeadDim, false,
                           turns.data(), mask.data(), 0.125f, probs.data(), kRows);
     } else {
-      rotate_rows_back(rows.data(), type, shifts.data(), kRows, kHeadDim, kHeadDim, false, turns.data(), scratch.data());
+      rotate_rows_back(rows.data(), type, shifts.data(), kRows, kHeadDim, kHeadDim, false, turns.data(),
+                       scratch.data());
       query_probs(q.data(), n_q, kHeadDim, scratch.data(), KVType::f32, kRows, kHeadDim, mask.data(), 0.125f,
                   probs.data(), kRows);
     }
@@ -276,8 +277,8 @@ void bm_kivi_value_sum(benchmark::State& state, int bits, size_t n_q) {
 // 12 independent chains of 512-bit vpdpbusd (latency hidden), 64 multiply-adds each, in
 // registers (named variables: an array would be kept in memory by the barrier below).
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) int64_t vnni_loop(int64_t iterations) {
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
-          a9 = a0, a10 = a0, a11 = a0;
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0,
+          a10 = a0, a11 = a0;
   const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
   for (int64_t i = 0; i < iterations; ++i) {
     a0 = _mm512_dpbusd_epi32(a0, u, s);
@@ -293,13 +294,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int64_t vnni_loop(int64_t
     a10 = _mm512_dpbusd_epi32(a10, u, s);
     a11 = _mm512_dpbusd_epi32(a11, u, s);
     // The compiler may not merge or drop the chains.
-    asm volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
-                 "+v"(a9), "+v"(a10), "+v"(a11));
+    asm volatile(""
+                 : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9),
+                   "+v"(a10), "+v"(a11));
   }
-  const __m512i total = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7))),
-      _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+  const __m512i total =
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                        _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7))),
+                       _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, total);
   return lanes[0];
@@ -356,8 +358,8 @@ const bool registered = [] {
     }
   }
   for (const size_t n_q : {size_t{1}, size_t{4}}) {
-    const std::string shape = "/rows:" + std::to_string(kRows) + "/head_dim:" + std::to_string(kHeadDim) +
-                              "/queries:" + std::to_string(n_q);
+    const std::string shape =
+        "/rows:" + std::to_string(kRows) + "/head_dim:" + std::to_string(kHeadDim) + "/queries:" + std::to_string(n_q);
     for (const KVType type : {KVType::f16, KVType::q8_0, KVType::q4_0}) {
       const std::string name = to_string(type) + shape;
       benchmark::RegisterBenchmark(("kv/row_dots_group/" + name).c_str(), bm_kv_row_dots, type, n_q)->MinTime(0.2);
@@ -372,13 +374,12 @@ const bool registered = [] {
     for (const int bits : {2, 4}) {
       const std::string b = std::to_string(bits) + "bit";
       benchmark::RegisterBenchmark(("kivi/key_dots/" + b + shape).c_str(), bm_kivi_key_dots, bits, n_q)->MinTime(0.2);
-      benchmark::RegisterBenchmark(("kivi/value_sum/" + b + shape).c_str(), bm_kivi_value_sum, bits, n_q)
-          ->MinTime(0.2);
+      benchmark::RegisterBenchmark(("kivi/value_sum/" + b + shape).c_str(), bm_kivi_value_sum, bits, n_q)->MinTime(0.2);
     }
   }
   for (const KVType type : {KVType::f16, KVType::q8_0, KVType::q4_0}) {
-    const std::string shape = to_string(type) + "/heads:" + std::to_string(kModelHeads) + "/rows:" + std::to_string(kRows) +
-                              "/head_dim:" + std::to_string(kHeadDim) + "/queries:4";
+    const std::string shape = to_string(type) + "/heads:" + std::to_string(kModelHeads) +
+                              "/rows:" + std::to_string(kRows) + "/head_dim:" + std::to_string(kHeadDim) + "/queries:4";
     benchmark::RegisterBenchmark(("kv_from_memory/row_dots_group/" + shape).c_str(), bm_kv_from_memory, type, false)
         ->MinTime(0.5);
     benchmark::RegisterBenchmark(("kv_from_memory/rows_weighted_sum_group/" + shape).c_str(), bm_kv_from_memory, type,
@@ -386,7 +387,11 @@ const bool registered = [] {
         ->MinTime(0.5);
   }
 #if defined(__x86_64__)
-  benchmark::RegisterBenchmark("int8_peak/vpdpbusd_zmm", bm_int8_peak)->Threads(1)->Threads(2)->UseRealTime()->MinTime(0.2);
+  benchmark::RegisterBenchmark("int8_peak/vpdpbusd_zmm", bm_int8_peak)
+      ->Threads(1)
+      ->Threads(2)
+      ->UseRealTime()
+      ->MinTime(0.2);
 #endif
   return true;
 }();

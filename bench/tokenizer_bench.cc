@@ -18,8 +18,9 @@ const Model* smollm2() {
   static const Model* model = [] {
     const char* dir = std::getenv("SQUEEZEKV_MODELS");
     const char* home = std::getenv("HOME");
-    const std::string base = dir != nullptr && *dir != '\0' ? std::string(dir)
-                                                            : std::string(home != nullptr ? home : "") + "/.cache/squeezekv/models";
+    const std::string base = dir != nullptr && *dir != '\0'
+                                 ? std::string(dir)
+                                 : std::string(home != nullptr ? home : "") + "/.cache/squeezekv/models";
     try {
       return new Model(Model::load(base + "/SmolLM2-135M-Instruct.Q4_1.gguf"));
     } catch (const std::exception&) {
@@ -30,8 +31,8 @@ const Model* smollm2() {
 }
 
 std::string chat_prompt(int turns) {
-  const char* const questions[] = {"Name a colour.", "Name an animal.", "What is 2 plus 3?", "Say hello.",
-                                   "Name a fruit.", "Name a city.", "What day comes after Monday?"};
+  const char* const questions[] = {"Name a colour.", "Name an animal.", "What is 2 plus 3?",           "Say hello.",
+                                   "Name a fruit.",  "Name a city.",    "What day comes after Monday?"};
   std::vector<ChatMessage> messages;
   for (int t = 0; t < turns; ++t) {
     messages.push_back({"user", questions[t % 7]});
@@ -62,7 +63,10 @@ void BM_EncodeChat(benchmark::State& state) {
   }
   state.counters["tokens"] = double(tokens);
 }
-BENCHMARK(BM_EncodeChat)->ArgNames({"turns", "memo"})->ArgsProduct({{100, 1000}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EncodeChat)
+    ->ArgNames({"turns", "memo"})
+    ->ArgsProduct({{100, 1000}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace squeezekv

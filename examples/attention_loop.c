@@ -8,7 +8,15 @@
 
 #include "squeezekv/c/squeezekv.h"
 
-enum { LAYERS = 4, HEADS = 2, DIM = 32, PROMPT = 64, TOKENS = 200, MAX_SLOTS = 256, BUDGET = 48 /* average rows per layer and head */ };
+enum {
+  LAYERS = 4,
+  HEADS = 2,
+  DIM = 32,
+  PROMPT = 64,
+  TOKENS = 200,
+  MAX_SLOTS = 256,
+  BUDGET = 48 /* average rows per layer and head */
+};
 
 static float noise(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f; }
 
@@ -43,7 +51,8 @@ static int attend(squeezekv_cache* cache, int layer, int n, int pos0) {
       /* (`out` would go on to the output projection.) */
     }
     if (squeezekv_cache_wants_attention(cache, layer) &&
-        squeezekv_cache_add_attention(cache, layer, h, probs, n) != SQUEEZEKV_STATUS_OK) return 0;
+        squeezekv_cache_add_attention(cache, layer, h, probs, n) != SQUEEZEKV_STATUS_OK)
+      return 0;
   }
   return 1;
 }

@@ -94,9 +94,10 @@ int main() {
                 layer.layer_budget(), layer.tokens_kept(), static_cast<long long>(layer.tokens_seen()));
     total += layer.layer_budget();
   }
-  std::printf("KV resident %zu bytes, a full cache %zu bytes (%.2fx)\n", cache->kept_bytes(),
-              cache->full_bytes(), cache->compression_ratio());
+  std::printf("KV resident %zu bytes, a full cache %zu bytes (%.2fx)\n", cache->kept_bytes(), cache->full_bytes(),
+              cache->compression_ratio());
   // The schedule conserves the total and gives the broad first layer more than the last.
-  const bool ok = total == kLayers * config.budget && cache->layer(0).layer_budget() > cache->layer(kLayers - 1).layer_budget();
+  const bool ok =
+      total == kLayers * config.budget && cache->layer(0).layer_budget() > cache->layer(kLayers - 1).layer_budget();
   return ok ? 0 : 1;
 }

@@ -30,10 +30,32 @@ inline uint64_t fuzz_seed(uint64_t fixed) {
 // copied elsewhere, or a token that parsers get wrong (bad UTF-8, huge numbers, stray brackets,
 // escapes) inserted or put in place of a run of bytes.
 inline void mutate(std::string& text, std::mt19937_64& rng) {
-  static constexpr std::string_view kTokens[] = {
-      "\xff", "\xc3", "\xed\xa0\x80", "\xf4\x90\x80\x80", "1e999", "-1e400", "99999999999999999999", "-1", "0",
-      "null", "true", "[", "]", "{", "}", "\"", ",", ":", "\\u0000", "\\ud800", "\\", "\r\n", "\r\n\r\n",
-      "Content-Length: -5\r\n", "Transfer-Encoding: chunked\r\n", std::string_view("\0", 1)};
+  static constexpr std::string_view kTokens[] = {"\xff",
+                                                 "\xc3",
+                                                 "\xed\xa0\x80",
+                                                 "\xf4\x90\x80\x80",
+                                                 "1e999",
+                                                 "-1e400",
+                                                 "99999999999999999999",
+                                                 "-1",
+                                                 "0",
+                                                 "null",
+                                                 "true",
+                                                 "[",
+                                                 "]",
+                                                 "{",
+                                                 "}",
+                                                 "\"",
+                                                 ",",
+                                                 ":",
+                                                 "\\u0000",
+                                                 "\\ud800",
+                                                 "\\",
+                                                 "\r\n",
+                                                 "\r\n\r\n",
+                                                 "Content-Length: -5\r\n",
+                                                 "Transfer-Encoding: chunked\r\n",
+                                                 std::string_view("\0", 1)};
   const size_t at = text.empty() ? 0 : size_t(rng() % text.size());
   switch (rng() % 6) {
     case 0:

@@ -23,8 +23,9 @@ inline constexpr const char* kGemma3File = "gemma-3-270m-q4_k_m.gguf";
 inline std::string real_model_path(const std::string& file) {
   const char* dir = std::getenv("SQUEEZEKV_MODELS");
   const char* home = std::getenv("HOME");
-  const std::string base = dir != nullptr && *dir != '\0' ? std::string(dir)
-                                                          : std::string(home != nullptr ? home : "") + "/.cache/squeezekv/models";
+  const std::string base = dir != nullptr && *dir != '\0'
+                               ? std::string(dir)
+                               : std::string(home != nullptr ? home : "") + "/.cache/squeezekv/models";
   const std::string path = base + "/" + file;
   if (!std::filesystem::exists(path)) {
     throw std::runtime_error("missing real model " + path + ": run scripts/fetch_models.sh");
@@ -45,11 +46,21 @@ inline void write_f32_copy(const GgufFile& in, const std::string& path) {
   for (std::string_view key : in.keys()) {
     const GgufValue& v = in.get(key);
     switch (v.type()) {
-      case GgufType::string: out.add_string(key, v.as_string()); break;
-      case GgufType::u32: out.add_u32(key, v.as_u32()); break;
-      case GgufType::i32: out.add_i32(key, v.as_i32()); break;
-      case GgufType::f32: out.add_f32(key, v.as_f32()); break;
-      case GgufType::boolean: out.add_bool(key, v.as_bool()); break;
+      case GgufType::string:
+        out.add_string(key, v.as_string());
+        break;
+      case GgufType::u32:
+        out.add_u32(key, v.as_u32());
+        break;
+      case GgufType::i32:
+        out.add_i32(key, v.as_i32());
+        break;
+      case GgufType::f32:
+        out.add_f32(key, v.as_f32());
+        break;
+      case GgufType::boolean:
+        out.add_bool(key, v.as_bool());
+        break;
       case GgufType::array:
         if (v.array_type() == GgufType::string) {
           const auto views = v.strings();
@@ -60,7 +71,8 @@ inline void write_f32_copy(const GgufFile& in, const std::string& path) {
           out.add_array(key, v.to_i32s());
         }
         break;
-      default: throw std::runtime_error("write_f32_copy: key " + std::string(key) + " has a type it does not copy");
+      default:
+        throw std::runtime_error("write_f32_copy: key " + std::string(key) + " has a type it does not copy");
     }
   }
   for (const GgufTensor& t : in.tensors()) {
@@ -72,7 +84,8 @@ inline void write_f32_copy(const GgufFile& in, const std::string& path) {
       for (int64_t r = 0; r < n; ++r) {
         dequantize_row(type, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(first + r) * stride, row.data(),
                        t.ne[0]);
-        std::memcpy(bytes.data() + static_cast<size_t>(r) * row.size() * sizeof(float), row.data(), row.size() * sizeof(float));
+        std::memcpy(bytes.data() + static_cast<size_t>(r) * row.size() * sizeof(float), row.data(),
+                    row.size() * sizeof(float));
       }
     });
   }

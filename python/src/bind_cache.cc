@@ -20,8 +20,8 @@ using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>
 
 KVBlockView block_of(const FloatArray& a, const char* name) {
   require(a.ndim() == 4, std::string(name) + ".ndim", a.ndim(), "expected [batch, heads, seq, head_dim]");
-  return {a.data(), checked_int(a.shape(0), name), checked_int(a.shape(1), name),
-          checked_int(a.shape(2), name), checked_int(a.shape(3), name)};
+  return {a.data(), checked_int(a.shape(0), name), checked_int(a.shape(1), name), checked_int(a.shape(2), name),
+          checked_int(a.shape(3), name)};
 }
 
 void update(LayerCache& layer, const FloatArray& keys, const FloatArray& values) {
@@ -70,8 +70,9 @@ void bind_cache(py::module_& m) {
       .def("end_prompt", &LayerCache::end_prompt)
       .def("reset", &LayerCache::reset)
       .def_property_readonly("layer_index", &LayerCache::layer_index)
-      .def_property_readonly("sliding_window", [](const LayerCache& l) { return l.sliding() ? l.kind().window : 0; },
-                             "0 for a global (evicting) layer, W for a sliding one (the newest W positions)")
+      .def_property_readonly(
+          "sliding_window", [](const LayerCache& l) { return l.sliding() ? l.kind().window : 0; },
+          "0 for a global (evicting) layer, W for a sliding one (the newest W positions)")
       .def_property_readonly("n_heads", &LayerCache::n_heads)
       .def_property_readonly("n_batch", [](const LayerCache& l) { return l.rows().n_batch; })
       .def_property_readonly("n_kv_heads", [](const LayerCache& l) { return l.rows().n_kv_heads; })
@@ -80,11 +81,12 @@ void bind_cache(py::module_& m) {
       .def_property_readonly("concentration", &LayerCache::concentration)
       .def_property_readonly("tokens_seen", &LayerCache::tokens_seen)
       .def_property_readonly("tokens_kept", py::overload_cast<>(&LayerCache::tokens_kept, py::const_))
-      .def("tokens_kept_per_head", [](const LayerCache& l) {
-        std::vector<int> kept;
-        for (int h = 0; h < l.n_heads(); ++h) kept.push_back(l.tokens_kept(h));
-        return kept;
-      })
+      .def("tokens_kept_per_head",
+           [](const LayerCache& l) {
+             std::vector<int> kept;
+             for (int h = 0; h < l.n_heads(); ++h) kept.push_back(l.tokens_kept(h));
+             return kept;
+           })
       .def_property_readonly("kept_bytes", &LayerCache::kept_bytes)
       .def_property_readonly("full_bytes", &LayerCache::full_bytes)
       .def_property_readonly("compression_ratio", &LayerCache::compression_ratio);
@@ -103,17 +105,16 @@ void bind_cache(py::module_& m) {
       .def(
           "layer",
           [](ModelCache& c, int i) -> LayerCache& {
-            require(i >= 0 && i < c.n_layers(), "layer", i,
-                    "out of range [0, " + std::to_string(c.n_layers()) + ")");
+            require(i >= 0 && i < c.n_layers(), "layer", i, "out of range [0, " + std::to_string(c.n_layers()) + ")");
             return c.layer(i);
           },
           py::return_value_policy::reference_internal)
       .def("budgets", &ModelCache::budgets)
       .def_property_readonly("is_final",
                              [](const ModelCache& c) { return !c.coordinator() || c.coordinator()->is_final(); })
-      .def("measurements", [](const ModelCache& c) {
-        return c.coordinator() ? c.coordinator()->measurements() : std::vector<double>{};
-      })
+      .def(
+          "measurements",
+          [](const ModelCache& c) { return c.coordinator() ? c.coordinator()->measurements() : std::vector<double>{}; })
       .def_property_readonly("kept_bytes", &ModelCache::kept_bytes)
       .def_property_readonly("sliding_kept_bytes", &ModelCache::sliding_kept_bytes)
       .def_property_readonly("evicting_kept_bytes", &ModelCache::evicting_kept_bytes)

@@ -50,10 +50,11 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
   Engine engine(model, pool.get());
   auto cache = engine.make_cache(config);
   std::function<void(int32_t)> stream;
-  if (on_token) stream = [&on_token](int32_t t) {
-    py::gil_scoped_acquire acquire;
-    on_token(t);
-  };
+  if (on_token)
+    stream = [&on_token](int32_t t) {
+      py::gil_scoped_acquire acquire;
+      on_token(t);
+    };
   GenerateResult r;
   {
     py::gil_scoped_release release;
@@ -71,8 +72,8 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
   d["layer_budgets"] = cache->budgets();
   d["layer_kept"] = kept;
   d["kept_bytes"] = cache->kept_bytes();
-  d["sliding_kept_bytes"] = cache->sliding_kept_bytes();    // the windows of the sliding layers
-  d["evicting_kept_bytes"] = cache->evicting_kept_bytes();  // the layers the method evicts in
+  d["sliding_kept_bytes"] = cache->sliding_kept_bytes();          // the windows of the sliding layers
+  d["evicting_kept_bytes"] = cache->evicting_kept_bytes();        // the layers the method evicts in
   d["layer_windows"] = sliding_windows_of(cache->layer_kinds());  // 0: global, W: sliding
   d["full_bytes"] = cache->full_bytes();
   d["compression_ratio"] = cache->compression_ratio();
@@ -122,19 +123,29 @@ py::list run_perplexity(const Model& model, const std::vector<int32_t>& tokens,
 
 void bind_engine(py::module_& m) {
   py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-      .def_static("load", [](const std::string& path, bool repack) {
-        return std::make_shared<Model>(Model::load(path, {.repack = repack}));
-      }, py::arg("path"), py::arg("repack") = true)
+      .def_static(
+          "load",
+          [](const std::string& path, bool repack) {
+            return std::make_shared<Model>(Model::load(path, {.repack = repack}));
+          },
+          py::arg("path"), py::arg("repack") = true)
       .def("info", &model_info)
-      .def("tokenize", [](const Model& model, const std::string& text, bool add_bos) {
-        return model.tokenizer().encode(text, add_bos);
-      }, py::arg("text"), py::arg("add_bos") = true)
-      .def("tokenize_file", [](const Model& model, const std::string& path) {
-        return tokenize_text_file(model.tokenizer(), path);
-      }, py::arg("path"))
-      .def("detokenize", [](const Model& model, const std::vector<int32_t>& tokens) {
-        return valid_utf8(model.tokenizer().decode(tokens));  // a split character becomes U+FFFD
-      }, py::arg("tokens"));
+      .def(
+          "tokenize",
+          [](const Model& model, const std::string& text, bool add_bos) {
+            return model.tokenizer().encode(text, add_bos);
+          },
+          py::arg("text"), py::arg("add_bos") = true)
+      .def(
+          "tokenize_file",
+          [](const Model& model, const std::string& path) { return tokenize_text_file(model.tokenizer(), path); },
+          py::arg("path"))
+      .def(
+          "detokenize",
+          [](const Model& model, const std::vector<int32_t>& tokens) {
+            return valid_utf8(model.tokenizer().decode(tokens));  // a split character becomes U+FFFD
+          },
+          py::arg("tokens"));
 
   m.def(
       "generate",
@@ -149,13 +160,13 @@ void bind_engine(py::module_& m) {
         return run_generate(model, config, prompt, options, threads, on_token);
       },
       py::arg("model"), py::arg("config"), py::arg("prompt"), py::arg("n_predict"), py::arg("n_batch"),
-      py::arg("n_ctx"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"),
-      py::arg("threads"), py::arg("on_token"));
+      py::arg("n_ctx"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("threads"),
+      py::arg("on_token"));
 
   m.def(
       "perplexity",
-      [](const Model& model, const std::vector<int32_t>& tokens, const std::vector<KVCacheConfig>& configs,
-         int n_ctx, int n_batch, int max_chunks, int threads) {
+      [](const Model& model, const std::vector<int32_t>& tokens, const std::vector<KVCacheConfig>& configs, int n_ctx,
+         int n_batch, int max_chunks, int threads) {
         return run_perplexity(model, tokens, configs, PerplexityOptions{n_ctx, n_batch, max_chunks}, threads);
       },
       py::arg("model"), py::arg("tokens"), py::arg("configs"), py::arg("n_ctx"), py::arg("n_batch"),

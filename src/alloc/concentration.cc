@@ -52,7 +52,8 @@ double concentration_score_pairwise(const float* keys, int n, int head_dim) {
   std::vector<double> unit(size_t(n) * size_t(head_dim));
   for (int j = 0; j < n; ++j) {
     double sq = 0.0;
-    for (int d = 0; d < head_dim; ++d) sq += double(keys[size_t(j) * size_t(head_dim) + size_t(d)]) * keys[size_t(j) * size_t(head_dim) + size_t(d)];
+    for (int d = 0; d < head_dim; ++d)
+      sq += double(keys[size_t(j) * size_t(head_dim) + size_t(d)]) * keys[size_t(j) * size_t(head_dim) + size_t(d)];
     const double inv = 1.0 / (std::sqrt(sq) + 1e-8);
     for (int d = 0; d < head_dim; ++d) {
       unit[size_t(j) * size_t(head_dim) + size_t(d)] = keys[size_t(j) * size_t(head_dim) + size_t(d)] * inv;

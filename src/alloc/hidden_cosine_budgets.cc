@@ -53,8 +53,8 @@ std::vector<int> kmeans_1d(std::span<const double> values, int k) {
   return group;
 }
 
-std::vector<int> hidden_cosine_budgets(std::span<const double> cosines, int avg_budget, int n_sink,
-                                       double fraction, double strength, int max_rows) {
+std::vector<int> hidden_cosine_budgets(std::span<const double> cosines, int avg_budget, int n_sink, double fraction,
+                                       double strength, int max_rows) {
   require(fraction > 0.0 && fraction <= 1.0, "squeeze_fraction", fraction, "must lie in (0, 1]");
   require(strength >= 0.0 && strength <= 1.0, "strength", strength, "must lie in [0, 1]");
   require(n_sink >= 0, "n_sink", n_sink, "must be at least 0");

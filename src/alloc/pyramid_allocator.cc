@@ -21,17 +21,32 @@ class PyramidAllocator final : public BudgetAllocator {
 };
 
 const ParamSpec kParams[] = {
-    {"beta", ParamKind::real, "2", "pyramidkv: taper steepness (1 = uniform)", 1, 1e6, false, {}, {}, true,
-     false, {}, /*label=*/"beta"},
+    {"beta",
+     ParamKind::real,
+     "2",
+     "pyramidkv: taper steepness (1 = uniform)",
+     1,
+     1e6,
+     false,
+     {},
+     {},
+     true,
+     false,
+     {},
+     /*label=*/"beta"},
 };
 constexpr std::string_view kReads[] = {"budget", "n_sink"};
 
 }  // namespace
 
-extern const AllocatorInfo pyramid_allocator_info = {
-    "pyramid", "a fixed linear taper of budgets over depth", kParams, kReads, "",
-    [](const ComponentParams& c) -> std::unique_ptr<BudgetAllocator> {
-      return std::make_unique<PyramidAllocator>(c.budget, c.n_sink, c.get_real("beta"));
-    }};
+extern const AllocatorInfo pyramid_allocator_info = {"pyramid",
+                                                     "a fixed linear taper of budgets over depth",
+                                                     kParams,
+                                                     kReads,
+                                                     "",
+                                                     [](const ComponentParams& c) -> std::unique_ptr<BudgetAllocator> {
+                                                       return std::make_unique<PyramidAllocator>(c.budget, c.n_sink,
+                                                                                                 c.get_real("beta"));
+                                                     }};
 
 }  // namespace squeezekv

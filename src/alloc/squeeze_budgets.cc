@@ -37,15 +37,13 @@ std::vector<int> floor_and_round(std::vector<double> values, double floor) {
   return out;
 }
 
-std::vector<int> squeeze_budgets(std::span<const double> concentrations, int avg_budget,
-                                 int n_sink, double strength) {
+std::vector<int> squeeze_budgets(std::span<const double> concentrations, int avg_budget, int n_sink, double strength) {
   require(strength >= 0.0 && strength <= 1.0, "strength", strength, "must lie in [0, 1]");
   require(n_sink >= 0, "n_sink", n_sink, "must be at least 0");
-  require(avg_budget > n_sink, "avg_budget", avg_budget,
-          "must exceed n_sink = " + std::to_string(n_sink));
+  require(avg_budget > n_sink, "avg_budget", avg_budget, "must exceed n_sink = " + std::to_string(n_sink));
   for (size_t i = 0; i < concentrations.size(); ++i) {
-    require(!std::isnan(concentrations[i]), "concentrations[" + std::to_string(i) + "]",
-            concentrations[i], "must be a number");
+    require(!std::isnan(concentrations[i]), "concentrations[" + std::to_string(i) + "]", concentrations[i],
+            "must be a number");
   }
   const size_t n_layers = concentrations.size();
   if (n_layers == 0) return {};

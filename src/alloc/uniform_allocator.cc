@@ -31,14 +31,23 @@ constexpr std::string_view kUniformReads[] = {"budget"};
 }  // namespace
 
 extern const AllocatorInfo none_allocator_info = {
-    "none", "no budget: every row is kept (the full policy)", {}, {}, "",
+    "none",
+    "no budget: every row is kept (the full policy)",
+    {},
+    {},
+    "",
     [](const ComponentParams&) -> std::unique_ptr<BudgetAllocator> { return std::make_unique<NoneAllocator>(); },
-    /*validate=*/nullptr, /*uses=*/nullptr, /*unbounded=*/true};
+    /*validate=*/nullptr,
+    /*uses=*/nullptr,
+    /*unbounded=*/true};
 
-extern const AllocatorInfo uniform_allocator_info = {
-    "uniform", "every layer gets the average budget", {}, kUniformReads, "",
-    [](const ComponentParams& c) -> std::unique_ptr<BudgetAllocator> {
-      return std::make_unique<UniformAllocator>(c.budget);
-    }};
+extern const AllocatorInfo uniform_allocator_info = {"uniform",
+                                                     "every layer gets the average budget",
+                                                     {},
+                                                     kUniformReads,
+                                                     "",
+                                                     [](const ComponentParams& c) -> std::unique_ptr<BudgetAllocator> {
+                                                       return std::make_unique<UniformAllocator>(c.budget);
+                                                     }};
 
 }  // namespace squeezekv

@@ -21,15 +21,13 @@ BudgetCoordinator::BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetA
 }
 
 void BudgetCoordinator::attach(int layer, Publish publish) {
-  require(layer >= 0 && layer < n_layers(), "layer", layer,
-          "out of range [0, " + std::to_string(n_layers()) + ")");
+  require(layer >= 0 && layer < n_layers(), "layer", layer, "out of range [0, " + std::to_string(n_layers()) + ")");
   require(scheduled(layer), "layer", layer, "is not scheduled (a sliding layer holds its window)");
   layers_[size_t(layer)] = std::move(publish);
 }
 
 void BudgetCoordinator::report(int layer, double measurement) {
-  require(layer >= 0 && layer < n_layers(), "layer", layer,
-          "out of range [0, " + std::to_string(n_layers()) + ")");
+  require(layer >= 0 && layer < n_layers(), "layer", layer, "out of range [0, " + std::to_string(n_layers()) + ")");
   require(std::isfinite(measurement), "measurement", measurement, "must be finite");
   if (!scheduled(layer) || measured_[size_t(layer)] || is_final()) return;  // the first report wins
   measured_[size_t(layer)] = measurement;

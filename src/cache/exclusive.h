@@ -26,5 +26,4 @@ class Exclusive {
   std::atomic<bool>& busy_;
 };
 
-
 }  // namespace squeezekv

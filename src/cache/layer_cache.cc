@@ -14,12 +14,17 @@
 
 namespace squeezekv {
 
-LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
-                       int budget, std::unique_ptr<TokenPolicy> policy,
-                       BudgetCoordinator* coordinator, std::atomic<bool>* shared_busy)
-    : config_(config), layer_index_(layer_index), initial_budget_(budget), budget_(budget),
-      budget_final_(coordinator == nullptr), policy_(std::move(policy)),
-      coordinator_(coordinator), busy_(shared_busy ? shared_busy : &own_busy_) {
+LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, int budget,
+                       std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator,
+                       std::atomic<bool>* shared_busy)
+    : config_(config),
+      layer_index_(layer_index),
+      initial_budget_(budget),
+      budget_(budget),
+      budget_final_(coordinator == nullptr),
+      policy_(std::move(policy)),
+      coordinator_(coordinator),
+      busy_(shared_busy ? shared_busy : &own_busy_) {
   require(n_kv_heads >= 1 && n_kv_heads <= kMaxCacheHeads, "n_kv_heads", n_kv_heads,
           "must lie in [1, " + std::to_string(kMaxCacheHeads) + "]");
   require(n_batch >= 1 && n_batch <= kMaxCacheBatch, "n_batch", n_batch,
@@ -51,10 +56,10 @@ int sliding_window(const LayerKind& kind) {
 
 }  // namespace
 
-LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
-                       LayerKind window_kind, std::atomic<bool>* shared_busy)
-    : LayerCache(config, layer_index, n_kv_heads, n_batch, sliding_window(window_kind),
-                 make_sliding_window_rows(), nullptr, shared_busy) {
+LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, LayerKind window_kind,
+                       std::atomic<bool>* shared_busy)
+    : LayerCache(config, layer_index, n_kv_heads, n_batch, sliding_window(window_kind), make_sliding_window_rows(),
+                 nullptr, shared_busy) {
   kind_ = window_kind;
 }
 
@@ -66,9 +71,9 @@ void LayerCache::check_finite(const float* data, size_t n, const char* what) con
   for (size_t i = 0; i < n; ++i) {
     if (!(std::fabs(data[i]) <= limit)) {  // also catches NaN
       const bool finite = std::isfinite(data[i]);
-      throw InvalidArgument(std::string(what) + "[" + std::to_string(i) + "] = " +
-                            std::to_string(data[i]) +
-                            (finite ? ": beyond the fp16 range (|x| <= 65504) of the " + to_string(config_.key_type()) + "/" + to_string(config_.value_type()) + " cache (layer "
+      throw InvalidArgument(std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(data[i]) +
+                            (finite ? ": beyond the fp16 range (|x| <= 65504) of the " + to_string(config_.key_type()) +
+                                          "/" + to_string(config_.value_type()) + " cache (layer "
                                     : ": keys and values must be finite (layer ") +
                             std::to_string(layer_index_) + ")");
     }
@@ -120,8 +125,8 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   const bool worth_it = int64_t(n) >= kParallelHeadValues || (kivi_storage_ && total_slots() >= kParallelHeadSlots);
   for_each_head(pool, worth_it, [&](size_t h) {
     update_.slots[h].clear();
-    rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens,
-                          rows_.tokens_seen, growth_cap, update_.slots[h]);
+    rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens, rows_.tokens_seen, growth_cap,
+                          update_.slots[h]);
   });
   rows_.tokens_seen += n_tokens;
   policy_->score_keys(rows_, update_);
@@ -133,7 +138,8 @@ void LayerCache::add_attention(int h, const float* probs, int n_queries) {
   // Messages are built only on failure: this runs per head per decode step.
   if (h < 0 || h >= n_heads()) require(false, "head", h, "out of range [0, " + std::to_string(n_heads()) + ")");
   if (n_queries < 0 || n_queries > update_.n_new) {
-    require(false, "n_queries", n_queries, "must lie in [0, " + std::to_string(update_.n_new) + "] (the update's tokens)");
+    require(false, "n_queries", n_queries,
+            "must lie in [0, " + std::to_string(update_.n_new) + "] (the update's tokens)");
   }
   // NaN or negative probabilities would poison the scores that choose what is evicted.
   const size_t n_probs = size_t(n_queries) * size_t(head(h).n_slots());
@@ -144,8 +150,8 @@ void LayerCache::add_attention(int h, const float* probs, int n_queries) {
   for (size_t i = 0; !all_ok && i < n_probs; ++i) {
     if (!(probs[i] >= 0.0f && probs[i] <= std::numeric_limits<float>::max())) {
       require(false, "probs[" + std::to_string(i) + "]", probs[i],
-              "attention probabilities must be finite and >= 0 (layer " + std::to_string(layer_index_) +
-                  ", head " + std::to_string(h) + ")");
+              "attention probabilities must be finite and >= 0 (layer " + std::to_string(layer_index_) + ", head " +
+                  std::to_string(h) + ")");
     }
   }
   policy_->score_attention(rows_, h, probs, n_queries, head(h).n_slots());
@@ -188,8 +194,7 @@ void LayerCache::update(const KVBlockView& keys, const KVBlockView& values) {
   };
   check(keys, "keys");
   check(values, "values");
-  require(values.seq == keys.seq, "values.seq", values.seq,
-          "must equal keys.seq = " + std::to_string(keys.seq));
+  require(values.seq == keys.seq, "values.seq", values.seq, "must equal keys.seq = " + std::to_string(keys.seq));
   update(keys.data, values.data, keys.seq);
 }
 
@@ -236,8 +241,8 @@ void LayerCache::settle(ThreadPool* pool) {
   prompt_pending_ = false;
   // Rows older than the span go first, so the policy fills its budget from rows within it.
   // A sliding layer holds its window whatever the rule (the model reads no row beyond it).
-  const bool age = config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded() &&
-                   !sliding();
+  const bool age =
+      config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded() && !sliding();
   const int64_t before = rows_.tokens_seen - config_.max_distance;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.

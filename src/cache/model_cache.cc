@@ -110,8 +110,8 @@ double ModelCache::compression_ratio() const {
   return kept == 0 ? 1.0 : double(full_bytes()) / double(kept);
 }
 
-std::unique_ptr<LayerCache> KVCacheFactory::create(const KVCacheConfig& config, int n_kv_heads,
-                                                   int n_batch, LayerKind kind) {
+std::unique_ptr<LayerCache> KVCacheFactory::create(const KVCacheConfig& config, int n_kv_heads, int n_batch,
+                                                   LayerKind kind) {
   config.validate();
   validate(kind, "kind.window");
   if (kind.is_sliding()) return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, kind);
@@ -119,9 +119,8 @@ std::unique_ptr<LayerCache> KVCacheFactory::create(const KVCacheConfig& config, 
   return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, budget, make_token_policy(config), nullptr);
 }
 
-std::unique_ptr<ModelCache> KVCacheBuilder::for_model(int n_layers, const KVCacheConfig& config,
-                                                      int n_kv_heads, int n_batch,
-                                                      std::vector<LayerKind> layer_kinds) {
+std::unique_ptr<ModelCache> KVCacheBuilder::for_model(int n_layers, const KVCacheConfig& config, int n_kv_heads,
+                                                      int n_batch, std::vector<LayerKind> layer_kinds) {
   return std::make_unique<ModelCache>(config, n_layers, n_kv_heads, n_batch, std::move(layer_kinds));
 }
 

@@ -19,8 +19,7 @@ squeezekv::LayerCache& squeezekv_cache::layer(int32_t l) {
 }
 
 const squeezekv::LayerCache& squeezekv_cache::layer(int32_t l) const {
-  squeezekv::require(l >= 0 && l < n_layers(), "layer", l,
-                     "out of range [0, " + std::to_string(n_layers()) + ")");
+  squeezekv::require(l >= 0 && l < n_layers(), "layer", l, "out of range [0, " + std::to_string(n_layers()) + ")");
   return model ? model->layer(l) : *single;
 }
 
@@ -33,8 +32,8 @@ void check_head(const LayerCache& layer, int32_t head) {
 }
 
 // Copies the rows of `slots` (f32 out); a free slot gives zero rows and position -1.
-int32_t copy_rows(const HeadStore& store, const std::vector<int>& slots, float* keys, float* values,
-                  int64_t* positions, int32_t capacity) {
+int32_t copy_rows(const HeadStore& store, const std::vector<int>& slots, float* keys, float* values, int64_t* positions,
+                  int32_t capacity) {
   const auto n = int32_t(slots.size());
   if (capacity < n) return -n;
   const size_t dim = size_t(store.head_dim());
@@ -58,7 +57,8 @@ int32_t copy_rows(const HeadStore& store, const std::vector<int>& slots, float* 
 
 void require_rows(const float* keys, const float* values) {
   require(keys != nullptr, "keys", "NULL", "a block of keys [n_batch, n_kv_heads, n_tokens, head_dim] is required");
-  require(values != nullptr, "values", "NULL", "a block of values [n_batch, n_kv_heads, n_tokens, head_dim] is required");
+  require(values != nullptr, "values", "NULL",
+          "a block of values [n_batch, n_kv_heads, n_tokens, head_dim] is required");
 }
 
 const KVCacheConfig& to_config(const squeezekv_cache_params* params) {
@@ -71,9 +71,7 @@ const KVCacheConfig& to_config(const squeezekv_cache_params* params) {
 
 extern "C" {
 
-squeezekv_cache_params* squeezekv_cache_params_new(void) {
-  return new (std::nothrow) squeezekv_cache_params{};
-}
+squeezekv_cache_params* squeezekv_cache_params_new(void) { return new (std::nothrow) squeezekv_cache_params{}; }
 
 squeezekv_cache_params* squeezekv_cache_params_copy(const squeezekv_cache_params* params) {
   squeezekv_cache_params* out = nullptr;
@@ -102,8 +100,7 @@ squeezekv_status squeezekv_cache_params_set_int(squeezekv_cache_params* params, 
   });
 }
 
-squeezekv_status squeezekv_cache_params_set_double(squeezekv_cache_params* params, const char* name,
-                                                   double value) {
+squeezekv_status squeezekv_cache_params_set_double(squeezekv_cache_params* params, const char* name, double value) {
   return guarded(__func__, [&] {
     squeezekv::require(name != nullptr, "name", "NULL", "a parameter name is required");
     squeezekv::KVCacheConfig c = require_handle(params, "params").config;
@@ -161,22 +158,22 @@ const char* squeezekv_method_id(int32_t i) {
   return i >= 0 && size_t(i) < methods.size() ? methods[size_t(i)].id.data() : nullptr;
 }
 
-squeezekv_cache* squeezekv_cache_init(const squeezekv_cache_params* params, int32_t n_layers,
-                                    int32_t n_kv_heads, int32_t n_batch) {
+squeezekv_cache* squeezekv_cache_init(const squeezekv_cache_params* params, int32_t n_layers, int32_t n_kv_heads,
+                                      int32_t n_batch) {
   squeezekv_cache* out = nullptr;
   guarded(__func__, [&] {
     squeezekv::require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be >= 1");
     squeezekv::require(n_batch >= 1, "n_batch", n_batch, "must be >= 1");
     auto cache = std::make_unique<squeezekv_cache>();
-    cache->model = squeezekv::KVCacheBuilder::for_model(n_layers, squeezekv::capi::to_config(params),
-                                                        n_kv_heads, n_batch);
+    cache->model =
+        squeezekv::KVCacheBuilder::for_model(n_layers, squeezekv::capi::to_config(params), n_kv_heads, n_batch);
     out = cache.release();
   });
   return out;
 }
 
 squeezekv_cache* squeezekv_cache_init_sliding(const squeezekv_cache_params* params, int32_t n_layers,
-                                             int32_t n_kv_heads, int32_t n_batch, const int32_t* sliding_windows) {
+                                              int32_t n_kv_heads, int32_t n_batch, const int32_t* sliding_windows) {
   squeezekv_cache* out = nullptr;
   guarded(__func__, [&] {
     squeezekv::require(n_layers >= 1 && n_layers <= squeezekv::kMaxCacheLayers, "n_layers", n_layers,
@@ -195,8 +192,7 @@ squeezekv_cache* squeezekv_cache_init_sliding(const squeezekv_cache_params* para
   return out;
 }
 
-squeezekv_cache* squeezekv_cache_init_layer(const squeezekv_cache_params* params, int32_t n_kv_heads,
-                                          int32_t n_batch) {
+squeezekv_cache* squeezekv_cache_init_layer(const squeezekv_cache_params* params, int32_t n_kv_heads, int32_t n_batch) {
   squeezekv_cache* out = nullptr;
   guarded(__func__, [&] {
     squeezekv::require(n_kv_heads >= 1, "n_kv_heads", n_kv_heads, "must be >= 1");
@@ -220,8 +216,8 @@ int32_t squeezekv_cache_head_dim(const squeezekv_cache* cache) {
   return guarded_count(__func__, [&] { return require_handle(cache, "cache").layer(0).config().head_dim; });
 }
 
-squeezekv_status squeezekv_cache_update(squeezekv_cache* cache, int32_t layer, const float* keys,
-                                      const float* values, int32_t n_tokens) {
+squeezekv_status squeezekv_cache_update(squeezekv_cache* cache, int32_t layer, const float* keys, const float* values,
+                                        int32_t n_tokens) {
   return guarded(__func__, [&] {
     require_handle(cache, "cache");
     squeezekv::capi::require_rows(keys, values);
@@ -230,7 +226,7 @@ squeezekv_status squeezekv_cache_update(squeezekv_cache* cache, int32_t layer, c
 }
 
 squeezekv_status squeezekv_cache_begin_update(squeezekv_cache* cache, int32_t layer, const float* keys,
-                                            const float* values, int32_t n_tokens) {
+                                              const float* values, int32_t n_tokens) {
   return guarded(__func__, [&] {
     require_handle(cache, "cache");
     squeezekv::capi::require_rows(keys, values);
@@ -244,8 +240,8 @@ bool squeezekv_cache_wants_attention(const squeezekv_cache* cache, int32_t layer
   return wants;
 }
 
-squeezekv_status squeezekv_cache_add_attention(squeezekv_cache* cache, int32_t layer, int32_t head,
-                                             const float* probs, int32_t n_queries) {
+squeezekv_status squeezekv_cache_add_attention(squeezekv_cache* cache, int32_t layer, int32_t head, const float* probs,
+                                               int32_t n_queries) {
   return guarded(__func__, [&] {
     require_handle(cache, "cache");
     squeezekv::require(probs != nullptr || n_queries == 0, "probs", "NULL", "required when n_queries > 0");
@@ -260,8 +256,8 @@ squeezekv_status squeezekv_cache_end_update(squeezekv_cache* cache, int32_t laye
   });
 }
 
-int32_t squeezekv_cache_fetch(const squeezekv_cache* cache, int32_t layer, int32_t head, float* keys,
-                             float* values, int64_t* positions, int32_t capacity) {
+int32_t squeezekv_cache_fetch(const squeezekv_cache* cache, int32_t layer, int32_t head, float* keys, float* values,
+                              int64_t* positions, int32_t capacity) {
   return guarded_count(__func__, [&] {
     const squeezekv::LayerCache& l = require_handle(cache, "cache").layer(layer);
     squeezekv::capi::check_head(l, head);
@@ -271,7 +267,7 @@ int32_t squeezekv_cache_fetch(const squeezekv_cache* cache, int32_t layer, int32
 }
 
 int32_t squeezekv_cache_read_slots(const squeezekv_cache* cache, int32_t layer, int32_t head, float* keys,
-                                  float* values, int64_t* positions, int32_t capacity) {
+                                   float* values, int64_t* positions, int32_t capacity) {
   return guarded_count(__func__, [&] {
     const squeezekv::LayerCache& l = require_handle(cache, "cache").layer(layer);
     squeezekv::capi::check_head(l, head);
@@ -315,7 +311,7 @@ void squeezekv_cache_reset(squeezekv_cache* cache) {
 }
 
 squeezekv_status squeezekv_cache_layer_stats(const squeezekv_cache* cache, int32_t layer,
-                                           squeezekv_layer_stats* stats) {
+                                             squeezekv_layer_stats* stats) {
   return guarded(__func__, [&] {
     const squeezekv::LayerCache& l = require_handle(cache, "cache").layer(layer);
     squeezekv::require(stats != nullptr, "stats", "NULL", "an output struct is required");

@@ -64,7 +64,7 @@ squeezekv_cache* squeezekv_cache_init_for_model(const squeezekv_model* model, co
 }
 
 int32_t squeezekv_tokenize(const squeezekv_model* model, const char* text, int32_t text_len, int32_t* tokens,
-                          int32_t n_max, bool add_bos) {
+                           int32_t n_max, bool add_bos) {
   return guarded_count(__func__, [&] {
     const squeezekv::Model& m = require_handle(model, "model").model;
     squeezekv::require(text != nullptr || text_len == 0, "text", "NULL", "required");
@@ -79,7 +79,7 @@ int32_t squeezekv_tokenize(const squeezekv_model* model, const char* text, int32
 }
 
 int32_t squeezekv_detokenize(const squeezekv_model* model, const int32_t* tokens, int32_t n_tokens, char* buf,
-                            int32_t buf_size) {
+                             int32_t buf_size) {
   return guarded_count(__func__, [&] {
     const squeezekv::Model& m = require_handle(model, "model").model;
     squeezekv::require(n_tokens >= 0, "n_tokens", n_tokens, "must be >= 0");
@@ -111,7 +111,7 @@ squeezekv_generate_params squeezekv_generate_default_params(void) {
 }
 
 int32_t squeezekv_generate(const squeezekv_model* model, squeezekv_cache* cache, const char* prompt,
-                          const squeezekv_generate_params* params, int32_t* tokens, int32_t n_max) {
+                           const squeezekv_generate_params* params, int32_t* tokens, int32_t n_max) {
   return guarded_count(__func__, [&] {
     const squeezekv::Model& m = require_handle(model, "model").model;
     const squeezekv_generate_params& p = require_handle(params, "params");
@@ -142,9 +142,8 @@ squeezekv_perplexity_params squeezekv_perplexity_default_params(void) {
 }
 
 squeezekv_status squeezekv_perplexity(const squeezekv_model* model, const int32_t* tokens, int32_t n_tokens,
-                                    const squeezekv_cache_params* const* configs, int32_t n_configs,
-                                    const squeezekv_perplexity_params* params,
-                                    squeezekv_perplexity_result* results) {
+                                      const squeezekv_cache_params* const* configs, int32_t n_configs,
+                                      const squeezekv_perplexity_params* params, squeezekv_perplexity_result* results) {
   return guarded(__func__, [&] {
     const squeezekv::Model& m = require_handle(model, "model").model;
     const squeezekv_perplexity_params& p = require_handle(params, "params");
@@ -167,13 +166,13 @@ squeezekv_status squeezekv_perplexity(const squeezekv_model* model, const int32_
     options.max_chunks = p.max_chunks;
     auto pool = make_pool(p.n_threads);
     squeezekv::Engine engine(m, pool.get());
-    const auto out = squeezekv::evaluate_perplexity(
-        engine, std::span<const int32_t>(tokens, size_t(n_tokens)), list, options);
+    const auto out =
+        squeezekv::evaluate_perplexity(engine, std::span<const int32_t>(tokens, size_t(n_tokens)), list, options);
     for (size_t i = 0; i < out.size() && i < size_t(n_configs); ++i) {
       const squeezekv::PerplexityResult& r = out[i];
-      results[i] = squeezekv_perplexity_result{r.chunks, r.scored, r.mean_nll, r.perplexity, r.mean_kl,
-                                               r.top1_agreement, r.mean_kept_bytes, r.peak_kept_bytes,
-                                               r.mean_full_bytes, r.peak_full_bytes, r.seconds};
+      results[i] = squeezekv_perplexity_result{
+          r.chunks,          r.scored,          r.mean_nll,        r.perplexity,      r.mean_kl, r.top1_agreement,
+          r.mean_kept_bytes, r.peak_kept_bytes, r.mean_full_bytes, r.peak_full_bytes, r.seconds};
     }
   });
 }

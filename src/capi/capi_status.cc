@@ -54,11 +54,16 @@ extern "C" {
 
 const char* squeezekv_status_string(squeezekv_status status) {
   switch (status) {
-    case SQUEEZEKV_STATUS_OK: return "ok";
-    case SQUEEZEKV_STATUS_INVALID_ARGUMENT: return "invalid argument";
-    case SQUEEZEKV_STATUS_FORMAT_ERROR: return "format error";
-    case SQUEEZEKV_STATUS_OUT_OF_MEMORY: return "out of memory";
-    case SQUEEZEKV_STATUS_INTERNAL: return "internal error";
+    case SQUEEZEKV_STATUS_OK:
+      return "ok";
+    case SQUEEZEKV_STATUS_INVALID_ARGUMENT:
+      return "invalid argument";
+    case SQUEEZEKV_STATUS_FORMAT_ERROR:
+      return "format error";
+    case SQUEEZEKV_STATUS_OUT_OF_MEMORY:
+      return "out of memory";
+    case SQUEEZEKV_STATUS_INTERNAL:
+      return "internal error";
   }
   return "unknown status";
 }

@@ -54,7 +54,8 @@ std::vector<KVCacheConfig> cache_configs(const CacheOptions& options) {
         for (const std::string& kv_type : split(options.text("kv_type"))) {
           const KVCacheConfig config =
               options.resolve({{"method", method}, {"score", score}, {"positions", positions}, {"kv_type", kv_type}});
-          const bool scored = config.score == ScoreSource::key_proxy || KVCacheFactory::create(config, 1)->wants_attention();
+          const bool scored =
+              config.score == ScoreSource::key_proxy || KVCacheFactory::create(config, 1)->wants_attention();
           if (first || scored) out.push_back(config);
         }
       }
@@ -87,8 +88,8 @@ Derived derive(const BenchRow& row, const ModelFacts& facts) {
     d.share = row.bandwidth_share.median;  // the median of the per-repetition ratios
   } else {
     // Every layer's products per token; the output projection once per prompt (its last token).
-    const double macs = double(facts.matmul_macs_per_token - facts.output_macs) +
-                        double(facts.output_macs) / std::max(1, row.n_tokens);
+    const double macs =
+        double(facts.matmul_macs_per_token - facts.output_macs) + double(facts.output_macs) / std::max(1, row.n_tokens);
     d.gflops = 2.0 * macs * tps / 1e9;
   }
   return d;
@@ -96,14 +97,15 @@ Derived derive(const BenchRow& row, const ModelFacts& facts) {
 
 void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows,
               uint64_t peak_rss) {
-  std::printf("model: %s (%s, %.1f MiB, %.3f M params; a decode step reads %.4f GB of weights)\n",
-              facts.path.c_str(), facts.weight_type.c_str(), double(facts.file_bytes) / (1u << 20),
-              double(facts.n_params) / 1e6, gb(double(facts.weight_bytes_per_token)));
+  std::printf("model: %s (%s, %.1f MiB, %.3f M params; a decode step reads %.4f GB of weights)\n", facts.path.c_str(),
+              facts.weight_type.c_str(), double(facts.file_bytes) / (1u << 20), double(facts.n_params) / 1e6,
+              gb(double(facts.weight_bytes_per_token)));
   for (const BandwidthResult& b : bandwidth) {
-    std::printf("memory bandwidth, streaming read of %zu MiB after each generation repetition, %d thread(s): "
-                "%.1f GB/s (median, min %.1f, max %.1f)\n",
-                b.bytes >> 20, b.threads, gb(b.bytes_per_second.median), gb(b.bytes_per_second.min),
-                gb(b.bytes_per_second.max));
+    std::printf(
+        "memory bandwidth, streaming read of %zu MiB after each generation repetition, %d thread(s): "
+        "%.1f GB/s (median, min %.1f, max %.1f)\n",
+        b.bytes >> 20, b.threads, gb(b.bytes_per_second.median), gb(b.bytes_per_second.min),
+        gb(b.bytes_per_second.max));
   }
   const CpuInfo cpu = cpu_info();
   std::printf("cpu: %s, %.0f MHz reported; SIMD target %s; int8 dots: %s; weights repacked at load: %.1f MiB\n",
@@ -116,7 +118,9 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
     }
   }
   std::printf("\n");
-  std::printf("| threads | cache | test | depth | t/s (median ± sd) | min | max | time vs 1st cache [min, max] | weights GB/s | %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
+  std::printf(
+      "| threads | cache | test | depth | t/s (median ± sd) | min | max | time vs 1st cache [min, max] | weights GB/s "
+      "| %% of bandwidth | GFLOP/s | rows/layer | KV MiB |\n");
   std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows) {
     const Derived d = derive(r, facts);
@@ -126,35 +130,42 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
     relative.append(" [").append(fixed(v.min, 3)).append(", ").append(fixed(v.max, 3)).append("]");
     std::printf("| %d | %s | %s | %d | %s ± %s | %s | %s | %s | %s | %s | %s | %lld | %.1f |\n", r.threads,
                 r.cache.c_str(), r.test().c_str(), r.depth, fixed(s.median, 2).c_str(), fixed(s.stddev, 2).c_str(),
-                fixed(s.min, 2).c_str(), fixed(s.max, 2).c_str(), relative.c_str(), r.generation ? fixed(d.weight_gbps, 2).c_str() : "",
-                d.share > 0 ? fixed(100 * d.share, 1).c_str() : "", r.generation ? "" : fixed(d.gflops, 1).c_str(),
-                static_cast<long long>(r.rows_per_layer), double(r.kv_kept_bytes) / (1 << 20));
+                fixed(s.min, 2).c_str(), fixed(s.max, 2).c_str(), relative.c_str(),
+                r.generation ? fixed(d.weight_gbps, 2).c_str() : "", d.share > 0 ? fixed(100 * d.share, 1).c_str() : "",
+                r.generation ? "" : fixed(d.gflops, 1).c_str(), static_cast<long long>(r.rows_per_layer),
+                double(r.kv_kept_bytes) / (1 << 20));
   }
 }
 
 void print_csv(const ModelFacts& facts, const std::vector<BenchRow>& rows) {
-  std::printf("model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
-              "min_tps,max_tps,time_vs_first_median,time_vs_first_min,time_vs_first_max,weight_gbps,bandwidth_share,gflops,"
-              "rows_per_layer,kv_kept_bytes,cpu,simd_target,kv_sliding_kept_bytes,kv_evicting_kept_bytes\n");
+  std::printf(
+      "model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
+      "min_tps,max_tps,time_vs_first_median,time_vs_first_min,time_vs_first_max,weight_gbps,bandwidth_share,gflops,"
+      "rows_per_layer,kv_kept_bytes,cpu,simd_target,kv_sliding_kept_bytes,kv_evicting_kept_bytes\n");
   const CpuInfo cpu = cpu_info();
   for (const BenchRow& r : rows) {
     const Derived d = derive(r, facts);
     const Spread& s = r.tokens_per_second;
     const Spread& v = r.time_vs_first_cache;
-    std::printf("%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu,\"%s\",%s,%zu,%zu\n",
-                facts.path.c_str(), facts.weight_type.c_str(), r.threads, r.cache.c_str(), r.config.method.c_str(),
-                r.config.budget, to_string(r.config.score).c_str(), r.test().c_str(), r.depth, r.n_tokens, s.median,
-                s.mean, s.stddev, s.min, s.max, v.median, v.min, v.max, d.weight_gbps, d.share, d.gflops, static_cast<long long>(r.rows_per_layer),
-                r.kv_kept_bytes, cpu.model.c_str(), cpu.simd_target.c_str(), r.kv_sliding_kept_bytes,
-                r.kv_evicting_kept_bytes);
+    std::printf(
+        "%s,%s,%d,%s,%s,%d,%s,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%lld,%zu,\"%s\",%s,%zu,%"
+        "zu\n",
+        facts.path.c_str(), facts.weight_type.c_str(), r.threads, r.cache.c_str(), r.config.method.c_str(),
+        r.config.budget, to_string(r.config.score).c_str(), r.test().c_str(), r.depth, r.n_tokens, s.median, s.mean,
+        s.stddev, s.min, s.max, v.median, v.min, v.max, d.weight_gbps, d.share, d.gflops,
+        static_cast<long long>(r.rows_per_layer), r.kv_kept_bytes, cpu.model.c_str(), cpu.simd_target.c_str(),
+        r.kv_sliding_kept_bytes, r.kv_evicting_kept_bytes);
   }
 }
 
-void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth, const std::vector<BenchRow>& rows,
-                uint64_t peak_rss) {
+void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& bandwidth,
+                const std::vector<BenchRow>& rows, uint64_t peak_rss) {
   nlohmann::json out;
-  out["model"] = {{"path", facts.path}, {"name", facts.name}, {"weight_type", facts.weight_type},
-                  {"file_bytes", facts.file_bytes}, {"n_params", facts.n_params},
+  out["model"] = {{"path", facts.path},
+                  {"name", facts.name},
+                  {"weight_type", facts.weight_type},
+                  {"file_bytes", facts.file_bytes},
+                  {"n_params", facts.n_params},
                   {"weight_bytes_per_token", facts.weight_bytes_per_token},
                   {"matmul_macs_per_token", facts.matmul_macs_per_token},
                   {"repacked_bytes", facts.repacked_bytes}};
@@ -163,7 +174,8 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
   out["cpu"] = {{"model", cpu.model}, {"mhz", cpu.mhz}, {"simd_target", cpu.simd_target}, {"int8_dot", cpu.int8_dot}};
   out["bandwidth"] = nlohmann::json::array();
   for (const BandwidthResult& b : bandwidth) {
-    out["bandwidth"].push_back({{"threads", b.threads}, {"bytes", b.bytes},
+    out["bandwidth"].push_back({{"threads", b.threads},
+                                {"bytes", b.bytes},
                                 {"median_bytes_per_second", b.bytes_per_second.median},
                                 {"samples", b.bytes_per_second.samples}});
   }
@@ -171,21 +183,35 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
   for (const BenchRow& r : rows) {
     const Derived d = derive(r, facts);
     const Spread& s = r.tokens_per_second;
-    out["results"].push_back({{"threads", r.threads}, {"cache", r.cache}, {"method", r.config.method},
-                              {"budget", r.config.budget}, {"score", to_string(r.config.score)},
-                              {"test", r.test()}, {"depth", r.depth}, {"n_tokens", r.n_tokens},
-                              {"median_tps", s.median}, {"mean_tps", s.mean}, {"stddev_tps", s.stddev},
-                              {"min_tps", s.min}, {"max_tps", s.max}, {"samples_tps", s.samples},
-                              {"time_vs_first_cache", {{"median", r.time_vs_first_cache.median},
-                                                       {"min", r.time_vs_first_cache.min},
-                                                       {"max", r.time_vs_first_cache.max},
-                                                       {"samples", r.time_vs_first_cache.samples}}},
-                              {"weight_gbps", d.weight_gbps}, {"bandwidth_share", d.share},
+    out["results"].push_back({{"threads", r.threads},
+                              {"cache", r.cache},
+                              {"method", r.config.method},
+                              {"budget", r.config.budget},
+                              {"score", to_string(r.config.score)},
+                              {"test", r.test()},
+                              {"depth", r.depth},
+                              {"n_tokens", r.n_tokens},
+                              {"median_tps", s.median},
+                              {"mean_tps", s.mean},
+                              {"stddev_tps", s.stddev},
+                              {"min_tps", s.min},
+                              {"max_tps", s.max},
+                              {"samples_tps", s.samples},
+                              {"time_vs_first_cache",
+                               {{"median", r.time_vs_first_cache.median},
+                                {"min", r.time_vs_first_cache.min},
+                                {"max", r.time_vs_first_cache.max},
+                                {"samples", r.time_vs_first_cache.samples}}},
+                              {"weight_gbps", d.weight_gbps},
+                              {"bandwidth_share", d.share},
                               {"bandwidth_share_samples", r.bandwidth_share.samples},
-                              {"probe_bytes_per_second_samples", r.bandwidth.samples}, {"gflops", d.gflops},
-                              {"rows_per_layer", r.rows_per_layer}, {"kv_kept_bytes", r.kv_kept_bytes},
+                              {"probe_bytes_per_second_samples", r.bandwidth.samples},
+                              {"gflops", d.gflops},
+                              {"rows_per_layer", r.rows_per_layer},
+                              {"kv_kept_bytes", r.kv_kept_bytes},
                               {"kv_sliding_kept_bytes", r.kv_sliding_kept_bytes},
-                              {"kv_evicting_kept_bytes", r.kv_evicting_kept_bytes}, {"layer_windows", r.layer_windows}});
+                              {"kv_evicting_kept_bytes", r.kv_evicting_kept_bytes},
+                              {"layer_windows", r.layer_windows}});
   }
   std::printf("%s\n", out.dump(2).c_str());
 }
@@ -225,13 +251,16 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-m,--model", args->model_path, "GGUF model file")->required();
   add_repack_flag(*cmd, args->no_repack);
   cmd->add_option("-p,--n-prompt", b.n_prompt, "prompt tokens per pp test (comma list; 0 = none)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-n,--n-gen", b.n_gen, "generated tokens per tg test (comma list; 0 = none)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-r,--repetitions", b.repetitions, "repetitions of each test")->capture_default_str();
   cmd->add_option("-t,--threads", b.threads, "thread counts (comma list)")->delimiter(',')->capture_default_str();
   cmd->add_option("-d,--depth", b.depths, "context depths filled (untimed) before the tests (comma list)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-b,--batch-size", b.n_batch, "prompt tokens per forward call")->capture_default_str();
   cmd->add_option("-o,--output", args->output, "output format: md, csv or json")->capture_default_str();
   cmd->add_option("--bandwidth-mib", args->bandwidth_mib,
@@ -241,11 +270,12 @@ void register_bench(CLI::App& app) {
   add_cache_options(*cmd, args->cache);
   // The engine feeds real attention back, so bench scores rows as generate does (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
-  cmd->footer("--method, --score, --positions and --kv-type take comma lists (--method window,squeeze,full,\n"
-              "--kv-type f16,q8_0): every combination is one row, measured side by side (repetitions outer,\n"
-              "configurations inner; generation token by token).\n"
-              "'time vs 1st cache' is each row's time over the first configuration's at the same depth,\n"
-              "paired within every repetition: the figure to quote when comparing caches.");
+  cmd->footer(
+      "--method, --score, --positions and --kv-type take comma lists (--method window,squeeze,full,\n"
+      "--kv-type f16,q8_0): every combination is one row, measured side by side (repetitions outer,\n"
+      "configurations inner; generation token by token).\n"
+      "'time vs 1st cache' is each row's time over the first configuration's at the same depth,\n"
+      "paired within every repetition: the figure to quote when comparing caches.");
   cmd->callback([args] { run(*args); });
 }
 

@@ -70,7 +70,8 @@ void run(const BudgetsArgs& a) {
     require(a.avg > a.n_sink, "--avg", a.avg, "must exceed --sinks = " + std::to_string(a.n_sink));
   }
   if (info.validate) info.validate(component_params(config, info.params));
-  const std::vector<int> budgets = make_allocator(config)->allocate(layers, measures ? a.measurements : std::vector<double>{}, a.max_rows);
+  const std::vector<int> budgets =
+      make_allocator(config)->allocate(layers, measures ? a.measurements : std::vector<double>{}, a.max_rows);
   const long long total = std::accumulate(budgets.begin(), budgets.end(), 0LL);
   if (a.json) {
     nlohmann::json out = {{"allocator", info.id}, {"avg", a.avg}, {"n_sink", a.n_sink}};
@@ -105,11 +106,13 @@ void register_budgets(CLI::App& app) {
   cmd->add_option("--avg", args->avg, "average budget per layer")->capture_default_str();
   cmd->add_option("--sinks", args->n_sink, "attention sinks (floor is sinks + 1)")->capture_default_str();
   cmd->add_option("--layers", args->layers, "number of layers (measuring allocators: the measurements' count)");
-  cmd->add_option("--max-rows", args->max_rows, "longest sequence the cache will see (0 = unknown)")->capture_default_str();
+  cmd->add_option("--max-rows", args->max_rows, "longest sequence the cache will see (0 = unknown)")
+      ->capture_default_str();
   for (const AllocatorInfo* a : all_allocators()) {
     for (const ParamSpec& spec : a->params) {
       const std::string name(spec.name);
-      args->options[name] = cmd->add_option(spec.cli_flag(), args->params[name], std::string(spec.help) + " [allocator " + std::string(a->id) + "]")
+      args->options[name] = cmd->add_option(spec.cli_flag(), args->params[name],
+                                            std::string(spec.help) + " [allocator " + std::string(a->id) + "]")
                                 ->default_str(std::string(spec.default_value));
     }
   }

@@ -26,19 +26,26 @@ std::string id_list(std::string_view name) {
     if (!out.empty()) out += ", ";
     out += id;
   };
-  if (name == "method") for (const MethodInfo& m : all_methods()) add(m.id);
-  if (name == "policy") for (const PolicyInfo* p : all_policies()) add(p->id);
-  if (name == "allocator") for (const AllocatorInfo* a : all_allocators()) add(a->id);
+  if (name == "method")
+    for (const MethodInfo& m : all_methods()) add(m.id);
+  if (name == "policy")
+    for (const PolicyInfo* p : all_policies()) add(p->id);
+  if (name == "allocator")
+    for (const AllocatorInfo* a : all_allocators()) add(a->id);
   return out;
 }
 
 // What --help shows in place of CLI11's TEXT: the kind, or a choice's values.
 std::string type_name(const ParamSpec& spec) {
   switch (spec.kind) {
-    case ParamKind::integer: return "INT";
-    case ParamKind::real: return "FLOAT";
-    case ParamKind::text: return "ID";
-    case ParamKind::choice: break;
+    case ParamKind::integer:
+      return "INT";
+    case ParamKind::real:
+      return "FLOAT";
+    case ParamKind::text:
+      return "ID";
+    case ParamKind::choice:
+      break;
   }
   std::string out;
   for (std::string_view c : spec.choices) {
@@ -102,7 +109,7 @@ void require_effective(const CacheOptions& o, const KVCacheConfig& config) {
     if (name == "max_distance" && (keeps_every_row(config) || config.positions != PositionRule::span)) {
       throw InvalidArgument(given + ": has no effect with " +
                             (keeps_every_row(config) ? "--method " + config.method + " (a full cache evicts nothing)"
-                                              : "--positions " + to_string(config.positions) + " (span only)"));
+                                                     : "--positions " + to_string(config.positions) + " (span only)"));
     }
     const std::vector<std::string> owners = param_owners(name);
     if (owners.empty() || owners.front() == "cache") continue;  // a field every cache reads

@@ -83,26 +83,38 @@ void run(GenerateArgs& a) {
   const double repeats = a.stats || a.json ? repeated_ngram_share(r.tokens, 4) : 0.0;
   const std::vector<int> windows = sliding_windows_of(cache->layer_kinds());
   if (a.json) {
-    nlohmann::json out = {{"prompt", valid_utf8(a.prompt)}, {"text", valid_utf8(model.tokenizer().decode(r.tokens))},
-                          {"prompt_tokens", r.prompt_tokens.size()}, {"generated_tokens", r.n_generated},
-                          {"tokens", r.tokens}, {"prompt_tokens_per_second", r.prompt_tokens_per_second()},
+    nlohmann::json out = {{"prompt", valid_utf8(a.prompt)},
+                          {"text", valid_utf8(model.tokenizer().decode(r.tokens))},
+                          {"prompt_tokens", r.prompt_tokens.size()},
+                          {"generated_tokens", r.n_generated},
+                          {"tokens", r.tokens},
+                          {"prompt_tokens_per_second", r.prompt_tokens_per_second()},
                           {"decode_tokens_per_second", r.decode_tokens_per_second()},
-                          {"method", config.method}, {"layer_budgets", cache->budgets()}, {"layer_kept", kept},
-                          {"kv_kept_bytes", cache->kept_bytes()}, {"kv_full_bytes", cache->full_bytes()},
-                          {"repeated_4gram_share", repeats}, {"stopped_at_eos", r.stopped_at_eos},
-                          {"layer_windows", windows}, {"kv_sliding_kept_bytes", cache->sliding_kept_bytes()},
+                          {"method", config.method},
+                          {"layer_budgets", cache->budgets()},
+                          {"layer_kept", kept},
+                          {"kv_kept_bytes", cache->kept_bytes()},
+                          {"kv_full_bytes", cache->full_bytes()},
+                          {"repeated_4gram_share", repeats},
+                          {"stopped_at_eos", r.stopped_at_eos},
+                          {"layer_windows", windows},
+                          {"kv_sliding_kept_bytes", cache->sliding_kept_bytes()},
                           {"kv_evicting_kept_bytes", cache->evicting_kept_bytes()}};
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
   std::printf("\n");
   std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s; generated: %zu tokens, %.1f tokens/s\n",
-               r.prompt_tokens.size(), r.prompt_tokens_per_second(), size_t(r.n_generated), r.decode_tokens_per_second());
-  std::fprintf(stderr, "cache: %s, layer budgets %s\n       kept rows %s\n       KV resident %.1f KiB, a full cache %.1f KiB (%.2fx)\n",
-               cache_label(config).c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
-               double(cache->kept_bytes()) / 1024.0, double(cache->full_bytes()) / 1024.0, cache->compression_ratio());
-  for (const std::string& line : {sliding_note(windows), sliding_bytes_note(windows, double(cache->sliding_kept_bytes()),
-                                                                          double(cache->evicting_kept_bytes()))}) {
+               r.prompt_tokens.size(), r.prompt_tokens_per_second(), size_t(r.n_generated),
+               r.decode_tokens_per_second());
+  std::fprintf(
+      stderr,
+      "cache: %s, layer budgets %s\n       kept rows %s\n       KV resident %.1f KiB, a full cache %.1f KiB (%.2fx)\n",
+      cache_label(config).c_str(), join(cache->budgets()).c_str(), join(kept).c_str(),
+      double(cache->kept_bytes()) / 1024.0, double(cache->full_bytes()) / 1024.0, cache->compression_ratio());
+  for (const std::string& line :
+       {sliding_note(windows),
+        sliding_bytes_note(windows, double(cache->sliding_kept_bytes()), double(cache->evicting_kept_bytes()))}) {
     if (!line.empty()) std::fprintf(stderr, "       %s\n", line.c_str());
   }
   const std::string note = span_note(config, model.config().context_length);
@@ -126,19 +138,26 @@ void register_generate(CLI::App& app) {
   auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
   cmd->add_option("-f,--file", args->prompt_file, "read the prompt from this file (instead of -p)")->excludes(prompt);
   cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")
-      ->capture_default_str()->check(CLI::Range(0, std::numeric_limits<int>::max()));
-  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "context size of a full cache (0 = the model's); an evicting cache takes any length")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+      ->capture_default_str()
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx,
+                  "context size of a full cache (0 = the model's); an evicting cache takes any length")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--temp", args->gen.sampler.temperature, "temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", args->gen.sampler.top_k, "top-k sampling (0 = off)")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--top-p", args->gen.sampler.top_p, "top-p sampling (1 = off)")->capture_default_str();
-  cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed, 0 to 2^64 - 1 (no random seed: -1 is refused)")->capture_default_str();
-  cmd->add_flag("--stats", args->stats, "also report the share of repeated 4-grams (keeps the output's "
+  cmd->add_option("--seed", args->gen.sampler.seed, "sampling seed, 0 to 2^64 - 1 (no random seed: -1 is refused)")
+      ->capture_default_str();
+  cmd->add_flag("--stats", args->stats,
+                "also report the share of repeated 4-grams (keeps the output's "
                 "tokens; without it a stream runs in constant memory)");
   cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "keep generating past the end-of-sequence token");
   cmd->add_flag("--json", args->json, "print one JSON object instead of streaming text");
-  cmd->add_flag("--chat", args->chat, "send the prompt as one user message through the model's chat template "
+  cmd->add_flag("--chat", args->chat,
+                "send the prompt as one user message through the model's chat template "
                 "(tokenizer.chat_template: ChatML, Llama 3) and print only the reply, which ends with the turn");
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};

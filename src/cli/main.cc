@@ -49,8 +49,7 @@ int main(int argc, char** argv) {
     // One line in the house form (CLI11's own adds a second), then where the options are listed.
     const std::vector<CLI::App*> parsed = app.get_subcommands();
     const std::string command = parsed.empty() ? "" : " " + parsed.front()->get_name();
-    std::fprintf(stderr, "squeezekv: error: %s\n(`squeezekv%s --help` lists the options)\n", e.what(),
-                 command.c_str());
+    std::fprintf(stderr, "squeezekv: error: %s\n(`squeezekv%s --help` lists the options)\n", e.what(), command.c_str());
     return squeezekv::cli::kExitBadInput;
   } catch (const squeezekv::Error& e) {
     std::fprintf(stderr, "squeezekv: error: %s\n", e.what());

@@ -25,8 +25,11 @@ std::string defaults_text(const MethodInfo& m) {
 
 nlohmann::json param_json(const ParamSpec& spec) {
   static const char* kinds[] = {"integer", "real", "choice", "text"};
-  nlohmann::json j = {{"name", spec.name}, {"type", kinds[int(spec.kind)]}, {"default", spec.default_value},
-                      {"help", spec.help}, {"flag", spec.on_command_line ? spec.cli_flag() : std::string()},
+  nlohmann::json j = {{"name", spec.name},
+                      {"type", kinds[int(spec.kind)]},
+                      {"default", spec.default_value},
+                      {"help", spec.help},
+                      {"flag", spec.on_command_line ? spec.cli_flag() : std::string()},
                       {"owners", param_owners(spec.name)}};
   if (spec.kind != ParamKind::text) j["rule"] = spec.range_text();
   return j;
@@ -45,8 +48,13 @@ void print_json() {
   for (const MethodInfo& m : all_methods()) {
     nlohmann::json defaults = nlohmann::json::object();
     for (const ParamSpec* spec : method_params(m)) defaults[std::string(spec->name)] = method_default(m, *spec);
-    methods.push_back({{"id", m.id}, {"policy", m.policy}, {"allocator", m.allocator}, {"summary", m.summary},
-                       {"parameters", defaults_text(m)}, {"defaults", defaults}, {"when_to_use", m.when_to_use}});
+    methods.push_back({{"id", m.id},
+                       {"policy", m.policy},
+                       {"allocator", m.allocator},
+                       {"summary", m.summary},
+                       {"parameters", defaults_text(m)},
+                       {"defaults", defaults},
+                       {"when_to_use", m.when_to_use}});
   }
   for (const PolicyInfo* p : all_policies()) {
     nlohmann::json j = component_json(*p);
@@ -61,19 +69,24 @@ void print_json() {
   for (const ParamSpec* spec : all_params()) params.push_back(param_json(*spec));
   nlohmann::json formats = nlohmann::json::array();
   for (const KVFormat& f : kKVFormats) {
-    formats.push_back({{"id", f.name}, {"summary", f.summary},
+    formats.push_back({{"id", f.name},
+                       {"summary", f.summary},
                        {"bits_per_value", kv_bits_per_value(f.type, 128)},
                        {"bits_per_value_head_dim_8", kv_bits_per_value(f.type, 8)}});
   }
-  const nlohmann::json doc = {{"methods", methods}, {"policies", policies}, {"allocators", allocators},
-                              {"parameters", params}, {"kv_types", formats}};
+  const nlohmann::json doc = {{"methods", methods},
+                              {"policies", policies},
+                              {"allocators", allocators},
+                              {"parameters", params},
+                              {"kv_types", formats}};
   std::printf("%s\n", doc.dump(2).c_str());
 }
 
 void print_text() {
   for (const MethodInfo& m : all_methods()) {
     std::printf("%-10s %s\n", std::string(m.id).c_str(), std::string(m.summary).c_str());
-    std::printf("           policy %s, allocator %s\n", std::string(m.policy).c_str(), std::string(m.allocator).c_str());
+    std::printf("           policy %s, allocator %s\n", std::string(m.policy).c_str(),
+                std::string(m.allocator).c_str());
     std::printf("           parameters: %s\n", defaults_text(m).c_str());
     std::printf("           when to use: %s\n\n", std::string(m.when_to_use).c_str());
   }
@@ -89,8 +102,8 @@ void print_text() {
   }
   std::printf("\nK/V storage formats (--kv-type, or --k-type / --v-type apart), bits per value:\n");
   for (const KVFormat& f : kKVFormats) {
-    std::printf("  %-6s %5.2g bits (%4.2g at head_dim 8)  %s\n", std::string(f.name).c_str(), kv_bits_per_value(f.type, 128),
-                kv_bits_per_value(f.type, 8), std::string(f.summary).c_str());
+    std::printf("  %-6s %5.2g bits (%4.2g at head_dim 8)  %s\n", std::string(f.name).c_str(),
+                kv_bits_per_value(f.type, 128), kv_bits_per_value(f.type, 8), std::string(f.summary).c_str());
   }
   std::printf("  Block formats quantize each row of one head in blocks of 32 values (head_dim < 32: one block).\n");
   std::printf("  KIVI keeps the newest --kivi-residual rows in fp16 besides (figures at --kivi-group 32).\n");

@@ -20,11 +20,14 @@ void add_repack_flag(CLI::App& app, bool& no_repack) {
 
 void add_model_options(CLI::App& app, ModelOptions& o, bool with_batch) {
   app.add_option("-m,--model", o.model_path, "GGUF model file")->required();
-  app.add_option("-t,--threads", o.threads, "threads (0 = every core)")->capture_default_str()->check(CLI::Range(0, 4096));
+  app.add_option("-t,--threads", o.threads, "threads (0 = every core)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   add_repack_flag(app, o.no_repack);
   if (with_batch) {
     app.add_option("-b,--batch-size", o.n_batch, "prompt tokens per prefill update")
-        ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
   }
 }
 
@@ -40,7 +43,9 @@ void add_text_eval_options(CLI::App& app, ModelOptions& model, TextEvalOptions& 
   model.n_ctx = 512;
   app.add_option("-f,--file", text.text_path, "text file")->required();
   app.add_option("-c,--ctx-size", model.n_ctx, "tokens per chunk")->capture_default_str();
-  app.add_option("--chunks", text.chunks, "chunks to score (0 = all)")->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_option("--chunks", text.chunks, "chunks to score (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
 }
 
 }  // namespace squeezekv::cli

@@ -15,7 +15,7 @@ struct ModelOptions {
   std::string model_path;
   int threads = 0;  // 0 = every core
   int n_batch = 512;
-  int n_ctx = 0;    // 0 = the command's default
+  int n_ctx = 0;  // 0 = the command's default
   bool no_repack = false;
 
   std::unique_ptr<ThreadPool> make_pool() const;

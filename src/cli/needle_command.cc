@@ -51,8 +51,12 @@ struct NeedleArgs {
 
 // What must agree between a run and the rows of the file it resumes.
 nlohmann::json run_identity(const NeedleArgs& a, const std::string& model_name) {
-  return {{"task", a.task}, {"model", model_name}, {"seed", a.seed}, {"samples", a.samples},
-          {"question_in_prompt", a.question_in_prompt}, {"n_batch", a.model.n_batch},
+  return {{"task", a.task},
+          {"model", model_name},
+          {"seed", a.seed},
+          {"samples", a.samples},
+          {"question_in_prompt", a.question_in_prompt},
+          {"n_batch", a.model.n_batch},
           {"haystack", a.task == "passkey" ? "" : std::filesystem::path(a.haystack).filename().string()}};
 }
 
@@ -86,9 +90,10 @@ std::vector<nlohmann::json> read_done(const std::string& path, const nlohmann::j
     }
     for (const auto& [name, value] : identity.items()) {
       if (row.value(name, nlohmann::json()) != value) {
-        throw InvalidArgument(invalid_value("--json", path, "holds a cell of another run (" + name + " " +
-                                                               row.value(name, nlohmann::json()).dump() + ", this run " +
-                                                               value.dump() + "); --resume needs the same run"));
+        throw InvalidArgument(invalid_value("--json", path,
+                                            "holds a cell of another run (" + name + " " +
+                                                row.value(name, nlohmann::json()).dump() + ", this run " +
+                                                value.dump() + "); --resume needs the same run"));
       }
     }
     rows.push_back(std::move(row));
@@ -103,9 +108,10 @@ std::vector<nlohmann::json> read_done(const std::string& path, const nlohmann::j
 }
 
 void write_csv(OutputFile& out, const std::vector<nlohmann::json>& rows) {
-  const std::vector<std::string> columns = {"task", "method", "variant", "budget", "kv_type", "length", "depth",
-                                            "samples", "accuracy", "full_accuracy", "kv_bytes", "full_kv_bytes",
-                                            "kv_rows", "full_rows", "question_in_prompt", "seconds"};
+  const std::vector<std::string> columns = {"task",     "method",        "variant", "budget",    "kv_type",
+                                            "length",   "depth",         "samples", "accuracy",  "full_accuracy",
+                                            "kv_bytes", "full_kv_bytes", "kv_rows", "full_rows", "question_in_prompt",
+                                            "seconds"};
   std::string text;
   for (size_t i = 0; i < columns.size(); ++i) text += (i ? "," : "") + columns[i];
   text += "\n";
@@ -129,8 +135,8 @@ void print_table(const std::vector<nlohmann::json>& rows) {
               "accuracy", "full acc", "KV KiB", "full KiB");
   for (const auto& r : rows) {
     const auto& full = r["full_accuracy"];
-    const std::string full_text = full.is_number() ? std::to_string(int(std::lround(100.0 * full.get<double>()))) + "%"
-                                                   : std::string("-");
+    const std::string full_text =
+        full.is_number() ? std::to_string(int(std::lround(100.0 * full.get<double>()))) + "%" : std::string("-");
     std::printf("%-*s %6s %6lld %6.2f %7d %7.0f%% %8s %9.1f %10.1f\n", width, r["variant"].get<std::string>().c_str(),
                 r["budget"].get<int64_t>() == 0 ? "-" : std::to_string(r["budget"].get<int64_t>()).c_str(),
                 static_cast<long long>(r["length"].get<int64_t>()), r["depth"].get<double>(), r["samples"].get<int>(),
@@ -213,7 +219,8 @@ void run(NeedleArgs& a) {
       }
     }
   }
-  std::fprintf(stderr, "needle %s: %zu configurations x %zu lengths x %zu depths, %d samples each; %lld samples to run%s\n",
+  std::fprintf(stderr,
+               "needle %s: %zu configurations x %zu lengths x %zu depths, %d samples each; %lld samples to run%s\n",
                a.task.c_str(), configs.size(), a.lengths.size(), a.depths.size(), a.samples,
                static_cast<long long>(total), done.empty() ? "" : " (the rest resumed)");
   auto pool = a.model.make_pool();
@@ -237,8 +244,8 @@ void run(NeedleArgs& a) {
         }
         if (samples.empty()) {
           for (int i = 0; i < a.samples; ++i) {
-            samples.push_back(make_needle_sample(model.tokenizer(),
-                                                 {task, length, depth, needle_sample_seed(a.seed, i)}, haystack));
+            samples.push_back(
+                make_needle_sample(model.tokenizer(), {task, length, depth, needle_sample_seed(a.seed, i)}, haystack));
           }
         }
         const NeedleCell cell = run_needle_cell(engine, c, samples, task, options, [&] {
@@ -253,10 +260,20 @@ void run(NeedleArgs& a) {
         }
         nlohmann::json row = identity;
         const std::string kv_type = to_string(c.kv_type);
-        row.update({{"method", c.method}, {"variant", variant}, {"budget", budget}, {"kv_type", kv_type},
-                    {"length", length}, {"depth", depth}, {"accuracy", cell.accuracy}, {"correct", correct},
-                    {"answers", answers}, {"outputs", outputs}, {"kv_bytes", cell.kv_bytes},
-                    {"full_kv_bytes", cell.full_kv_bytes}, {"kv_rows", cell.kv_rows}, {"full_rows", length},
+        row.update({{"method", c.method},
+                    {"variant", variant},
+                    {"budget", budget},
+                    {"kv_type", kv_type},
+                    {"length", length},
+                    {"depth", depth},
+                    {"accuracy", cell.accuracy},
+                    {"correct", correct},
+                    {"answers", answers},
+                    {"outputs", outputs},
+                    {"kv_bytes", cell.kv_bytes},
+                    {"full_kv_bytes", cell.full_kv_bytes},
+                    {"kv_rows", cell.kv_rows},
+                    {"full_rows", length},
                     {"seconds", cell.seconds}});
         done[key] = row;
         rows.push_back(row);
@@ -287,34 +304,52 @@ void run(NeedleArgs& a) {
 
 void register_needle(CLI::App& app) {
   auto args = std::make_shared<NeedleArgs>();
-  auto* cmd = app.add_subcommand("needle", "needle in a haystack (RULER-style retrieval): accuracy of every method "
-                                           "against its K/V memory over prompt lengths and needle depths");
+  auto* cmd = app.add_subcommand("needle",
+                                 "needle in a haystack (RULER-style retrieval): accuracy of every method "
+                                 "against its K/V memory over prompt lengths and needle depths");
   add_model_options(*cmd, args->model);
-  cmd->add_option("--task", args->task, "passkey (a 5-digit key in filler sentences), single (a key's 7-digit "
+  cmd->add_option("--task", args->task,
+                  "passkey (a 5-digit key in filler sentences), single (a key's 7-digit "
                   "magic number in real text), multikey (the asked key among 3 others), multivalue (4 numbers "
-                  "for one key, all to recall)")->capture_default_str();
-  cmd->add_option("--lengths", args->lengths, "prompt lengths in the model's tokens, BOS and question included "
-                  "(at most the model's context length)")->delimiter(',')->capture_default_str();
-  cmd->add_option("--depths", args->depths, "where the asked needle starts, 0 (after the intro) to 1 (just "
-                  "before the question), in tokens")->delimiter(',')->capture_default_str();
+                  "for one key, all to recall)")
+      ->capture_default_str();
+  cmd->add_option("--lengths", args->lengths,
+                  "prompt lengths in the model's tokens, BOS and question included "
+                  "(at most the model's context length)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--depths", args->depths,
+                  "where the asked needle starts, 0 (after the intro) to 1 (just "
+                  "before the question), in tokens")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--samples", args->samples, "samples per cell (different keys, values and haystack places)")
-      ->capture_default_str()->check(CLI::Range(1, 10000));  // every sample of a cell is held at once
-  cmd->add_option("--seed", args->seed, "seed of the samples (sample i has the same needle at every length and "
-                  "depth)")->capture_default_str();
-  args->haystack_option = cmd->add_option("--haystack", args->haystack, "real text the needles hide in (tasks "
-                                          "single, multikey, multivalue)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));  // every sample of a cell is held at once
+  cmd->add_option("--seed", args->seed,
+                  "seed of the samples (sample i has the same needle at every length and "
+                  "depth)")
+      ->capture_default_str();
+  args->haystack_option = cmd->add_option("--haystack", args->haystack,
+                                          "real text the needles hide in (tasks "
+                                          "single, multikey, multivalue)")
+                              ->capture_default_str();
   cmd->add_flag("--question-in-prompt", args->question_in_prompt,
                 "query-aware: the question is part of the one prefilled prompt, so that snapkv's observation "
                 "window sees it (default: query-agnostic, the cache chooses its rows before the question "
                 "arrives as a chunk of its own)");
-  cmd->add_option("-n,--n-predict", args->n_predict, "tokens decoded for the answer (0 = the task's: passkey 12, "
-                  "single and multikey 16, multivalue 64)")->capture_default_str()->check(CLI::Range(0, 4096));
+  cmd->add_option("-n,--n-predict", args->n_predict,
+                  "tokens decoded for the answer (0 = the task's: passkey 12, "
+                  "single and multikey 16, multivalue 64)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   SweepSpec& s = args->spec;
   s.methods = {"full", "squeeze", "h2o", "snapkv", "window"};
   s.budgets = {128, 256};
   cmd->add_option("--methods", s.methods, "method ids (`squeezekv methods`)")->delimiter(',')->capture_default_str();
   cmd->add_option("--budgets", s.budgets, "average budgets (rows per layer and KV head)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   add_sweep_axis_options(*cmd, args->axes);
   cmd->add_option("--json", args->json_path, "write one JSON object per cell, a line each, as each cell ends");
   cmd->add_flag("--resume", args->resume, "skip the cells already in the --json file (same run) and append the rest");

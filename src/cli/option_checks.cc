@@ -41,7 +41,8 @@ CLI::Validator uint_range(uint64_t hi) { return range_validator(0, hi); }
 void check_unsigned_options(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) {
     for (CLI::Option* option : sub->get_options()) {
-      if (option->get_type_name().rfind("UINT", 0) == 0) option->check(uint_range(std::numeric_limits<uint64_t>::max()));
+      if (option->get_type_name().rfind("UINT", 0) == 0)
+        option->check(uint_range(std::numeric_limits<uint64_t>::max()));
     }
   }
 }
@@ -67,8 +68,8 @@ void require_list_items(const CLI::App& app, int argc, char** argv) {
         if (arg == "-" + name && i + 1 < argc) value = argv[i + 1], found = true;
       }
       if (!found) continue;
-      const bool empty_item = value.empty() || value.front() == ',' || value.back() == ',' ||
-                              value.find(",,") != std::string::npos;
+      const bool empty_item =
+          value.empty() || value.front() == ',' || value.back() == ',' || value.find(",,") != std::string::npos;
       require(!empty_item, option->get_name(), "'" + value + "'", "a list item is empty");
     }
   }

@@ -25,16 +25,26 @@ struct PerplexityArgs {
 };
 
 nlohmann::json to_json(const PerplexityResult& r) {
-  return {{"method", r.config.method}, {"budget", r.config.budget}, {"positions", to_string(r.config.positions)},
+  return {{"method", r.config.method},
+          {"budget", r.config.budget},
+          {"positions", to_string(r.config.positions)},
           {"chunks", r.chunks},
-          {"scored", r.scored}, {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll},
-          {"mean_kl", r.mean_kl}, {"top1_agreement", r.top1_agreement},
-          {"mean_kept_bytes", r.mean_kept_bytes}, {"peak_kept_bytes", r.peak_kept_bytes},
-          {"mean_full_bytes", r.mean_full_bytes}, {"peak_full_bytes", r.peak_full_bytes},
-          {"layer_budgets", r.layer_budgets}, {"layer_mean_kept", r.layer_mean_kept},
-          {"layer_importance", r.layer_importance}, {"seconds", r.seconds},
+          {"scored", r.scored},
+          {"perplexity", r.perplexity},
+          {"mean_nll", r.mean_nll},
+          {"mean_kl", r.mean_kl},
+          {"top1_agreement", r.top1_agreement},
+          {"mean_kept_bytes", r.mean_kept_bytes},
+          {"peak_kept_bytes", r.peak_kept_bytes},
+          {"mean_full_bytes", r.mean_full_bytes},
+          {"peak_full_bytes", r.peak_full_bytes},
+          {"layer_budgets", r.layer_budgets},
+          {"layer_mean_kept", r.layer_mean_kept},
+          {"layer_importance", r.layer_importance},
+          {"seconds", r.seconds},
           {"layer_windows", r.layer_windows},
-          {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes}, {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes},
+          {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
+          {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes},
           {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes},
           {"peak_evicting_kept_bytes", r.peak_evicting_kept_bytes}};
 }
@@ -89,8 +99,8 @@ void run(PerplexityArgs& a) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  std::printf("%zu tokens, n_ctx %d, %d chunks, %lld scored tokens\n", tokens.size(), options.n_ctx,
-              r.chunks, static_cast<long long>(r.scored));
+  std::printf("%zu tokens, n_ctx %d, %d chunks, %lld scored tokens\n", tokens.size(), options.n_ctx, r.chunks,
+              static_cast<long long>(r.scored));
   std::printf("method %s: PPL = %.4f, mean NLL = %.6f\n", cache_label(config).c_str(), r.perplexity, r.mean_nll);
   if (const std::string note = span_note(config, engine.model().config().context_length); !note.empty()) {
     std::printf("%s\n", note.c_str());
@@ -100,8 +110,9 @@ void run(PerplexityArgs& a) {
   std::printf("KV resident: mean %.1f KiB, peak %.1f KiB; a full cache: mean %.1f KiB, peak %.1f KiB\n",
               r.mean_kept_bytes / 1024.0, r.peak_kept_bytes / 1024.0, r.mean_full_bytes / 1024.0,
               r.peak_full_bytes / 1024.0);
-  for (const std::string& line : {sliding_note(r.layer_windows),
-                                  sliding_bytes_note(r.layer_windows, r.mean_sliding_kept_bytes, r.mean_evicting_kept_bytes)}) {
+  for (const std::string& line :
+       {sliding_note(r.layer_windows),
+        sliding_bytes_note(r.layer_windows, r.mean_sliding_kept_bytes, r.mean_evicting_kept_bytes)}) {
     if (!line.empty()) std::printf("%s%s\n", line.c_str(), line.starts_with("KV") ? " (mean)" : "");
   }
 }

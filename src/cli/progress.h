@@ -26,8 +26,8 @@ class Progress {
     const double eta = done > 0 ? elapsed / done * (total - done) : 0.0;
     const int width = 30, filled = int(double(width) * done / total);
     std::fprintf(stderr, "\r%s [%s%s] %d/%d, %.0f s elapsed, ETA %.0f s ", what_.c_str(),
-                 std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
-                 done, total, elapsed, eta);
+                 std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done,
+                 total, elapsed, eta);
     std::fflush(stderr);
   }
 

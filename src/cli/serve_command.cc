@@ -78,10 +78,10 @@ void run(ServeArgs& a) {
   serve::Scheduler scheduler(model, pool.get(), sched);
   serve::HttpServer server(model, scheduler, http);
   server.bind();
-  std::fprintf(stderr,
-               "squeezekv serve: listening on http://%s:%d (model %s, cache %s budget %d, chat %s, KV limit %.1f MiB)\n",
-               http.host.c_str(), server.port(), limits.model_id.c_str(), cache_label(config).c_str(), config.budget,
-               std::string(chat_format_name(limits.chat.format)).c_str(), a.kv_limit_mib);
+  std::fprintf(
+      stderr, "squeezekv serve: listening on http://%s:%d (model %s, cache %s budget %d, chat %s, KV limit %.1f MiB)\n",
+      http.host.c_str(), server.port(), limits.model_id.c_str(), cache_label(config).c_str(), config.budget,
+      std::string(chat_format_name(limits.chat.format)).c_str(), a.kv_limit_mib);
   std::fflush(stderr);
   std::thread waiter([&] {
     int sig = 0;
@@ -102,27 +102,36 @@ void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "an OpenAI-compatible HTTP server with bounded K/V memory");
   add_model_options(*cmd, args->model);
   args->model.n_batch = 64;  // prompt chunks interleave with other sessions' decoding
-  cmd->add_option("-c,--ctx-size", args->model.n_ctx,
-                  "longest prompt, and a full cache's context (0 = the model's)")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("-c,--ctx-size", args->model.n_ctx, "longest prompt, and a full cache's context (0 = the model's)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--host", args->http.host, "address to listen on")->capture_default_str();
-  cmd->add_option("--port", args->http.port, "port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--kv-limit-mib", args->kv_limit_mib, "K/V memory of all sessions and kept caches together, in MiB")->capture_default_str();
+  cmd->add_option("--port", args->http.port, "port (0 = any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--kv-limit-mib", args->kv_limit_mib, "K/V memory of all sessions and kept caches together, in MiB")
+      ->capture_default_str();
   cmd->add_option("--queue", args->queue, "requests waiting for memory at most; beyond, 503")
-      ->capture_default_str()->check(uint_range(1 << 20));
+      ->capture_default_str()
+      ->check(uint_range(1 << 20));
   cmd->add_option("--max-sessions", args->max_sessions, "sessions decoding together at most")
-      ->capture_default_str()->check(CLI::Range(1, 4096));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--kept-caches", args->kept_caches,
                   "finished conversations' caches kept resident, so that a request continuing one prefills only "
                   "its new tokens (within --kv-limit-mib, least recently used dropped first; 0 = off)")
-      ->capture_default_str()->check(CLI::Range(0, 4096));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("--max-tokens", args->max_tokens, "largest max_tokens a request may ask")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 30));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--max-body", args->http.max_body_bytes, "largest request body in bytes (413 beyond)")
-      ->capture_default_str()->check(int_range(1, 1 << 30));
+      ->capture_default_str()
+      ->check(int_range(1, 1 << 30));
   cmd->add_option("--max-connections,--http-threads", args->http.connections.max_connections,
                   "connections open at once, a thread each (streams hold one); beyond, 503 at once")
-      ->capture_default_str()->check(CLI::Range(1, 65536));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   cmd->add_option("--read-timeout", args->read_timeout_s,
                   "seconds a request (line, headers, body) may take to arrive; beyond, the connection closes")
       ->capture_default_str();

@@ -11,31 +11,55 @@ namespace squeezekv::cli {
 
 void add_stream_options(CLI::App& app, StreamArgs& a) {
   // The stream's own options need --stream: without it they would be ignored without a word.
-  auto* stream = app.add_flag("--stream", a.stream, "score the text as one stream, never reset (warm-up, then every "
-               "next-token prediction, per segment); -c and --chunks do not apply")->group("Stream");
+  auto* stream = app.add_flag("--stream", a.stream,
+                              "score the text as one stream, never reset (warm-up, then every "
+                              "next-token prediction, per segment); -c and --chunks do not apply")
+                     ->group("Stream");
   app.add_option("--warmup", a.options.warmup, "stream: tokens fed before scoring starts")
-      ->capture_default_str()->group("Stream")->needs(stream)->check(CLI::Range(1, 1 << 30));
+      ->capture_default_str()
+      ->group("Stream")
+      ->needs(stream)
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--segment", a.options.segment, "stream: scored tokens per reported segment")
-      ->capture_default_str()->group("Stream")->needs(stream)->check(CLI::Range(1, 1 << 30));
+      ->capture_default_str()
+      ->group("Stream")
+      ->needs(stream)
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--stream-tokens", a.options.max_tokens, "stream: the first N tokens of the text (0 = all)")
-      ->capture_default_str()->group("Stream")->needs(stream)->check(CLI::Range(0, 1 << 30));
+      ->capture_default_str()
+      ->group("Stream")
+      ->needs(stream)
+      ->check(CLI::Range(0, 1 << 30));
 }
 
 nlohmann::json stream_json(const StreamResult& r) {
   nlohmann::json segments = nlohmann::json::array();
   for (const StreamSegment& s : r.segments) {
-    segments.push_back({{"first", s.first}, {"scored", s.scored}, {"perplexity", s.perplexity},
-                        {"mean_nll", s.mean_nll}, {"mean_kept_bytes", s.mean_kept_bytes},
+    segments.push_back({{"first", s.first},
+                        {"scored", s.scored},
+                        {"perplexity", s.perplexity},
+                        {"mean_nll", s.mean_nll},
+                        {"mean_kept_bytes", s.mean_kept_bytes},
                         {"peak_kept_bytes", s.peak_kept_bytes}});
   }
   const KVCacheConfig& c = r.config;
-  return {{"variant", sweep_variant(c)}, {"method", c.method}, {"policy", resolved_policy(c)},
-          {"allocator", resolved_allocator(c)}, {"budget", keeps_every_row(c) ? 0 : c.budget},
-          {"positions", to_string(c.positions)}, {"score", to_string(c.score)},
-          {"tokens", r.tokens}, {"scored", r.scored}, {"perplexity", r.perplexity},
-          {"mean_nll", r.mean_nll}, {"mean_kept_bytes", r.mean_kept_bytes},
-          {"peak_kept_bytes", r.peak_kept_bytes}, {"layer_budgets", r.layer_budgets},
-          {"seconds", r.seconds}, {"segments", segments}, {"layer_windows", r.layer_windows},
+  return {{"variant", sweep_variant(c)},
+          {"method", c.method},
+          {"policy", resolved_policy(c)},
+          {"allocator", resolved_allocator(c)},
+          {"budget", keeps_every_row(c) ? 0 : c.budget},
+          {"positions", to_string(c.positions)},
+          {"score", to_string(c.score)},
+          {"tokens", r.tokens},
+          {"scored", r.scored},
+          {"perplexity", r.perplexity},
+          {"mean_nll", r.mean_nll},
+          {"mean_kept_bytes", r.mean_kept_bytes},
+          {"peak_kept_bytes", r.peak_kept_bytes},
+          {"layer_budgets", r.layer_budgets},
+          {"seconds", r.seconds},
+          {"segments", segments},
+          {"layer_windows", r.layer_windows},
           {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
           {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes}};
 }
@@ -43,8 +67,8 @@ nlohmann::json stream_json(const StreamResult& r) {
 void print_stream_table(const std::vector<StreamResult>& results) {
   std::printf("%-48s %6s %9s %9s %9s %8s\n", "variant", "budget", "PPL", "KV KiB", "peak KiB", "seconds");
   for (const StreamResult& r : results) {
-    std::printf("%-48s %6d %9.4f %9.1f %9.1f %8.1f\n", sweep_variant(r.config).c_str(), r.config.budget,
-                r.perplexity, r.mean_kept_bytes / 1024.0, r.peak_kept_bytes / 1024.0, r.seconds);
+    std::printf("%-48s %6d %9.4f %9.1f %9.1f %8.1f\n", sweep_variant(r.config).c_str(), r.config.budget, r.perplexity,
+                r.mean_kept_bytes / 1024.0, r.peak_kept_bytes / 1024.0, r.seconds);
   }
   if (results.empty() || results.front().segments.size() < 2) return;
   std::printf("\nper segment (first scored position: perplexity, one column per row above)\n");
@@ -64,8 +88,8 @@ void write_stream_csv(const std::string& path, const std::vector<StreamResult>& 
   auto row = [&](const StreamResult& r, const std::string& segment, int64_t first, int64_t scored, double ppl,
                  double nll, double kept, double peak) {
     out << '"' << sweep_variant(r.config) << "\"," << r.config.method << ',' << r.config.budget << ','
-        << to_string(r.config.positions) << ',' << segment << ',' << first << ',' << scored << ',' << ppl << ','
-        << nll << ',' << kept << ',' << peak << "\n";
+        << to_string(r.config.positions) << ',' << segment << ',' << first << ',' << scored << ',' << ppl << ',' << nll
+        << ',' << kept << ',' << peak << "\n";
   };
   for (const StreamResult& r : results) {
     row(r, "all", r.segments.empty() ? 0 : r.segments.front().first, r.scored, r.perplexity, r.mean_nll,

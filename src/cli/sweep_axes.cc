@@ -30,9 +30,11 @@ void add_sweep_axis_options(CLI::App& app, SweepAxisOptions& o) {
   for (const ParamSpec* spec : all_params()) {
     const std::string flag = spec->cli_flag();
     if (!reported(*spec) || !spec->on_command_line || spec->name == "budget" || flag.back() == 's') continue;
-    app.add_option(flag + "s", o.plural[std::string(spec->name)],
-                   std::string(spec->name) + " values to sweep, where the method reads it; default: the single cache option")
-        ->delimiter(',')->group("Sweep axes");
+    app.add_option(
+           flag + "s", o.plural[std::string(spec->name)],
+           std::string(spec->name) + " values to sweep, where the method reads it; default: the single cache option")
+        ->delimiter(',')
+        ->group("Sweep axes");
   }
   app.add_option("--axis", o.axes, "any parameter's values: NAME=V1,V2,... (repeatable)")->group("Sweep axes");
 }

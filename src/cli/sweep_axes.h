@@ -15,7 +15,7 @@ namespace squeezekv::cli {
 
 struct SweepAxisOptions {
   std::map<std::string, std::vector<std::string>> plural;  // --strengths 0.5,1 by parameter name
-  std::vector<std::string> axes;                            // --axis name=v1,v2
+  std::vector<std::string> axes;                           // --axis name=v1,v2
 
   // The axes in `spec`, the plural options first (by name), then --axis in the order given.
   void apply(SweepSpec& spec) const;

@@ -34,22 +34,33 @@ struct SweepArgs {
 
 nlohmann::json row(const PerplexityResult& r) {
   const KVCacheConfig& c = r.config;
-  nlohmann::json out = {{"variant", sweep_variant(c)}, {"method", c.method}, {"policy", resolved_policy(c)},
+  nlohmann::json out = {{"variant", sweep_variant(c)},
+                        {"method", c.method},
+                        {"policy", resolved_policy(c)},
                         {"allocator", resolved_allocator(c)}};
   for (const ParamSpec* spec : all_params()) {
     if (reported(*spec)) out[std::string(spec->name)] = to_json(c.get(spec->name));
   }
   out["budget"] = keeps_every_row(c) ? 0 : c.budget;
-  nlohmann::json metrics = {
-      {"perplexity", r.perplexity}, {"mean_nll", r.mean_nll}, {"mean_kl", r.mean_kl},
-      {"top1_agreement", r.top1_agreement}, {"mean_kept_bytes", r.mean_kept_bytes},
-      {"peak_kept_bytes", r.peak_kept_bytes}, {"mean_full_bytes", r.mean_full_bytes},
-      {"peak_full_bytes", r.peak_full_bytes}, {"layer_budgets", r.layer_budgets},
-      {"layer_mean_kept", r.layer_mean_kept}, {"layer_importance", r.layer_importance},
-      {"chunks", r.chunks}, {"scored", r.scored}, {"seconds", r.seconds},
-      {"layer_windows", r.layer_windows}, {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
-      {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes}, {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes},
-      {"peak_evicting_kept_bytes", r.peak_evicting_kept_bytes}};
+  nlohmann::json metrics = {{"perplexity", r.perplexity},
+                            {"mean_nll", r.mean_nll},
+                            {"mean_kl", r.mean_kl},
+                            {"top1_agreement", r.top1_agreement},
+                            {"mean_kept_bytes", r.mean_kept_bytes},
+                            {"peak_kept_bytes", r.peak_kept_bytes},
+                            {"mean_full_bytes", r.mean_full_bytes},
+                            {"peak_full_bytes", r.peak_full_bytes},
+                            {"layer_budgets", r.layer_budgets},
+                            {"layer_mean_kept", r.layer_mean_kept},
+                            {"layer_importance", r.layer_importance},
+                            {"chunks", r.chunks},
+                            {"scored", r.scored},
+                            {"seconds", r.seconds},
+                            {"layer_windows", r.layer_windows},
+                            {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
+                            {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes},
+                            {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes},
+                            {"peak_evicting_kept_bytes", r.peak_evicting_kept_bytes}};
   out.update(metrics);
   return out;
 }
@@ -60,9 +71,9 @@ std::vector<std::string> csv_columns() {
   for (const ParamSpec* spec : all_params()) {
     if (reported(*spec)) out.emplace_back(spec->name);
   }
-  for (const char* metric : {"perplexity", "mean_nll", "mean_kl", "top1_agreement", "mean_kept_bytes",
-                             "peak_kept_bytes", "mean_full_bytes", "peak_full_bytes", "seconds",
-                             "mean_sliding_kept_bytes", "mean_evicting_kept_bytes"}) {
+  for (const char* metric :
+       {"perplexity", "mean_nll", "mean_kl", "top1_agreement", "mean_kept_bytes", "peak_kept_bytes", "mean_full_bytes",
+        "peak_full_bytes", "seconds", "mean_sliding_kept_bytes", "mean_evicting_kept_bytes"}) {
     out.emplace_back(metric);
   }
   return out;
@@ -97,8 +108,8 @@ void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens
   require(!configs.empty(), "--methods", "full", "a stream sweep needs an evicting method");
   StreamOptions options = a.stream.options;
   options.n_batch = a.model.n_batch;
-  std::fprintf(stderr, "sweep --stream: %zu configurations, warm-up %d, segment %d\n", configs.size(),
-               options.warmup, options.segment);
+  std::fprintf(stderr, "sweep --stream: %zu configurations, warm-up %d, segment %d\n", configs.size(), options.warmup,
+               options.segment);
   std::vector<StreamResult> results;
   {
     Progress progress("sweep --stream: scored tokens (K)");
@@ -111,8 +122,12 @@ void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens
     if (!out) throw InvalidArgument(invalid_value("--json", a.json_path, "cannot open for writing"));
     nlohmann::json rows = nlohmann::json::array();
     for (const StreamResult& r : results) rows.push_back(stream_json(r));
-    nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text.text_path}, {"text_tokens", tokens.size()},
-                          {"stream", true}, {"warmup", options.warmup}, {"segment", options.segment},
+    nlohmann::json doc = {{"model", a.model.model_path},
+                          {"text", a.text.text_path},
+                          {"text_tokens", tokens.size()},
+                          {"stream", true},
+                          {"warmup", options.warmup},
+                          {"segment", options.segment},
                           {"results", rows}};
     out << doc.dump(2) << "\n";
   }
@@ -142,8 +157,8 @@ void run(SweepArgs& a) {
   nlohmann::json rows = nlohmann::json::array();
   for (const PerplexityResult& r : results) rows.push_back(row(r));
   if (json_out.is_open()) {
-    nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text.text_path}, {"text_tokens", tokens.size()},
-                          {"n_ctx", options.n_ctx}, {"n_batch", options.n_batch}, {"results", rows}};
+    nlohmann::json doc = {{"model", a.model.model_path}, {"text", a.text.text_path},   {"text_tokens", tokens.size()},
+                          {"n_ctx", options.n_ctx},      {"n_batch", options.n_batch}, {"results", rows}};
     json_out.write(doc.dump(2) + "\n");
     json_out.close();
   }
@@ -155,10 +170,10 @@ void run(SweepArgs& a) {
               note.empty() ? "" : " sliding KiB evicting KiB");
   for (const PerplexityResult& r : results) {
     std::printf("%-58s %6s %9.4f %9.5f %7.2f%% %7.1f %10.1f", sweep_variant(r.config).c_str(),
-                (keeps_every_row(r.config) ? std::string("-") : std::to_string(r.config.budget)).c_str(),
-                r.perplexity, r.mean_kl, 100.0 * r.top1_agreement, r.mean_kept_bytes / 1024.0,
-                r.mean_full_bytes / 1024.0);
-    if (!note.empty()) std::printf(" %11.1f %12.1f", r.mean_sliding_kept_bytes / 1024.0, r.mean_evicting_kept_bytes / 1024.0);
+                (keeps_every_row(r.config) ? std::string("-") : std::to_string(r.config.budget)).c_str(), r.perplexity,
+                r.mean_kl, 100.0 * r.top1_agreement, r.mean_kept_bytes / 1024.0, r.mean_full_bytes / 1024.0);
+    if (!note.empty())
+      std::printf(" %11.1f %12.1f", r.mean_sliding_kept_bytes / 1024.0, r.mean_evicting_kept_bytes / 1024.0);
     std::printf("\n");
   }
 }
@@ -167,7 +182,8 @@ void run(SweepArgs& a) {
 
 void register_sweep(CLI::App& app) {
   auto args = std::make_shared<SweepArgs>();
-  auto* cmd = app.add_subcommand("sweep", "compare methods at equal memory: perplexity, KL and top-1 against the full cache");
+  auto* cmd =
+      app.add_subcommand("sweep", "compare methods at equal memory: perplexity, KL and top-1 against the full cache");
   add_model_options(*cmd, args->model);
   SweepSpec& s = args->spec;
   add_text_eval_options(*cmd, args->model, args->text);

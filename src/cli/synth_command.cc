@@ -31,12 +31,18 @@ std::string join(const std::vector<int>& v) {
 }
 
 nlohmann::json to_json(const SynthResult& r) {
-  return {{"method", r.method},           {"n_layers", r.n_layers},
-          {"seq_len", r.seq_len},         {"budget", r.budget},
-          {"strength", r.strength},       {"concentrations", r.concentrations},
-          {"schedule", r.schedule},       {"kept", r.kept},
-          {"kept_bytes", r.kept_bytes},   {"full_bytes", r.full_bytes},
-          {"compression_ratio", r.compression_ratio}, {"seconds", r.seconds}};
+  return {{"method", r.method},
+          {"n_layers", r.n_layers},
+          {"seq_len", r.seq_len},
+          {"budget", r.budget},
+          {"strength", r.strength},
+          {"concentrations", r.concentrations},
+          {"schedule", r.schedule},
+          {"kept", r.kept},
+          {"kept_bytes", r.kept_bytes},
+          {"full_bytes", r.full_bytes},
+          {"compression_ratio", r.compression_ratio},
+          {"seconds", r.seconds}};
 }
 
 void run(SynthArgs& a) {
@@ -50,9 +56,9 @@ void run(SynthArgs& a) {
   }
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  nlohmann::json doc = {{"kv_heads", a.synth.kv_heads},       {"head_dim", a.synth.base.head_dim},
-                        {"n_sink", a.synth.base.n_sink},      {"decode_tokens", a.synth.decode_tokens},
-                        {"threads", a.synth.threads},         {"total_seconds", total_s},
+  nlohmann::json doc = {{"kv_heads", a.synth.kv_heads},      {"head_dim", a.synth.base.head_dim},
+                        {"n_sink", a.synth.base.n_sink},     {"decode_tokens", a.synth.decode_tokens},
+                        {"threads", a.synth.threads},        {"total_seconds", total_s},
                         {"results", nlohmann::json::array()}};
   for (const SynthResult& r : results) doc["results"].push_back(to_json(r));
   out.write(doc.dump(2) + "\n");
@@ -63,15 +69,13 @@ void run(SynthArgs& a) {
   }
   std::printf("mock model: %d KV heads, head_dim %d, %d sinks, layer i keys = (1 - i/(L-1)) N(0,1) + 3 i/(L-1)\n\n",
               a.synth.kv_heads, a.synth.base.head_dim, a.synth.base.n_sink);
-  std::printf("%-9s %3s %5s %6s %8s %7s %7s %11s %11s %6s %8s\n", "method", "L", "seq", "budget",
-              "strength", "conc0", "concL", "kept KiB", "full KiB", "ratio", "ms");
+  std::printf("%-9s %3s %5s %6s %8s %7s %7s %11s %11s %6s %8s\n", "method", "L", "seq", "budget", "strength", "conc0",
+              "concL", "kept KiB", "full KiB", "ratio", "ms");
   for (const SynthResult& r : results) {
-    std::printf("%-9s %3d %5d %6d %8.2f %7.3f %7.3f %11.1f %11.1f %6.2f %8.1f\n", r.method.c_str(),
-                r.n_layers, r.seq_len, r.budget, r.strength, r.concentrations.front(),
-                r.concentrations.back(), double(r.kept_bytes) / 1024.0,
-                double(r.full_bytes) / 1024.0, r.compression_ratio, r.seconds * 1e3);
-    std::printf("          schedule: %s\n          kept:     %s\n", join(r.schedule).c_str(),
-                join(r.kept).c_str());
+    std::printf("%-9s %3d %5d %6d %8.2f %7.3f %7.3f %11.1f %11.1f %6.2f %8.1f\n", r.method.c_str(), r.n_layers,
+                r.seq_len, r.budget, r.strength, r.concentrations.front(), r.concentrations.back(),
+                double(r.kept_bytes) / 1024.0, double(r.full_bytes) / 1024.0, r.compression_ratio, r.seconds * 1e3);
+    std::printf("          schedule: %s\n          kept:     %s\n", join(r.schedule).c_str(), join(r.kept).c_str());
   }
   std::printf("\n%zu configurations in %.2f s (%d threads)\n", results.size(), total_s, a.synth.threads);
 }
@@ -86,7 +90,9 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--layers", s.layers, "layer counts, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--seq-len", s.seq_lens, "prompt lengths, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--budget", s.budgets, "average budgets, comma-separated")->delimiter(',')->capture_default_str();
-  cmd->add_option("--strength", s.strengths, "squeeze strengths, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--strength", s.strengths, "squeeze strengths, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--heads", s.kv_heads, "KV heads per layer")->capture_default_str();
   cmd->add_option("--head-dim", args->head_dim, "head dimension")->capture_default_str();
   cmd->add_option("--decode", s.decode_tokens, "tokens decoded per layer after the prompt")->capture_default_str();

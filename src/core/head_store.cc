@@ -9,8 +9,13 @@
 namespace squeezekv {
 
 HeadStore::HeadStore(int head_dim, KVType key_type, KVType value_type, KiviLayout kivi)
-    : head_dim_(head_dim), key_type_(key_type), value_type_(value_type), kivi_(kivi),
-      key_bits_(kivi_bits(key_type)), value_bits_(kivi_bits(value_type)), key_tail_(head_dim),
+    : head_dim_(head_dim),
+      key_type_(key_type),
+      value_type_(value_type),
+      kivi_(kivi),
+      key_bits_(kivi_bits(key_type)),
+      value_bits_(kivi_bits(value_type)),
+      key_tail_(head_dim),
       value_tail_(head_dim) {}
 
 size_t HeadStore::value_row_bytes() const {
@@ -51,8 +56,8 @@ void HeadStore::release_fp16(int slot) {
   }
 }
 
-void HeadStore::append(const float* keys, const float* values, int n, int64_t first_pos,
-                       int growth_cap, std::vector<int>& slots) {
+void HeadStore::append(const float* keys, const float* values, int n, int64_t first_pos, int growth_cap,
+                       std::vector<int>& slots) {
   apply_evictions();  // the new rows follow every evicted one: they must not count them
   int needed = n_slots_ + std::max(0, n - int(free_.size()));
   if (needed > capacity_ && key_bits_ > 0) {
@@ -173,7 +178,8 @@ void HeadStore::reallocate(int new_capacity) {
   }
   const int capacity = capacity_for(std::max(new_capacity, int(order.size())));
 
-  const size_t key_bytes = key_bits_ > 0 ? size_t(capacity / G) * key_group_bytes() : size_t(capacity) * key_row_bytes();
+  const size_t key_bytes =
+      key_bits_ > 0 ? size_t(capacity / G) * key_group_bytes() : size_t(capacity) * key_row_bytes();
   const size_t value_row = value_row_bytes();
   std::vector<std::byte> keys(key_bytes);
   std::vector<std::byte> values(size_t(capacity) * value_row);
@@ -300,8 +306,7 @@ std::vector<int> HeadStore::slots_by_position() const {
   for (int s = 0; s < n_slots_; ++s) {
     if (positions_[size_t(s)] != kFree) slots.push_back(s);
   }
-  std::sort(slots.begin(), slots.end(),
-            [&](int a, int b) { return positions_[size_t(a)] < positions_[size_t(b)]; });
+  std::sort(slots.begin(), slots.end(), [&](int a, int b) { return positions_[size_t(a)] < positions_[size_t(b)]; });
   return slots;
 }
 

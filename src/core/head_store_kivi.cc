@@ -101,8 +101,7 @@ void HeadStore::load_keys_transposed(int first, int count, float* out, size_t ld
       put_row);
 }
 
-void HeadStore::kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_rows, float* out,
-                              size_t ld) const {
+void HeadStore::kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_rows, float* out, size_t ld) const {
   const auto hd = size_t(head_dim_);
   const auto G = size_t(kivi_.group);
   const auto* codes = reinterpret_cast<const uint8_t*>(keys_.data());
@@ -134,12 +133,11 @@ void HeadStore::kivi_key_dots(const float* q, size_t n_q, size_t ld_q, size_t n_
   }
 }
 
-bool HeadStore::key_probs(const float* q, size_t n_q, size_t ld_q, size_t n_rows, const uint8_t* mask,
-                          float scale, float* probs, size_t ld, RowPatches patches) const {
+bool HeadStore::key_probs(const float* q, size_t n_q, size_t ld_q, size_t n_rows, const uint8_t* mask, float scale,
+                          float* probs, size_t ld, RowPatches patches) const {
   const auto hd = size_t(head_dim_);
   if (key_bits_ == 0) {
-    return query_probs_patched(q, n_q, ld_q, keys_.data(), key_type_, n_rows, hd, mask, scale, probs, ld,
-                               patches);
+    return query_probs_patched(q, n_q, ld_q, keys_.data(), key_type_, n_rows, hd, mask, scale, probs, ld, patches);
   }
   kivi_key_dots(q, n_q, ld_q, n_rows, probs, ld);
   for (size_t j = 0; j < patches.count; ++j) {
@@ -152,13 +150,12 @@ bool HeadStore::key_probs(const float* q, size_t n_q, size_t ld_q, size_t n_rows
   return any;
 }
 
-bool HeadStore::key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_t n_rows, size_t n_rot,
-                                  bool neox, const float* turns, const uint8_t* mask, float scale, float* probs,
-                                  size_t ld) const {
+bool HeadStore::key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_t n_rows, size_t n_rot, bool neox,
+                                  const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld) const {
   const auto hd = size_t(head_dim_);
   if (key_bits_ == 0) {
-    return query_probs_rotated(q, n_q, ld_q, keys_.data(), key_type_, shifts_.data(), n_rows, hd, n_rot, neox,
-                               turns, mask, scale, probs, ld);
+    return query_probs_rotated(q, n_q, ld_q, keys_.data(), key_type_, shifts_.data(), n_rows, hd, n_rot, neox, turns,
+                               mask, scale, probs, ld);
   }
   // KIVI: each group of keys is decoded into a small tile, turned back by the rows' shifts and
   // dotted (the per-channel codes cannot take a per-row rotation in registers).

@@ -69,8 +69,7 @@ ParamValue ParamSpec::parse(std::string_view text) const {
       const char* end = text.data() + text.size();
       const auto [ptr, ec] = std::from_chars(text.data(), end, value);
       require(ec == std::errc() && ptr == end && !text.empty(), name, quoted,
-              ec == std::errc::result_out_of_range ? "out of range for a 64-bit integer"
-                                                   : "expected an integer");
+              ec == std::errc::result_out_of_range ? "out of range for a 64-bit integer" : "expected an integer");
       return value;
     }
     case ParamKind::real: {

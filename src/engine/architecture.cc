@@ -32,30 +32,69 @@ constexpr BlockTensor kBlockTensors[] = {
 
 // llama.cpp's gemma3 keys (src/models/gemma3.cpp, llama-model.cpp's common hyper-parameters).
 constexpr std::string_view kGemma3Keys[] = {
-    "context_length", "embedding_length", "block_count", "feed_forward_length",
-    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
-    "attention.layer_norm_rms_epsilon", "attention.sliding_window", "attention.sliding_window_pattern",
-    "rope.freq_base", "rope.freq_base_swa", "rope.dimension_count", "rope.scaling.type",
-    "rope.scaling.factor", "final_logit_softcapping", "vocab_size",
+    "context_length",
+    "embedding_length",
+    "block_count",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "attention.sliding_window",
+    "attention.sliding_window_pattern",
+    "rope.freq_base",
+    "rope.freq_base_swa",
+    "rope.dimension_count",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "final_logit_softcapping",
+    "vocab_size",
 };
 
 constexpr ArchitectureInfo kArchitectures[] = {
     // Llama 2/3, TinyLlama, SmolLM, Mistral without its sliding window.
-    {.name = "llama", .rope_style = RopeStyle::normal, .activation = Activation::silu, .qkv_bias = false,
-     .qk_norm = false, .post_norms = false, .embed_scaled = false, .sliding_pattern = 0,
-     .sliding_rope_base = 0, .rope_base = 10000.0f, .norm_eps = 1e-5f, .keys = {}},
+    {.name = "llama",
+     .rope_style = RopeStyle::normal,
+     .activation = Activation::silu,
+     .qkv_bias = false,
+     .qk_norm = false,
+     .post_norms = false,
+     .embed_scaled = false,
+     .sliding_pattern = 0,
+     .sliding_rope_base = 0,
+     .rope_base = 10000.0f,
+     .norm_eps = 1e-5f,
+     .keys = {}},
     // Qwen2: q/k/v biases, NeoX-style RoPE.
-    {.name = "qwen2", .rope_style = RopeStyle::neox, .activation = Activation::silu, .qkv_bias = true,
-     .qk_norm = false, .post_norms = false, .embed_scaled = false, .sliding_pattern = 0,
-     .sliding_rope_base = 0, .rope_base = 1000000.0f, .norm_eps = 1e-6f, .keys = {}},
+    {.name = "qwen2",
+     .rope_style = RopeStyle::neox,
+     .activation = Activation::silu,
+     .qkv_bias = true,
+     .qk_norm = false,
+     .post_norms = false,
+     .embed_scaled = false,
+     .sliding_pattern = 0,
+     .sliding_rope_base = 0,
+     .rope_base = 1000000.0f,
+     .norm_eps = 1e-6f,
+     .keys = {}},
     // Gemma 3: scaled embeddings, Q/K norms, four norms a block, GeGLU, five sliding layers in six.
-    {.name = "gemma3", .rope_style = RopeStyle::neox, .activation = Activation::gelu_tanh, .qkv_bias = false,
-     .qk_norm = true, .post_norms = true, .embed_scaled = true, .sliding_pattern = 6,
-     .sliding_rope_base = 10000.0f, .rope_base = 1000000.0f, .norm_eps = 1e-6f, .keys = kGemma3Keys},
+    {.name = "gemma3",
+     .rope_style = RopeStyle::neox,
+     .activation = Activation::gelu_tanh,
+     .qkv_bias = false,
+     .qk_norm = true,
+     .post_norms = true,
+     .embed_scaled = true,
+     .sliding_pattern = 6,
+     .sliding_rope_base = 10000.0f,
+     .rope_base = 1000000.0f,
+     .norm_eps = 1e-6f,
+     .keys = kGemma3Keys},
 };
 
 }  // namespace
-
 
 const char* activation_name(Activation activation) {
   return activation == Activation::gelu_tanh ? "gelu_tanh" : "silu";

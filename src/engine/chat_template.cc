@@ -54,10 +54,14 @@ ChatTemplate chat_template_of(const GgufFile& file) {
 
 std::string_view chat_format_name(ChatFormat format) {
   switch (format) {
-    case ChatFormat::llama3: return "llama3";
-    case ChatFormat::chatml: return "chatml";
-    case ChatFormat::gemma: return "gemma";
-    case ChatFormat::plain: break;
+    case ChatFormat::llama3:
+      return "llama3";
+    case ChatFormat::chatml:
+      return "chatml";
+    case ChatFormat::gemma:
+      return "gemma";
+    case ChatFormat::plain:
+      break;
   }
   return "plain";
 }
@@ -102,10 +106,17 @@ std::string render_chat(const ChatTemplate& chat, std::span<const ChatMessage> m
   }
   for (const ChatMessage& m : messages) append(m);
   switch (chat.format) {
-    case ChatFormat::llama3: out += "<|start_header_id|>assistant<|end_header_id|>\n\n"; break;
-    case ChatFormat::chatml: out += "<|im_start|>assistant\n"; break;
-    case ChatFormat::plain: out += "assistant:"; break;
-    case ChatFormat::gemma: break;  // returned above
+    case ChatFormat::llama3:
+      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    case ChatFormat::chatml:
+      out += "<|im_start|>assistant\n";
+      break;
+    case ChatFormat::plain:
+      out += "assistant:";
+      break;
+    case ChatFormat::gemma:
+      break;  // returned above
   }
   return out;
 }
@@ -119,10 +130,14 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, 
 
 std::optional<int32_t> end_of_turn(const Tokenizer& tokenizer, ChatFormat format) {
   switch (format) {
-    case ChatFormat::llama3: return tokenizer.find_token("<|eot_id|>");
-    case ChatFormat::chatml: return tokenizer.find_token("<|im_end|>");
-    case ChatFormat::gemma: return tokenizer.find_token("<end_of_turn>");
-    case ChatFormat::plain: break;
+    case ChatFormat::llama3:
+      return tokenizer.find_token("<|eot_id|>");
+    case ChatFormat::chatml:
+      return tokenizer.find_token("<|im_end|>");
+    case ChatFormat::gemma:
+      return tokenizer.find_token("<end_of_turn>");
+    case ChatFormat::plain:
+      break;
   }
   return std::nullopt;
 }

@@ -43,13 +43,9 @@ std::unique_ptr<ModelCache> Engine::make_cache(KVCacheConfig config) const {
                                       model_.config().layer_kinds());
 }
 
-void Engine::begin_prompt(ModelCache& cache) {
-  cache.begin_prompt();
-}
+void Engine::begin_prompt(ModelCache& cache) { cache.begin_prompt(); }
 
-void Engine::end_prompt(ModelCache& cache) {
-  cache.end_prompt();
-}
+void Engine::end_prompt(ModelCache& cache) { cache.end_prompt(); }
 
 void Engine::reserve(int n) {
   if (n <= capacity_) return;
@@ -83,7 +79,8 @@ void add_bias(float* x, const std::vector<float>& bias, int n_rows) {
 // RMS norm of each of n rows of weight.size() values (out may equal x).
 void rms_rows(const float* x, const std::vector<float>& weight, int n, float eps, float* out) {
   const auto dim = int64_t(weight.size());
-  for (int t = 0; t < n; ++t) rms_norm(x + size_t(t) * size_t(dim), weight.data(), dim, eps, out + size_t(t) * size_t(dim));
+  for (int t = 0; t < n; ++t)
+    rms_norm(x + size_t(t) * size_t(dim), weight.data(), dim, eps, out + size_t(t) * size_t(dim));
 }
 
 // A span-rule update of n tokens from pos0 whose queries would precede the clamped position:
@@ -110,8 +107,7 @@ void Engine::check_cache(const ModelCache& cache) const {
   }
 }
 
-void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
-                     std::vector<float>& logits) {
+void Engine::forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode, std::vector<float>& logits) {
   check_cache(cache);
   // Clamped distances: every query of an update must be at least as far on as the clamped
   // position it places old rows at, so an update spans at most max_distance + 1 tokens.

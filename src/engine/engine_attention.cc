@@ -76,8 +76,8 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.
     const bool rotated = most_shift > 0 && rotated_[size_t(g)];
     if (rotated && fused_turn) {  // ranks (never together with span's patches)
-      head.key_probs_rotated(q, group, hd, size_t(hi), size_t(c.n_rot), c.rope_style == RopeStyle::neox, table.turns.data(),
-                             mask, scale, logits, ld);
+      head.key_probs_rotated(q, group, hd, size_t(hi), size_t(c.n_rot), c.rope_style == RopeStyle::neox,
+                             table.turns.data(), mask, scale, logits, ld);
     } else {
       RowPatches patches;
       if (clamp_stride_ > 0) {
@@ -124,6 +124,5 @@ void Engine::feed_probs(int g, int t, const float* probs, size_t ld, int hi, int
   }
   std::fill(dst + hi, dst + n_slots, 0.0f);
 }
-
 
 }  // namespace squeezekv

@@ -24,7 +24,8 @@ inline void require_finite_activations(const float* data, size_t n, int layer) {
   for (float a : acc) total += a;
   if (total == 0.0f) return;
   const std::string where = layer < 0 ? "the logits" : "the residual stream after layer " + std::to_string(layer);
-  throw FormatError(where + " holds NaN or inf (the model's weights are not finite, "
+  throw FormatError(where +
+                    " holds NaN or inf (the model's weights are not finite, "
                     "or it overflows f32)");
 }
 

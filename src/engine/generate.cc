@@ -17,8 +17,8 @@ double GenerateResult::decode_tokens_per_second() const {
   return decode_seconds > 0 ? double(n_generated) / decode_seconds : 0.0;
 }
 
-GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt,
-                        const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
+GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt, const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token) {
   return generate(engine, cache, engine.model().tokenizer().encode(prompt, true), options, on_token);
 }
 

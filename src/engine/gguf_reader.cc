@@ -21,13 +21,11 @@ namespace squeezekv {
 namespace {
 
 constexpr uint32_t kMaxDims = 4;
-constexpr int kMaxArrayDepth = 8;  // nested arrays recurse; bound the stack on hostile files
+constexpr int kMaxArrayDepth = 8;                            // nested arrays recurse; bound the stack on hostile files
 constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;              // key length, 1-char key, type, 1 byte
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 4 + 8;  // name, n_dims, type, offset
 
-uint64_t align_up(uint64_t x, uint64_t alignment) {
-  return (x + alignment - 1) / alignment * alignment;
-}
+uint64_t align_up(uint64_t x, uint64_t alignment) { return (x + alignment - 1) / alignment * alignment; }
 
 std::string quoted(std::string_view s) { return quoted_excerpt(s); }
 
@@ -75,8 +73,8 @@ class GgufParser {
   const uint8_t* take(uint64_t n, std::string_view what) {
     if (n > left()) {
       std::ostringstream out;
-      out << "unexpected end of file reading " << what << " at byte " << pos_ << ": needs " << n
-          << " bytes, " << left() << " left";
+      out << "unexpected end of file reading " << what << " at byte " << pos_ << ": needs " << n << " bytes, " << left()
+          << " left";
       fail(out.str());
     }
     const uint8_t* p = f_.base_ + pos_;
@@ -105,8 +103,8 @@ class GgufParser {
   void check_count(uint64_t count, uint64_t min_bytes, std::string_view what) {
     if (count > left() / min_bytes) {
       std::ostringstream out;
-      out << what << " " << count << " is impossible: at least " << min_bytes
-          << " bytes each, but only " << left() << " bytes are left in the file";
+      out << what << " " << count << " is impossible: at least " << min_bytes << " bytes each, but only " << left()
+          << " bytes are left in the file";
       fail(out.str());
     }
   }
@@ -115,8 +113,7 @@ class GgufParser {
     context_ = "header";
     const uint8_t* magic = take(4, "the magic");
     if (std::memcmp(magic, "GGUF", 4) != 0) {
-      fail("bad magic " + quoted({reinterpret_cast<const char*>(magic), 4}) +
-           ", expected 'GGUF' (not a GGUF file)");
+      fail("bad magic " + quoted({reinterpret_cast<const char*>(magic), 4}) + ", expected 'GGUF' (not a GGUF file)");
     }
     auto version = read<uint32_t>("the version");
     if (version == 1) fail("version 1 is not supported (GGUF v1 is obsolete; expected 2 or 3)");
@@ -218,8 +215,7 @@ class GgufParser {
       if (v.elem_type_ == GgufType::boolean) {
         for (size_t i = 0; i < v.count_; ++i) {
           if (v.raw_[i] > 1) {
-            fail("bool array element " + std::to_string(i) + " = " + std::to_string(v.raw_[i]) +
-                 " is not 0 or 1");
+            fail("bool array element " + std::to_string(i) + " = " + std::to_string(v.raw_[i]) + " is not 0 or 1");
           }
         }
       }
@@ -294,8 +290,7 @@ class GgufParser {
     uint64_t row_bytes = 0;
     if (__builtin_mul_overflow(blocks, static_cast<uint64_t>(layout->block_bytes), &row_bytes) ||
         __builtin_mul_overflow(row_bytes, rows, &t.n_bytes)) {
-      fail("byte size of " + shape(t) + " " + std::string(tensor_type_name(t.type_id)) +
-           " overflows");
+      fail("byte size of " + shape(t) + " " + std::string(tensor_type_name(t.type_id)) + " overflows");
     }
     t.offset = read<uint64_t>("the data offset");
     f_.tensor_index_.emplace(t.name, f_.tensors_.size());
@@ -492,15 +487,12 @@ uint64_t GgufFile::get_u64(std::string_view key) const { return get(key).as_u64(
 int32_t GgufFile::get_i32(std::string_view key) const { return get(key).as_i32(key_label(key)); }
 float GgufFile::get_f32(std::string_view key) const { return get(key).as_f32(key_label(key)); }
 bool GgufFile::get_bool(std::string_view key) const { return get(key).as_bool(key_label(key)); }
-std::string_view GgufFile::get_string(std::string_view key) const {
-  return get(key).as_string(key_label(key));
-}
+std::string_view GgufFile::get_string(std::string_view key) const { return get(key).as_string(key_label(key)); }
 
 const GgufValue& GgufFile::get_array(std::string_view key) const {
   const GgufValue& v = get(key);
   if (v.type() != GgufType::array) {
-    throw FormatError(key_label(key) + " has type " + std::string(gguf_type_name(v.type())) +
-                      ", expected array");
+    throw FormatError(key_label(key) + " has type " + std::string(gguf_type_name(v.type())) + ", expected array");
   }
   return v;
 }
@@ -508,12 +500,8 @@ const GgufValue& GgufFile::get_array(std::string_view key) const {
 std::span<const std::string_view> GgufFile::get_strings(std::string_view key) const {
   return get(key).strings(key_label(key));
 }
-std::vector<float> GgufFile::get_f32s(std::string_view key) const {
-  return get(key).to_f32s(key_label(key));
-}
-std::vector<int32_t> GgufFile::get_i32s(std::string_view key) const {
-  return get(key).to_i32s(key_label(key));
-}
+std::vector<float> GgufFile::get_f32s(std::string_view key) const { return get(key).to_f32s(key_label(key)); }
+std::vector<int32_t> GgufFile::get_i32s(std::string_view key) const { return get(key).to_i32s(key_label(key)); }
 
 const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);

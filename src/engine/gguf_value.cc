@@ -162,8 +162,7 @@ uint64_t GgufValue::as_u64(std::string_view what) const {
 
 int64_t GgufValue::as_i64(std::string_view what) const {
   if (!is_integer()) type_mismatch(what, "int64");
-  if (type_ == GgufType::u64 &&
-      bits_ > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+  if (type_ == GgufType::u64 && bits_ > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     throw FormatError(std::string(what) + " = " + std::to_string(bits_) + ": does not fit int64");
   }
   return static_cast<int64_t>(bits_);
@@ -231,8 +230,7 @@ double GgufValue::number_at(size_t i) const {
   if (elem_type_ == GgufType::f32) return load<float>(p);
   if (elem_type_ == GgufType::f64) return load<double>(p);
   uint64_t bits = load_integer_bits(elem_type_, p);
-  return is_signed_type(elem_type_) ? static_cast<double>(static_cast<int64_t>(bits))
-                                    : static_cast<double>(bits);
+  return is_signed_type(elem_type_) ? static_cast<double>(static_cast<int64_t>(bits)) : static_cast<double>(bits);
 }
 
 int64_t GgufValue::integer_at(size_t i) const {
@@ -240,8 +238,7 @@ int64_t GgufValue::integer_at(size_t i) const {
       !(is_integer_type(elem_type_) || elem_type_ == GgufType::boolean)) {
     throw InvalidArgument(invalid_value("array index", i, "not an integer element of this value"));
   }
-  return static_cast<int64_t>(
-      load_integer_bits(elem_type_, raw_ + i * gguf_scalar_size(elem_type_)));
+  return static_cast<int64_t>(load_integer_bits(elem_type_, raw_ + i * gguf_scalar_size(elem_type_)));
 }
 
 std::vector<float> GgufValue::to_f32s(std::string_view what) const {

@@ -45,8 +45,7 @@ void GgufWriter::put_string(std::string_view s) {
 
 void GgufWriter::begin_key(std::string_view key, GgufType type) {
   if (key.empty()) throw InvalidArgument("GGUF key: must not be empty");
-  if (!keys_.emplace(key).second)
-    throw InvalidArgument("GGUF key " + quoted(key) + ": added twice");
+  if (!keys_.emplace(key).second) throw InvalidArgument("GGUF key " + quoted(key) + ": added twice");
   put_string(key);
   put(static_cast<uint32_t>(type));
   ++n_kv_;
@@ -118,9 +117,7 @@ void GgufWriter::add_numeric_array(std::string_view key, GgufType elem, std::spa
 void GgufWriter::add_array(std::string_view key, std::span<const uint8_t> v) {
   add_numeric_array(key, GgufType::u8, v);
 }
-void GgufWriter::add_array(std::string_view key, std::span<const int8_t> v) {
-  add_numeric_array(key, GgufType::i8, v);
-}
+void GgufWriter::add_array(std::string_view key, std::span<const int8_t> v) { add_numeric_array(key, GgufType::i8, v); }
 void GgufWriter::add_array(std::string_view key, std::span<const uint16_t> v) {
   add_numeric_array(key, GgufType::u16, v);
 }
@@ -139,9 +136,7 @@ void GgufWriter::add_array(std::string_view key, std::span<const uint64_t> v) {
 void GgufWriter::add_array(std::string_view key, std::span<const int64_t> v) {
   add_numeric_array(key, GgufType::i64, v);
 }
-void GgufWriter::add_array(std::string_view key, std::span<const float> v) {
-  add_numeric_array(key, GgufType::f32, v);
-}
+void GgufWriter::add_array(std::string_view key, std::span<const float> v) { add_numeric_array(key, GgufType::f32, v); }
 void GgufWriter::add_array(std::string_view key, std::span<const double> v) {
   add_numeric_array(key, GgufType::f64, v);
 }
@@ -178,24 +173,22 @@ void GgufWriter::check_tensor_name(std::string_view name) const {
   }
 }
 
-GgufWriter::Tensor& GgufWriter::add_checked(std::string_view name, std::vector<int64_t> ne,
-                                            TensorType type) {
+GgufWriter::Tensor& GgufWriter::add_checked(std::string_view name, std::vector<int64_t> ne, TensorType type) {
   check_tensor_name(name);
   if (ne.empty() || ne.size() > 4) {
-    throw InvalidArgument(invalid_value("GGUF tensor " + quoted(name) + " dimension count",
-                                        ne.size(), "must be 1 to 4"));
+    throw InvalidArgument(
+        invalid_value("GGUF tensor " + quoted(name) + " dimension count", ne.size(), "must be 1 to 4"));
   }
   uint64_t rows = 1;
-  for (int64_t d : ne)
-    require(d > 0, "GGUF tensor " + quoted(name) + " dimension", d, "must be > 0");
+  for (int64_t d : ne) require(d > 0, "GGUF tensor " + quoted(name) + " dimension", d, "must be > 0");
   for (size_t d = 1; d < ne.size(); ++d) rows *= static_cast<uint64_t>(ne[d]);
   BlockLayout layout = block_layout(type);
   require(ne[0] % layout.block_elems == 0, "GGUF tensor " + quoted(name) + " ne[0]", ne[0],
           "must be a multiple of the type's block size");
   uint64_t row = row_bytes(type, ne[0]);
   tensor_names_.emplace(name);
-  tensors_.push_back(Tensor{
-      std::string(name), std::move(ne), static_cast<uint32_t>(type), row * rows, row, {}, nullptr});
+  tensors_.push_back(
+      Tensor{std::string(name), std::move(ne), static_cast<uint32_t>(type), row * rows, row, {}, nullptr});
   return tensors_.back();
 }
 
@@ -209,25 +202,21 @@ void GgufWriter::add_tensor(std::string_view name, std::vector<int64_t> ne, Tens
     if (bytes.size() != expected) {
       tensors_.pop_back();
       tensor_names_.erase(std::string(name));
-      throw InvalidArgument(invalid_value(
-          "GGUF tensor " + quoted(name) + " byte count", bytes.size(),
-          "does not match its shape and type (" + std::to_string(expected) + " expected)"));
+      throw InvalidArgument(
+          invalid_value("GGUF tensor " + quoted(name) + " byte count", bytes.size(),
+                        "does not match its shape and type (" + std::to_string(expected) + " expected)"));
     }
     t.bytes = std::move(bytes);
   }
 }
 
-void GgufWriter::add_tensor(std::string_view name, std::vector<int64_t> ne,
-                            std::span<const float> values) {
+void GgufWriter::add_tensor(std::string_view name, std::vector<int64_t> ne, std::span<const float> values) {
   const auto* p = reinterpret_cast<const uint8_t*>(values.data());
-  add_tensor(name, std::move(ne), TensorType::f32,
-             std::vector<uint8_t>(p, p + values.size_bytes()));
+  add_tensor(name, std::move(ne), TensorType::f32, std::vector<uint8_t>(p, p + values.size_bytes()));
 }
 
-void GgufWriter::add_tensor(std::string_view name, std::vector<int64_t> ne, TensorType type,
-                            RowFiller fill) {
-  require(static_cast<bool>(fill), "GGUF tensor " + quoted(name) + " filler", "empty",
-          "must be callable");
+void GgufWriter::add_tensor(std::string_view name, std::vector<int64_t> ne, TensorType type, RowFiller fill) {
+  require(static_cast<bool>(fill), "GGUF tensor " + quoted(name) + " filler", "empty", "must be callable");
   add_checked(name, std::move(ne), type).fill = std::move(fill);
 }
 
@@ -236,8 +225,7 @@ void GgufWriter::add_raw_tensor(std::string_view name, std::vector<int64_t> ne, 
   check_tensor_name(name);
   tensor_names_.emplace(name);
   uint64_t n = bytes.size();
-  tensors_.push_back(
-      Tensor{std::string(name), std::move(ne), type_id, n, 0, std::move(bytes), nullptr});
+  tensors_.push_back(Tensor{std::string(name), std::move(ne), type_id, n, 0, std::move(bytes), nullptr});
 }
 
 std::vector<uint8_t> GgufWriter::header() const {

@@ -110,8 +110,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   c.arch = std::string(f.get_string("general.architecture"));
   const ArchitectureInfo* arch = find_architecture(c.arch);
   if (arch == nullptr) {
-    throw FormatError("general.architecture = " + quoted_excerpt(c.arch) + ": unsupported architecture (squeezekv runs " +
-                      architecture_names() + ")");
+    throw FormatError("general.architecture = " + quoted_excerpt(c.arch) +
+                      ": unsupported architecture (squeezekv runs " + architecture_names() + ")");
   }
   c.info = arch;
   check_architecture_keys(f, *arch);
@@ -124,9 +124,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
                      ? positive(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv"))
                      : c.n_heads;
   c.ffn_dim = positive(f, a + "feed_forward_length", f.find_u32(a + "feed_forward_length"));
-  c.context_length = f.has(a + "context_length")
-                         ? positive(f, a + "context_length", f.find_u32(a + "context_length"))
-                         : 2048;
+  c.context_length =
+      f.has(a + "context_length") ? positive(f, a + "context_length", f.find_u32(a + "context_length")) : 2048;
   if (c.n_heads % c.n_kv_heads != 0) {
     throw FormatError(a + "attention.head_count_kv = " + std::to_string(c.n_kv_heads) +
                       ": must divide head_count = " + std::to_string(c.n_heads));
@@ -160,8 +159,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   if (!embd) throw FormatError("model '" + path + "': missing tensor 'token_embd.weight'");
   c.vocab = int(embd->ne[1]);
   if (c.vocab != model.tokenizer_.vocab_size()) {
-    throw FormatError("tensor 'token_embd.weight' has " + std::to_string(c.vocab) +
-                      " rows but the vocabulary has " + std::to_string(model.tokenizer_.vocab_size()) + " tokens");
+    throw FormatError("tensor 'token_embd.weight' has " + std::to_string(c.vocab) + " rows but the vocabulary has " +
+                      std::to_string(model.tokenizer_.vocab_size()) + " tokens");
   }
   model.token_embd_ = matrix(f, "token_embd.weight", c.dim, c.vocab);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
@@ -170,12 +169,18 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
 
   auto extent = [&c](Extent e) -> int64_t {
     switch (e) {
-      case Extent::one: return 1;
-      case Extent::dim: return c.dim;
-      case Extent::head_dim: return c.head_dim;
-      case Extent::q_dim: return c.q_dim();
-      case Extent::kv_dim: return c.kv_dim();
-      case Extent::ffn_dim: return c.ffn_dim;
+      case Extent::one:
+        return 1;
+      case Extent::dim:
+        return c.dim;
+      case Extent::head_dim:
+        return c.head_dim;
+      case Extent::q_dim:
+        return c.q_dim();
+      case Extent::kv_dim:
+        return c.kv_dim();
+      case Extent::ffn_dim:
+        return c.ffn_dim;
     }
     return 0;
   };
@@ -199,11 +204,11 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     if (t.name.rfind("blk.", 0) != 0) continue;
     const size_t dot = t.name.find('.', 4);
     const std::string index(t.name.substr(4, dot == std::string_view::npos ? std::string_view::npos : dot - 4));
-    const bool numeric = !index.empty() && index.size() <= 9 &&
-                         index.find_first_not_of("0123456789") == std::string::npos;
+    const bool numeric =
+        !index.empty() && index.size() <= 9 && index.find_first_not_of("0123456789") == std::string::npos;
     if (!numeric || std::stoi(index) >= c.n_layers) {
-      throw FormatError("model '" + path + "': tensor " + quoted_excerpt(t.name) +
-                        " lies outside the " + std::to_string(c.n_layers) + " blocks of " + a +
+      throw FormatError("model '" + path + "': tensor " + quoted_excerpt(t.name) + " lies outside the " +
+                        std::to_string(c.n_layers) + " blocks of " + a +
                         "block_count: the tensors must match the header");
     }
   }
@@ -217,8 +222,8 @@ void Model::embed(int32_t token, float* out) const {
   }
   if (token_embd_.repacked != nullptr) return dequantize_repacked_row(token_embd_, token, out);
   const size_t row = row_bytes(token_embd_.type, token_embd_.n_cols);
-  dequantize_row(token_embd_.type, static_cast<const std::byte*>(token_embd_.data) + size_t(token) * row,
-                 out, token_embd_.n_cols);
+  dequantize_row(token_embd_.type, static_cast<const std::byte*>(token_embd_.data) + size_t(token) * row, out,
+                 token_embd_.n_cols);
 }
 
 uint64_t Model::n_params() const {

@@ -58,9 +58,8 @@ void PromptFeed::finish() {
   if (options_.as_prompt) engine_.end_prompt(cache_);
 }
 
-void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens,
-             const PrefillOptions& options, std::vector<float>& logits,
-             const std::function<void(int64_t)>& after_chunk) {
+void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, const PrefillOptions& options,
+             std::vector<float>& logits, const std::function<void(int64_t)>& after_chunk) {
   PromptFeed feed(engine, cache, int64_t(tokens.size()), options);
   feed.start();
   while (!feed.done()) {

@@ -39,8 +39,8 @@ constexpr size_t kMaxTiledLogitBytes = size_t(16) << 20;
 
 }  // namespace
 
-bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int64_t pos0, int max_slots, bool any_rotated,
-                                 bool feed, size_t probs_per_head) {
+bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int64_t pos0, int max_slots,
+                                 bool any_rotated, bool feed, size_t probs_per_head) {
   const ModelConfig& c = model_.config();
   const LayerConfig& lc = c.layers[size_t(l)];
   const RopeTable& table = rope_table(l);
@@ -132,7 +132,8 @@ bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int6
       } else {
         head.load_keys_transposed(int(first), int(cols), tile, kTileRows);
       }
-      for (size_t d = 0; cols < kTileRows && d < hd; ++d) std::fill(tile + d * kTileRows + cols, tile + (d + 1) * kTileRows, 0.0f);
+      for (size_t d = 0; cols < kTileRows && d < hd; ++d)
+        std::fill(tile + d * kTileRows + cols, tile + (d + 1) * kTileRows, 0.0f);
       patch_clamped(g, tile, kTileRows, first, cols);
       query_block_dots(queries, n_queries, hd, tile, kTileRows, cols, hd, logits + first, ld_kt);
     }

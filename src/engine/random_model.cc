@@ -81,8 +81,7 @@ Vocab synthetic_vocab(int64_t size) {
     for (const std::string& p : level) {
       for (const std::string& c : alphabet) next.push_back(p + c);
     }
-    if (!level[0].empty())
-      pieces.insert(pieces.end(), next.begin(), next.end());  // length 1: above
+    if (!level[0].empty()) pieces.insert(pieces.end(), next.begin(), next.end());  // length 1: above
     level = std::move(next);
   }
   for (size_t i = 0; static_cast<int64_t>(v.tokens.size()) < size; ++i) {
@@ -100,8 +99,7 @@ void check_spec(const RandomModelSpec& s) {
   require(s.n_layers > 0 && s.n_layers <= 4096, "n_layers", s.n_layers, "must lie in [1, 4096]");
   require(s.n_heads > 0 && s.n_heads <= 4096 && (s.head_dim > 0 || s.dim % s.n_heads == 0), "n_heads", s.n_heads,
           "must lie in [1, 4096] and divide dim (unless head_dim is given)");
-  require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "n_kv_heads", s.n_kv_heads,
-          "must divide n_heads");
+  require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "n_kv_heads", s.n_kv_heads, "must divide n_heads");
   require(s.head_dim >= 0 && s.head_dim <= 4096, "head_dim", s.head_dim, "must lie in [0, 4096] (0: dim / n_heads)");
   require(head_dim_of(s) % 2 == 0, "head_dim", head_dim_of(s), "must be even (RoPE)");
   require(s.sliding_window >= 0 && s.sliding_window <= (1 << 24), "sliding_window", s.sliding_window,
@@ -117,13 +115,11 @@ void check_spec(const RandomModelSpec& s) {
   require(s.dim % block == 0, "dim", s.dim, "must be a multiple of the weight type's block size");
   require(head_dim_of(s) * s.n_heads % block == 0, "head_dim", head_dim_of(s),
           "times n_heads must be a multiple of the weight type's block size");
-  require(s.ffn_dim % block == 0, "ffn_dim", s.ffn_dim,
-          "must be a multiple of the weight type's block size");
+  require(s.ffn_dim % block == 0, "ffn_dim", s.ffn_dim, "must be a multiple of the weight type's block size");
 }
 
 // Produces rows of one tensor in parallel: floats from random_row, then quantised.
-GgufWriter::RowFiller make_filler(uint64_t seed, uint64_t tensor, int64_t ne0, TensorType type,
-                                  Fill fill) {
+GgufWriter::RowFiller make_filler(uint64_t seed, uint64_t tensor, int64_t ne0, TensorType type, Fill fill) {
   return [=](int64_t first, int64_t n_rows, std::span<uint8_t> out) {
     size_t row = row_bytes(type, ne0);
     auto work = [&](int64_t begin, int64_t end) {
@@ -194,19 +190,24 @@ GgufWriter random_model_writer(const RandomModelSpec& s) {
     w.add_tensor(name, {fan_in, rows}, type, make_filler(s.seed, index++, fan_in, type, {0, half}));
   };
   auto add_vector = [&](const std::string& name, int64_t n, Fill fill) {
-    w.add_tensor(name, {n}, TensorType::f32,
-                 make_filler(s.seed, index++, n, TensorType::f32, fill));
+    w.add_tensor(name, {n}, TensorType::f32, make_filler(s.seed, index++, n, TensorType::f32, fill));
   };
   const Fill norm{1.0f, 0.1f};
   const Fill bias{0.0f, 0.02f};
   auto extent = [&](Extent e) -> int64_t {
     switch (e) {
-      case Extent::one: return 1;
-      case Extent::dim: return s.dim;
-      case Extent::head_dim: return head_dim;
-      case Extent::q_dim: return q_dim;
-      case Extent::kv_dim: return kv_dim;
-      case Extent::ffn_dim: return s.ffn_dim;
+      case Extent::one:
+        return 1;
+      case Extent::dim:
+        return s.dim;
+      case Extent::head_dim:
+        return head_dim;
+      case Extent::q_dim:
+        return q_dim;
+      case Extent::kv_dim:
+        return kv_dim;
+      case Extent::ffn_dim:
+        return s.ffn_dim;
     }
     return 0;
   };
@@ -235,9 +236,7 @@ GgufWriter random_model_writer(const RandomModelSpec& s) {
   return w;
 }
 
-void write_random_model(const std::string& path, const RandomModelSpec& spec) {
-  random_model_writer(spec).write(path);
-}
+void write_random_model(const std::string& path, const RandomModelSpec& spec) { random_model_writer(spec).write(path); }
 
 RandomModelSpec llama_1b_spec(TensorType weight_type) {
   RandomModelSpec s;

@@ -9,8 +9,8 @@
 namespace squeezekv {
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
-  require(options.temperature >= 0.0f && std::isfinite(options.temperature), "temp",
-          options.temperature, "must be >= 0 (0 = greedy)");
+  require(options.temperature >= 0.0f && std::isfinite(options.temperature), "temp", options.temperature,
+          "must be >= 0 (0 = greedy)");
   require(options.top_k >= 0, "top_k", options.top_k, "must be >= 0 (0 = all tokens)");
   require(options.top_p > 0.0f && options.top_p <= 1.0f, "top_p", options.top_p, "must lie in (0, 1]");
 }
@@ -20,7 +20,9 @@ int32_t Sampler::sample(const float* logits, int vocab) {
   candidates_.resize(size_t(vocab));
   for (int i = 0; i < vocab; ++i) candidates_[size_t(i)] = {logits[i], i};
   // Highest logit first; ties by lower id so the order is fully determined.
-  auto higher = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  auto higher = [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
   size_t keep = options_.top_k > 0 ? std::min(size_t(options_.top_k), candidates_.size()) : candidates_.size();
   std::partial_sort(candidates_.begin(), candidates_.begin() + long(keep), candidates_.end(), higher);
   candidates_.resize(keep);

@@ -38,7 +38,7 @@ int parse_byte_token(std::string_view text) {
 
 // Tokens that end a turn or a text in the vocabularies squeezekv reads (llama.cpp's end-of-generation
 // spellings for them).
-constexpr std::string_view kEndSpellings[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+constexpr std::string_view kEndSpellings[] = {"<|eot_id|>",    "<|im_end|>", "<|end|>",        "<end_of_turn>",
                                               "<|endoftext|>", "<|eom_id|>", "<|end_of_text|>"};
 
 }  // namespace
@@ -51,8 +51,7 @@ Tokenizer::Tokenizer(const GgufFile& file) {
     model_ = TokenizerModel::bpe;
   } else {
     throw FormatError(
-        key_error("tokenizer.ggml.model",
-                  "= " + quoted_excerpt(model) + ": unsupported (expected llama or gpt2)"));
+        key_error("tokenizer.ggml.model", "= " + quoted_excerpt(model) + ": unsupported (expected llama or gpt2)"));
   }
 
   auto texts = file.get_strings("tokenizer.ggml.tokens");
@@ -67,24 +66,24 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   if (file.has("tokenizer.ggml.scores")) {
     scores_ = file.get_f32s("tokenizer.ggml.scores");
     if (scores_.size() != n) {
-      throw FormatError(key_error("tokenizer.ggml.scores",
-                                  "has " + std::to_string(scores_.size()) + " entries, expected " +
-                                      std::to_string(n) + " (one per token)"));
+      throw FormatError(key_error(
+          "tokenizer.ggml.scores",
+          "has " + std::to_string(scores_.size()) + " entries, expected " + std::to_string(n) + " (one per token)"));
     }
   }
   types_.assign(n, TokenType::normal);
   if (file.has("tokenizer.ggml.token_type")) {
     std::vector<int32_t> types = file.get_i32s("tokenizer.ggml.token_type");
     if (types.size() != n) {
-      throw FormatError(key_error("tokenizer.ggml.token_type",
-                                  "has " + std::to_string(types.size()) + " entries, expected " +
-                                      std::to_string(n) + " (one per token)"));
+      throw FormatError(key_error(
+          "tokenizer.ggml.token_type",
+          "has " + std::to_string(types.size()) + " entries, expected " + std::to_string(n) + " (one per token)"));
     }
     for (size_t i = 0; i < n; ++i) {
       if (types[i] < 0 || types[i] > static_cast<int32_t>(TokenType::byte)) {
-        throw FormatError(key_error("tokenizer.ggml.token_type",
-                                    "[" + std::to_string(i) + "] = " + std::to_string(types[i]) +
-                                        ": not a token type (0..6)"));
+        throw FormatError(
+            key_error("tokenizer.ggml.token_type",
+                      "[" + std::to_string(i) + "] = " + std::to_string(types[i]) + ": not a token type (0..6)"));
       }
       types_[i] = static_cast<TokenType>(types[i]);
     }
@@ -106,8 +105,7 @@ Tokenizer::Tokenizer(const GgufFile& file) {
     std::optional<uint32_t> id = file.find_u32(key);
     if (!id || *id == kUnset) return std::nullopt;
     if (*id >= n) {
-      throw FormatError(key_error(
-          key, "= " + std::to_string(*id) + ": out of range [0, " + std::to_string(n) + ")"));
+      throw FormatError(key_error(key, "= " + std::to_string(*id) + ": out of range [0, " + std::to_string(n) + ")"));
     }
     return static_cast<int32_t>(*id);
   };
@@ -139,7 +137,7 @@ Tokenizer::Tokenizer(const GgufFile& file) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
-                                      FragmentMemo* memo) const {
+                                       FragmentMemo* memo) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_special && add_bos_ && bos_) out.push_back(*bos_);
@@ -194,8 +192,7 @@ void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) co
 
 void Tokenizer::check_id(int32_t id) const {
   if (id < 0 || id >= vocab_size()) {
-    throw InvalidArgument(
-        invalid_value("token id", id, "out of range [0, " + std::to_string(vocab_size()) + ")"));
+    throw InvalidArgument(invalid_value("token id", id, "out of range [0, " + std::to_string(vocab_size()) + ")"));
   }
 }
 

@@ -73,8 +73,7 @@ void append_unicode_bytes(std::string_view text, std::string& out) {
 namespace {
 
 // Pre-tokenizer regexes, as llama.cpp and the Hugging Face tokenizer configs define them.
-constexpr const char* kGpt2Regex =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kDigitRegex = R"(\p{N})";
@@ -91,9 +90,8 @@ class Tokenizer::Pretokenizer {
     for (const char* pattern : patterns) {
       int error = 0;
       PCRE2_SIZE offset = 0;
-      pcre2_code* code =
-          pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
-                        PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+      pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
       if (!code) {
         PCRE2_UCHAR message[256];
         pcre2_get_error_message(error, message, sizeof message);
@@ -131,8 +129,7 @@ class Tokenizer::Pretokenizer {
     while (pos < text.size()) {
       int rc = pcre2_match(code, subject, text.size(), pos, 0, match.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0)
-        throw Error("tokenizer: regex match failed with PCRE2 error " + std::to_string(rc));
+      if (rc < 0) throw Error("tokenizer: regex match failed with PCRE2 error " + std::to_string(rc));
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match.get());
       size_t begin = ov[0];
       size_t end = ov[1];
@@ -177,8 +174,7 @@ void Tokenizer::init_bpe(const GgufFile& file) {
     size_t space = rule.find(' ', 1);
     if (space == std::string_view::npos) {
       throw FormatError("tokenizer: key 'tokenizer.ggml.merges' [" + std::to_string(rank) +
-                        "] = " + quoted_excerpt(rule) +
-                        ": expected two tokens separated by a space");
+                        "] = " + quoted_excerpt(rule) + ": expected two tokens separated by a space");
     }
     std::string_view left = rule.substr(0, space);
     std::string_view right = rule.substr(space + 1);
@@ -216,9 +212,7 @@ struct BpePair {
   int32_t left_id;
   int32_t right_id;
   // Priority: lowest rank first, then the leftmost pair.
-  bool operator<(const BpePair& o) const {
-    return rank > o.rank || (rank == o.rank && left > o.left);
-  }
+  bool operator<(const BpePair& o) const { return rank > o.rank || (rank == o.rank && left > o.left); }
 };
 
 }  // namespace
@@ -233,12 +227,11 @@ void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const
   }
   std::vector<BpeSymbol> symbols;
   for (size_t i = 0; i < word.size();) {
-    size_t len =
-        std::min(tokenizer_util::utf8_len(static_cast<unsigned char>(word[i])), word.size() - i);
+    size_t len = std::min(tokenizer_util::utf8_len(static_cast<unsigned char>(word[i])), word.size() - i);
     auto it = ids_.find(word.substr(i, len));
     auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back(BpeSymbol{it == ids_.end() ? -1 : it->second, index - 1, index + 1,
-                                static_cast<uint32_t>(i), static_cast<uint32_t>(len)});
+    symbols.push_back(BpeSymbol{it == ids_.end() ? -1 : it->second, index - 1, index + 1, static_cast<uint32_t>(i),
+                                static_cast<uint32_t>(len)});
     i += len;
   }
   symbols.back().next = -1;

@@ -27,9 +27,7 @@ struct Bigram {
   uint32_t len;  // length of the merged text when queued; stale entries no longer match
 
   // Priority: higher score first, then the leftmost pair.
-  bool operator<(const Bigram& o) const {
-    return score < o.score || (score == o.score && left > o.left);
-  }
+  bool operator<(const Bigram& o) const { return score < o.score || (score == o.score && left > o.left); }
 };
 
 }  // namespace
@@ -52,11 +50,9 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out) cons
   std::vector<Symbol> symbols;
   symbols.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
-    size_t len =
-        std::min(tokenizer_util::utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    size_t len = std::min(tokenizer_util::utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
     auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back(
-        Symbol{index - 1, index + 1, static_cast<uint32_t>(i), static_cast<uint32_t>(len)});
+    symbols.push_back(Symbol{index - 1, index + 1, static_cast<uint32_t>(i), static_cast<uint32_t>(len)});
     i += len;
   }
   symbols.back().next = -1;

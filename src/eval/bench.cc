@@ -28,9 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kProbeReads = 5;  // probe reads after each generation repetition
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 uint64_t matrix_bytes(const WeightMatrix& w) { return uint64_t(row_bytes(w.type, w.n_cols)) * uint64_t(w.n_rows); }
 uint64_t matrix_macs(const WeightMatrix& w) { return uint64_t(w.n_rows) * uint64_t(w.n_cols); }
@@ -156,7 +154,8 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
     configs.emplace_back();
     configs.back().method = "full";
   }
-  if (o.bandwidth_bytes > 0) require(o.bandwidth_bytes >= 4096, "bandwidth_bytes", o.bandwidth_bytes, "must be 0 or >= 4096");
+  if (o.bandwidth_bytes > 0)
+    require(o.bandwidth_bytes >= 4096, "bandwidth_bytes", o.bandwidth_bytes, "must be 0 or >= 4096");
   const int vocab = model.config().vocab;
   const double weight_bytes = double(model_facts(model, "").weight_bytes_per_token);
   BenchReport report;
@@ -269,8 +268,8 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
           row.layer_windows = sliding_windows_of(slots[k].cache->layer_kinds());
           row.rows_per_layer = mean_rows(*slots[k].cache);
           if (progress) {
-            progress(row.test() + " @ d" + std::to_string(row.depth) + ", " + std::to_string(threads) +
-                     " thread(s), " + row.cache + ": " + std::to_string(row.tokens_per_second.median) + " tokens/s");
+            progress(row.test() + " @ d" + std::to_string(row.depth) + ", " + std::to_string(threads) + " thread(s), " +
+                     row.cache + ": " + std::to_string(row.tokens_per_second.median) + " tokens/s");
           }
           rows.push_back(std::move(row));
         }

@@ -26,19 +26,19 @@ constexpr std::string_view kMagicIntro =
     "I will quiz you about the numbers afterwards.";
 
 // Keys are adjective-noun pairs, as RULER's words.
-constexpr std::array<std::string_view, 16> kAdjectives = {
-    "amber", "brave", "calm", "dusty", "eager", "fuzzy", "gentle", "hollow",
-    "icy", "jolly", "lucky", "misty", "noble", "quiet", "rusty", "silent"};
-constexpr std::array<std::string_view, 16> kNouns = {
-    "anchor", "badger", "canyon", "dragon", "falcon", "garden", "harbor", "island",
-    "jungle", "kettle", "lantern", "meadow", "orchard", "pepper", "river", "tower"};
+constexpr std::array<std::string_view, 16> kAdjectives = {"amber",  "brave",  "calm",  "dusty", "eager", "fuzzy",
+                                                          "gentle", "hollow", "icy",   "jolly", "lucky", "misty",
+                                                          "noble",  "quiet",  "rusty", "silent"};
+constexpr std::array<std::string_view, 16> kNouns = {"anchor",  "badger", "canyon", "dragon", "falcon",  "garden",
+                                                     "harbor",  "island", "jungle", "kettle", "lantern", "meadow",
+                                                     "orchard", "pepper", "river",  "tower"};
 
 // Uniform integers from a fixed generator by rejection, so that results do not depend on the
 // standard library's distributions.
 class Draw {
  public:
   explicit Draw(uint64_t seed) : gen_(seed) {}
-  uint64_t below(uint64_t n) {  // uniform in [0, n), n >= 1
+  uint64_t below(uint64_t n) {                  // uniform in [0, n), n >= 1
     const uint64_t reject_under = (0 - n) % n;  // 2^64 mod n
     uint64_t x = gen_();
     while (x < reject_under) x = gen_();
@@ -85,8 +85,8 @@ std::vector<std::string> distinct_keys(Draw& draw, size_t count) {
 
 // `count` haystack tokens: the filler repeated (passkey), or real text from a paragraph chosen by
 // the draw, read on from the start of the text when it runs out.
-std::vector<int32_t> haystack_tokens(const Tokenizer& tokenizer, NeedleTask task, std::string_view text,
-                                     int64_t count, Draw& draw) {
+std::vector<int32_t> haystack_tokens(const Tokenizer& tokenizer, NeedleTask task, std::string_view text, int64_t count,
+                                     Draw& draw) {
   std::vector<int32_t> out;
   out.reserve(size_t(count));
   if (task == NeedleTask::passkey) {
@@ -133,10 +133,13 @@ std::string_view to_string(NeedleTask task) { return kTaskNames[size_t(task)]; }
 
 int needle_answer_tokens(NeedleTask task) {
   switch (task) {
-    case NeedleTask::passkey: return 12;
+    case NeedleTask::passkey:
+      return 12;
     case NeedleTask::single:
-    case NeedleTask::multikey: return 16;
-    case NeedleTask::multivalue: return 64;
+    case NeedleTask::multikey:
+      return 16;
+    case NeedleTask::multivalue:
+      return 64;
   }
   return 16;
 }
@@ -179,13 +182,12 @@ NeedleSample make_needle_sample(const Tokenizer& tokenizer, const NeedleSpec& sp
     }
     if (task == NeedleTask::multivalue) {
       s.answers = values;
-      question = "\nWhat are all the special magic numbers for " + s.key + "? The special magic numbers for " +
-                 s.key + " are";
+      question =
+          "\nWhat are all the special magic numbers for " + s.key + "? The special magic numbers for " + s.key + " are";
     } else {
       s.answers = {values[0]};
       s.distractors.assign(values.begin() + 1, values.end());
-      question = "\nWhat is the special magic number for " + s.key + "? The special magic number for " + s.key +
-                 " is";
+      question = "\nWhat is the special magic number for " + s.key + "? The special magic number for " + s.key + " is";
     }
   }
   std::vector<std::vector<int32_t>> needles;

@@ -41,8 +41,7 @@ struct Accumulator {
 };
 
 bool is_reference(const KVCacheConfig& c, const KVCacheConfig& reference) {
-  return keeps_every_row(c) && c.key_type() == reference.key_type() &&
-         c.value_type() == reference.value_type();
+  return keeps_every_row(c) && c.key_type() == reference.key_type() && c.value_type() == reference.value_type();
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ std::vector<StreamResult> evaluate_stream_perplexity(Engine& engine, std::span<c
   require(options.segment >= 1, "segment", options.segment, "must be at least 1");
   require(options.max_tokens >= 0, "max_tokens", options.max_tokens, "must be >= 0 (0 = the whole text)");
   require(!configs.empty(), "configs", 0, "need at least one cache configuration");
-  const int64_t n = options.max_tokens > 0 ? std::min<int64_t>(options.max_tokens, int64_t(tokens.size()))
-                                           : int64_t(tokens.size());
+  const int64_t n =
+      options.max_tokens > 0 ? std::min<int64_t>(options.max_tokens, int64_t(tokens.size())) : int64_t(tokens.size());
   require(n > options.warmup, "text", std::to_string(n) + " tokens",
           "must be longer than the warm-up of " + std::to_string(options.warmup) + " tokens");
   const int vocab = engine.model().config().vocab;

@@ -11,7 +11,8 @@ namespace squeezekv {
 namespace {
 
 // Expands the axes from index `i` on into `out`, each applied where `c` reads its parameter.
-void expand_axes(const SweepSpec& spec, size_t i, KVCacheConfig& c, const std::function<void(const KVCacheConfig&)>& add) {
+void expand_axes(const SweepSpec& spec, size_t i, KVCacheConfig& c,
+                 const std::function<void(const KVCacheConfig&)>& add) {
   if (i == spec.axes.size()) {
     add(c);
     return;

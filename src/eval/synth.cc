@@ -17,14 +17,12 @@
 namespace squeezekv {
 namespace {
 
-
 struct GridPoint {
   int layers, seq_len, budget;
   double strength;
 };
 
-SynthResult run_point(const SynthOptions& options, const GridPoint& point,
-                      const std::vector<float>& pool) {
+SynthResult run_point(const SynthOptions& options, const GridPoint& point, const std::vector<float>& pool) {
   KVCacheConfig config = options.base;
   config.budget = point.budget;
   config.set("strength", point.strength);
@@ -100,8 +98,7 @@ std::vector<float> gaussian_samples(size_t n, uint64_t seed, float scale) {
   return out;
 }
 
-std::vector<SynthResult> run_synth(const SynthOptions& options,
-                                   const std::function<void(int, int)>& progress) {
+std::vector<SynthResult> run_synth(const SynthOptions& options, const std::function<void(int, int)>& progress) {
   // Every count is bounded before any arithmetic or allocation uses it.
   const auto in = [](int v, int lo, int hi) { return v >= lo && v <= hi; };
   const auto range = [](int lo, int hi) {
@@ -122,7 +119,8 @@ std::vector<SynthResult> run_synth(const SynthOptions& options,
   }
   // The strengths are swept where the allocator reads one (squeeze's), else the base's one value.
   const bool sweeps_strength = reads_param(options.base, "strength");
-  const std::vector<double> strengths = sweeps_strength ? options.strengths : std::vector<double>{options.base.get_real("strength")};
+  const std::vector<double> strengths =
+      sweeps_strength ? options.strengths : std::vector<double>{options.base.get_real("strength")};
   std::vector<GridPoint> grid;
   for (int l : options.layers) {
     for (int s : options.seq_lens) {
@@ -139,8 +137,8 @@ std::vector<SynthResult> run_synth(const SynthOptions& options,
   }
   int max_seq = 1;
   for (int s : options.seq_lens) max_seq = std::max(max_seq, s);
-  const size_t per_layer = size_t(options.kv_heads) * size_t(options.base.head_dim) *
-                           size_t(max_seq + options.decode_tokens);
+  const size_t per_layer =
+      size_t(options.kv_heads) * size_t(options.base.head_dim) * size_t(max_seq + options.decode_tokens);
   const std::vector<float> pool = gaussian_samples(4 * per_layer, options.seed);
 
   std::vector<SynthResult> results(grid.size());

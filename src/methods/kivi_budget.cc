@@ -15,8 +15,9 @@ std::string kivi_budget_unfit(const KVCacheConfig& config) {
     return invalid_value("kivi_residual", config.kivi_residual,
                          "more than half of budget = " + std::to_string(budget) +
                              ": the newest kivi_residual rows stay in fp16, so KIVI would quantize (nearly) nothing "
-                             "and hold more bytes than f16 (choose kivi_residual <= " + std::to_string(most) +
-                             ", a multiple of kivi_group = " + std::to_string(group) + ", or a larger budget)");
+                             "and hold more bytes than f16 (choose kivi_residual <= " +
+                             std::to_string(most) + ", a multiple of kivi_group = " + std::to_string(group) +
+                             ", or a larger budget)");
   }
   if (keys && group > budget) {
     return invalid_value("kivi_group", group,

@@ -83,7 +83,8 @@ const MethodInfo& find_method(std::string_view id) {
   for (const MethodInfo& method : all_methods()) {
     if (method.id == id) return method;
   }
-  throw InvalidArgument(invalid_value("method", std::string(id), "unknown method id (known: " + ids(all_methods()) + ")"));
+  throw InvalidArgument(
+      invalid_value("method", std::string(id), "unknown method id (known: " + ids(all_methods()) + ")"));
 }
 
 const std::vector<const ParamSpec*>& all_params() {
@@ -144,9 +145,7 @@ bool holds_prompt_until_end(const KVCacheConfig& config) { return resolved_polic
 bool schedule_waits_for_measurement(const KVCacheConfig& config) {
   return !resolved_allocator_info(config).measures.empty();
 }
-std::string resolved_allocator(const KVCacheConfig& config) {
-  return std::string(resolved_allocator_info(config).id);
-}
+std::string resolved_allocator(const KVCacheConfig& config) { return std::string(resolved_allocator_info(config).id); }
 
 namespace {
 
@@ -157,8 +156,8 @@ bool is_kivi_param(std::string_view name) {
 bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
   // The engine applies the position rule to every cache that evicts; the full cache never shifts.
   if (name == "positions" || name == "max_distance") return !p.keeps_every_row;
-  return owns(p.params, name) || owns(a.params, name) || contains(p.reads, name) ||
-         contains(a.reads, name) || (name == "score" && p.scores_rows);
+  return owns(p.params, name) || owns(a.params, name) || contains(p.reads, name) || contains(a.reads, name) ||
+         (name == "score" && p.scores_rows);
 }
 
 }  // namespace
@@ -187,8 +186,8 @@ std::vector<const ParamSpec*> method_params(const MethodInfo& method) {
   const AllocatorInfo& a = find_allocator(method.allocator);
   std::vector<const ParamSpec*> out;
   for (const ParamSpec* spec : all_params()) {
-    const bool storage = !method.kv_type.empty() &&
-                         (is_kivi_param(spec->name) || (method.fp16_sinks && spec->name == "n_sink"));
+    const bool storage =
+        !method.kv_type.empty() && (is_kivi_param(spec->name) || (method.fp16_sinks && spec->name == "n_sink"));
     if (component_reads(p, a, spec->name) || storage) out.push_back(spec);
   }
   return out;

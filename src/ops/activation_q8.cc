@@ -14,9 +14,7 @@ namespace {
 // Round to nearest, ties to even, for |r| < 2^22: adding 1.5 * 2^23 leaves the rounded integer in
 // the low mantissa bits (ggml's nearest_int; vectorises, unlike lrintf, and matches the
 // _mm256_round_ps that ggml's AVX2 quantiser uses).
-inline int round_half_even(float r) {
-  return std::bit_cast<int32_t>(r + 12582912.0f) - 0x4B400000;
-}
+inline int round_half_even(float r) { return std::bit_cast<int32_t>(r + 12582912.0f) - 0x4B400000; }
 
 inline float fp16_round(float v) { return fp16_to_f32(f32_to_fp16(v)); }
 

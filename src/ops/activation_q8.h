@@ -15,9 +15,9 @@ struct QuantizedActivations {
   // it directly. As ggml's q8_0 and q8_1 blocks (so that greedy output matches llama.cpp's on
   // quantised files): q = round-half-even(x * 127 / max |x|), scale = max |x| / 127 rounded to
   // f16, scaled_sum = scale * sum(q) rounded to f16 from the unrounded scale.
-  std::vector<int16_t> q;    // [n_tok * n_cols]
-  std::vector<int8_t> q8;    // the same values as bytes, for kernels that multiply bytes
-  std::vector<float> scale;  // [n_tok * n_cols / 32]
+  std::vector<int16_t> q;         // [n_tok * n_cols]
+  std::vector<int8_t> q8;         // the same values as bytes, for kernels that multiply bytes
+  std::vector<float> scale;       // [n_tok * n_cols / 32]
   std::vector<float> scaled_sum;  // [n_tok * n_cols / 32]: scale * (sum of q over the block), for the mins
   // The prompt tiles' integer offset terms, stored ready to broadcast from memory: -128 * (sum of
   // q over the block) for Q8_0 weights held as w + 128, and -32 * (sum over each 16-element

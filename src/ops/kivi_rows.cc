@@ -225,8 +225,8 @@ HWY_INLINE void ForEachPass(const RunPlan& plan, const Pass& pass) {
 
 // A key group's mins as f32 (m32) and each query's q_d * s_d (qs, n_q rows of head_dim): the
 // scales converted in registers, the products rounded as the twin rounds them.
-HWY_INLINE void ScalesTimesQueries(const uint8_t* key_group, const float* q, size_t n_q, size_t ld_q,
-                                   size_t head_dim, float* m32, float* qs) {
+HWY_INLINE void ScalesTimesQueries(const uint8_t* key_group, const float* q, size_t n_q, size_t ld_q, size_t head_dim,
+                                   float* m32, float* qs) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   const size_t N = hn::Lanes(d);
@@ -251,9 +251,8 @@ HWY_INLINE void ScalesTimesQueries(const uint8_t* key_group, const float* q, siz
 // first pass of a query block also runs the chains c = fma(q_d, m_d, c) of its (up to) four
 // queries beside it, as one 4-lane vector whose latency the vector work hides.
 template <size_t Q, size_t V, Layout kLayout, bool kWithC, class D>
-HWY_INLINE void KeyPass(D d, const RunPlan& plan, size_t u0, const uint8_t* runs, size_t head_dim,
-                        const float* qt, const float* qs, const float* m32, float* c, float* out,
-                        size_t ld_out) {
+HWY_INLINE void KeyPass(D d, const RunPlan& plan, size_t u0, const uint8_t* runs, size_t head_dim, const float* qt,
+                        const float* qs, const float* m32, float* c, float* out, size_t ld_out) {
   const hn::RebindToUnsigned<D> du;
   const size_t nb = plan.nb, offset = plan.load_offset(u0);
   const auto mask = hn::Set(du, (1u << plan.bits) - 1u);
@@ -483,8 +482,8 @@ HWY_INLINE void ValuePass(D d, const RunPlan& plan, size_t u0, const uint8_t* gr
 }
 
 template <class D>
-void ValueSumT(D d, const RunPlan& plan, const float* w, size_t n_w, size_t ld_w, const uint8_t* rows,
-               size_t head_dim, size_t n_rows, float* out, size_t ld_out) {
+void ValueSumT(D d, const RunPlan& plan, const float* w, size_t n_w, size_t ld_w, const uint8_t* rows, size_t head_dim,
+               size_t n_rows, float* out, size_t ld_out) {
   constexpr size_t R = kBlockRows;
   const size_t gv = plan.n, ng = head_dim / gv, gb = 4 + plan.nb, rb = ng * gb, n_blocks = (n_w + 3) / 4;
   // One buffer that only grows: A (n_w rows of head_dim), M (per block of four queries and group,
@@ -686,9 +685,8 @@ static void kivi_decode_key_channels(const uint8_t* key_group, int bits, size_t 
 
 void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
                                size_t count, float* out, size_t ld) {
-  kivi_decode_key_channels(key_group, bits, group, head_dim, first, [&](size_t d, const float* channel) {
-    std::copy(channel, channel + count, out + d * ld);
-  });
+  kivi_decode_key_channels(key_group, bits, group, head_dim, first,
+                           [&](size_t d, const float* channel) { std::copy(channel, channel + count, out + d * ld); });
 }
 
 void kivi_load_keys(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first, size_t count,
@@ -726,8 +724,8 @@ void kivi_load_value_row(const uint8_t* row, int bits, size_t group, size_t head
   }
 }
 
-void kivi_key_group_dots(const float* q, size_t n_q, size_t ld_q, const uint8_t* key_group, int bits,
-                         size_t group, size_t head_dim, float* out, size_t ld_out) {
+void kivi_key_group_dots(const float* q, size_t n_q, size_t ld_q, const uint8_t* key_group, int bits, size_t group,
+                         size_t head_dim, float* out, size_t ld_out) {
   HWY_DYNAMIC_DISPATCH(KeyGroupDots)(q, n_q, ld_q, key_group, bits, group, head_dim, out, ld_out);
 }
 

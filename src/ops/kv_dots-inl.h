@@ -85,10 +85,8 @@ HWY_INLINE void DotsInLaneBlocks(D d, size_t n_rows, float* out, size_t ld_out, 
     const size_t here = std::min(R, n_rows - j);
     hn::Vec<D> acc[N];
     for (size_t k = 0; k < N; ++k) acc[k] = hn::Zero(d);
-    if (here == R)
-      block_dot(acc, j, std::integral_constant<size_t, R>());
-    else
-      block_dot(acc, j, here);
+    if (here == R) block_dot(acc, j, std::integral_constant<size_t, R>());
+    else block_dot(acc, j, here);
     hn::Store(sums(acc), d, lanes);
     for (size_t g = 0; g < G; ++g) std::copy(lanes + g * R, lanes + g * R + here, out + g * ld_out + j);
   }

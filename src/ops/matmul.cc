@@ -48,8 +48,8 @@ HWY_EXPORT(Repacks);
 namespace {
 
 void check_shape(const WeightMatrix& w, int64_t n_tok) {
-  require(block_layout(static_cast<uint32_t>(w.type)).has_value(), "weight type",
-          static_cast<uint32_t>(w.type), "is not supported");
+  require(block_layout(static_cast<uint32_t>(w.type)).has_value(), "weight type", static_cast<uint32_t>(w.type),
+          "is not supported");
   require(w.n_rows >= 0, "n_rows", w.n_rows, "must be >= 0");
   const int64_t block = block_layout(w.type).block_elems;
   if (w.n_cols < 0 || w.n_cols % block != 0) {  // the message is built only on failure: no allocation per call
@@ -58,8 +58,7 @@ void check_shape(const WeightMatrix& w, int64_t n_tok) {
                 std::string(tensor_type_name(static_cast<uint32_t>(w.type))));
   }
   require(n_tok >= 0, "n_tok", n_tok, "must be >= 0");
-  require(w.data != nullptr || w.n_rows == 0 || w.n_cols == 0, "weight data", "null",
-          "must point at the matrix");
+  require(w.data != nullptr || w.n_rows == 0 || w.n_cols == 0, "weight data", "null", "must point at the matrix");
 }
 
 bool is_quantized(TensorType type) { return block_layout(type).block_elems > 1; }
@@ -148,8 +147,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, Thre
   matmul_many(std::span(&out, 1), x, n_tok, pool);
 }
 
-void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n_tok,
-                   float* gate_out, float* up_out, ThreadPool* pool) {
+void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n_tok, float* gate_out,
+                   float* up_out, ThreadPool* pool) {
   check_shape(gate, n_tok);
   check_shape(up, n_tok);
   require(up.n_rows == gate.n_rows && up.n_cols == gate.n_cols, "up rows", up.n_rows,
@@ -189,12 +188,12 @@ bool can_repack(const WeightMatrix& w) {
 void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
   if (!can_repack(w)) {
     require(false, "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
-            "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") + " and AVX-512 VNNI)");
+            "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") +
+                " and AVX-512 VNNI)");
   }
   check_shape(w, 1);
   const int64_t n_groups = (w.n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows;
-  require(group_begin >= 0 && group_begin <= group_end, "group_begin", group_begin,
-          "must be in [0, group_end]");
+  require(group_begin >= 0 && group_begin <= group_end, "group_begin", group_begin, "must be in [0, group_end]");
   require(group_end <= n_groups, "group_end", group_end, "must be at most the groups " + std::to_string(n_groups));
   require(out != nullptr, "out", "null", "must point at repacked_bytes(w) bytes");
   detail::weight_kernels(w.type).repacked->repack_groups(w, group_begin, group_end, out);

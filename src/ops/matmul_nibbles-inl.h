@@ -48,8 +48,8 @@ HWY_INLINE float DotNibbleRow(const uint8_t* row, const int16_t* xq, const float
   const auto low_mask = hn::Set(d16, 0xf);
   const auto offset = hn::Set(d16, F::kOffset);
   // Lane i of the vector for elements j.. tests bit j + i of a half of qh.
-  alignas(64) static constexpr int16_t kBits[16] = {1,     2,     4,     8,      16,     32,     64,    128,
-                                                    256,   512,   1024,  2048,   4096,   8192,   16384, -32768};
+  alignas(64) static constexpr int16_t kBits[16] = {1,   2,   4,    8,    16,   32,   64,    128,
+                                                    256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
   auto acc = hn::Zero(dw);
   float acc_min = 0.0f;
   for (int64_t b = 0; b < n / 32; ++b) {
@@ -94,9 +94,9 @@ HWY_INLINE __m256i NibbleCodes(const uint8_t* qs) {
 // Q5_0's 32 5th bits as 32 bytes in element order: 16 where bit j of qh is set, else 0. Byte j
 // takes byte j / 8 of qh (pshufb) and keeps bit j % 8 of it.
 HWY_INLINE __m256i FifthBitBytes(uint32_t qh) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int32_t>(qh)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(qh)),
+                          _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
   return _mm256_and_si256(set, _mm256_set1_epi8(16));
@@ -138,12 +138,13 @@ HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n,
     for (int k = 0; k < K; ++k) {
       const int8_t* xk = x[k].q8 + b * 32;
       __m256i dots[8];
-      for (int i = 0; i < 8; ++i) dots[i] = ByteDot(w[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i)));
+      for (int i = 0; i < 8; ++i)
+        dots[i] = ByteDot(w[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk + 32 * i)));
       __m256i sums_i = SumEachOf8(dots);
       if constexpr (!kHasMin) {
-        sums_i = _mm256_add_epi32(sums_i, _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                                                x[k].q8_0_offset + b)),
-                                                            F::kOffsetShift));
+        sums_i = _mm256_add_epi32(
+            sums_i, _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k].q8_0_offset + b)),
+                                      F::kOffsetShift));
       }
       const auto sums = hn::Vec<DS>{_mm256_cvtepi32_ps(sums_i)};
       acc[k] += TreeSum8(hn::Mul(sums, hn::Mul(dv, hn::LoadU(ds, x[k].scale + b))));

@@ -50,8 +50,8 @@ struct Q4_0Tiles : PanelView {
   // streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
   // 4 (-8 instead of -128 times the block sum; exact).
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
-                                             __m512* a0, __m512*) {
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512*) {
     auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, true>(*panel, x, x0, j, p); };
     int64_t j = 0;
     for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);

@@ -50,8 +50,8 @@ struct Q4_1Tiles : PanelView {
   // of 8 blocks as trees, then the remaining blocks one by one; a streamed row's panels are runs of
   // 8 until the last).
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
-                                             __m512* a0, __m512* a1) {
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
     const auto* const min_ptr = panel->factor_min.data();
     auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, false>(*panel, x, x0, j, p); };
     auto minimum = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {

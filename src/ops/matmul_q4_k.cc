@@ -106,8 +106,8 @@ HWY_INLINE void Q4_KGroup(const uint8_t* qs, const int16_t* const* x16, const fl
   const DQ4 df;
   const auto low_mask = hn::Set(d16, 0xf);
   for (size_t j = 0; j < 32; j += hn::Lanes(d16)) {
-    const auto packed = hn::BitCast(
-        d16, hn::PromoteTo(hn::RebindToUnsigned<DG16>(), hn::LoadU(hn::Rebind<uint8_t, DG16>(), qs + j)));
+    const auto packed =
+        hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<DG16>(), hn::LoadU(hn::Rebind<uint8_t, DG16>(), qs + j)));
     const auto lo = hn::And(packed, low_mask);
     const auto hi = hn::ShiftRight<4>(packed);
     for (int k = 0; k < K; ++k) {
@@ -154,8 +154,8 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
     }
   }
   for (int k = 0; k < K; ++k) {
-    out[k] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc_lo[k], acc_hi[k]))) -
-             hn::GetLane(hn::SumOfLanes(ds, acc_min[k]));
+    out[k] =
+        hn::GetLane(hn::SumOfLanes(df, hn::Add(acc_lo[k], acc_hi[k]))) - hn::GetLane(hn::SumOfLanes(ds, acc_min[k]));
   }
 }
 #endif
@@ -218,8 +218,8 @@ struct Q4_KTiles : PanelView {
 
   // Q4_K: the scales' term into a0, the mins' into a1 (the dot is a0 - a1).
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_super, const TokenQ8* x, int64_t x0,
-                                             __m512* a0, __m512* a1) {
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
     const auto* const bytes_ptr = panel->bytes.data();
     const auto* const factor_ptr = panel->factor.data();
     const auto* const factor_min_ptr = panel->factor_min.data();
@@ -289,12 +289,13 @@ struct Q4_KRepackedTiles {
     const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 1), w2 = _mm512_load_si512(w + 2);
     const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
                   low2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
-    const __m512i words[4] = {  // the bytes of scales 0-3, scales 4-7, mins 0-3, mins 4-7
-        _mm512_and_si512(w0, low6),
-        _mm512_or_si512(_mm512_and_si512(w2, low4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), low2), 4)),
-        _mm512_and_si512(w1, low6),
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), low2), 4))};
+    const __m512i words[4] = {// the bytes of scales 0-3, scales 4-7, mins 0-3, mins 4-7
+                              _mm512_and_si512(w0, low6),
+                              _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), low2), 4)),
+                              _mm512_and_si512(w1, low6),
+                              _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), low2), 4))};
     for (int sub = 0; sub < 8; ++sub) {
       const int shift = 8 * (sub % 4);
       const __m512i scale = _mm512_and_si512(_mm512_srli_epi32(words[sub / 4], shift), byte);
@@ -330,9 +331,10 @@ struct Q4_KRepackedTiles {
 #pragma GCC unroll 8
           for (int g = 0; g < 8; ++g) {
             const __m512i v = _mm512_load_si512(packed + pair * 8 + g);
-            s[2 * pair] = _mm512_dpbusd_epi32(s[2 * pair], Q4_KTiles::Nibbles(v, false), Broadcast32(xq + 64 * pair + 4 * g));
-            s[2 * pair + 1] =
-                _mm512_dpbusd_epi32(s[2 * pair + 1], Q4_KTiles::Nibbles(v, true), Broadcast32(xq + 64 * pair + 32 + 4 * g));
+            s[2 * pair] =
+                _mm512_dpbusd_epi32(s[2 * pair], Q4_KTiles::Nibbles(v, false), Broadcast32(xq + 64 * pair + 4 * g));
+            s[2 * pair + 1] = _mm512_dpbusd_epi32(s[2 * pair + 1], Q4_KTiles::Nibbles(v, true),
+                                                  Broadcast32(xq + 64 * pair + 32 + 4 * g));
           }
         }
         AddTreeOf8<1>([&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { p[0] = scaled(s[j], j, 0); }, 0, a0);
@@ -439,7 +441,8 @@ void read_unit(const uint8_t* group, int64_t /*n_super*/, int64_t j, size_t lane
   const uint8_t* unit = group + static_cast<size_t>(j) * kQ4_KUnitBytes;
   std::memcpy(block, unit + kQ4_KHalves + 2 * lane, 2);
   std::memcpy(block + 2, unit + kQ4_KHalves + 32 + 2 * lane, 2);
-  for (size_t k = 0; k < 3; ++k) std::memcpy(block + quant::q4_k_scales_offset + 4 * k, unit + kQ4_KWords + k * 64 + 4 * lane, 4);
+  for (size_t k = 0; k < 3; ++k)
+    std::memcpy(block + quant::q4_k_scales_offset + 4 * k, unit + kQ4_KWords + k * 64 + 4 * lane, 4);
   for (size_t i = 0; i < 128; ++i) block[quant::q4_k_qs_offset + i] = unit[(i / 4) * 64 + 4 * lane + i % 4];
 }
 

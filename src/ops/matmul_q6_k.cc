@@ -63,16 +63,12 @@ HWY_INLINE float DotQ6_KWide(const uint8_t* row, const int16_t* xq, const float*
           const auto a = LoadBytes(ql + l);
           const auto c = LoadBytes(ql + 32 + l);
           const auto high = LoadBytes(qh + l);
-          const auto q1 =
-              hn::Sub(hn::Or(hn::And(a, low_mask), hn::ShiftLeft<4>(hn::And(high, two_bits))), offset);
+          const auto q1 = hn::Sub(hn::Or(hn::And(a, low_mask), hn::ShiftLeft<4>(hn::And(high, two_bits))), offset);
           const auto q2 = hn::Sub(
-              hn::Or(hn::And(c, low_mask), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(high), two_bits))),
-              offset);
+              hn::Or(hn::And(c, low_mask), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(high), two_bits))), offset);
           const auto q3 = hn::Sub(
-              hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(high), two_bits))),
-              offset);
-          const auto q4 =
-              hn::Sub(hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(high))), offset);
+              hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(high), two_bits))), offset);
+          const auto q4 = hn::Sub(hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(high))), offset);
           s1 = hn::ReorderWidenMulAccumulate(d32, q1, hn::LoadU(d16, qx + l), s1, o1);
           s2 = hn::ReorderWidenMulAccumulate(d32, q2, hn::LoadU(d16, qx + 32 + l), s2, o2);
           s3 = hn::ReorderWidenMulAccumulate(d32, q3, hn::LoadU(d16, qx + 64 + l), s3, o3);
@@ -198,8 +194,8 @@ struct Q6_KTiles : PanelView {
   // Q6_K: per x block, the dots of its two 16-column halves (each started at -32 * the half's
   // activation sum), times the halves' int8 scales, summed in integers: the row kernel's exact dot.
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_super, const TokenQ8* x, int64_t x0,
-                                             __m512* a0, __m512*) {
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_super, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512*) {
     const auto* const bytes_ptr = panel->bytes.data();
     const auto* const factor_ptr = panel->factor.data();
     const auto* const scales_ptr = panel->scales.data();
@@ -289,7 +285,8 @@ struct Q6_KRepackedTiles {
       // An x block's product: the int8 scales of its two halves times their integer dots, summed
       // in integers (the row kernel's exact dot), times d times the token's block scale.
       auto scaled = [&](__m512i lo, __m512i hi, int64_t j, int k) SQUEEZEKV_VNNI_LAMBDA {
-        const __m512i scale_lo = scale(unit, static_cast<int>(2 * j)), scale_hi = scale(unit, static_cast<int>(2 * j + 1));
+        const __m512i scale_lo = scale(unit, static_cast<int>(2 * j)),
+                      scale_hi = scale(unit, static_cast<int>(2 * j + 1));
         const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, scale_lo), _mm512_mullo_epi32(hi, scale_hi));
         return _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[first + j])));
       };
@@ -351,8 +348,8 @@ struct Q6_KRepackedTiles {
   // Super-blocks [u0, u0 + count) of the 16 rows rebuilt into Q6_KTiles' panel, whose tiles then
   // share the rebuilding across their tokens: for 4 tokens or more the fused tile, which redoes it
   // for every 4, is slower (`ops_bench` matmul/Q6_K/.../repacked/tokens:16).
-  static HWY_INLINE SQUEEZEKV_VNNI const Panel* unpack(const uint8_t* group, int64_t n_super, int64_t u0,
-                                                       int64_t count, Panel& panel) {
+  static HWY_INLINE SQUEEZEKV_VNNI const Panel* unpack(const uint8_t* group, int64_t n_super, int64_t u0, int64_t count,
+                                                       Panel& panel) {
     panel.bytes.reserve(static_cast<size_t>(count) * 64);
     panel.factor.reserve(static_cast<size_t>(count));
     panel.scales.reserve(static_cast<size_t>(count) * 16);
@@ -388,8 +385,8 @@ struct Q6_KRepackedTiles {
 struct Q6_KPanelPieces : Q6_KTiles {
   static constexpr int64_t kRepackedStreamUnits = 1;
   using WholeKind = Q6_KTiles;
-  static HWY_INLINE SQUEEZEKV_VNNI View repacked_view(const uint8_t* group, int64_t n_super, int64_t u0,
-                                                      int64_t count, Panel& panel) {
+  static HWY_INLINE SQUEEZEKV_VNNI View repacked_view(const uint8_t* group, int64_t n_super, int64_t u0, int64_t count,
+                                                      Panel& panel) {
     return Q6_KRepackedTiles::unpack(group, n_super, u0, count, panel);
   }
   static HWY_INLINE SQUEEZEKV_VNNI View whole_view(const uint8_t* group, int64_t n_super, Panel& panel) {
@@ -463,7 +460,8 @@ void read_unit(const uint8_t* group, int64_t n_super, int64_t j, size_t lane, ui
   for (size_t i = 0; i < 192; ++i) {  // ql then qh: 6 runs of 32 bytes, 8 vectors each
     block[i] = unit[(i / 32 * 8 + i % 32 / 4) * 64 + 4 * lane + i % 4];
   }
-  for (size_t k = 0; k < 4; ++k) std::memcpy(block + quant::q6_k_scales_offset + 4 * k, unit + kQ6_KWords + k * 64 + 4 * lane, 4);
+  for (size_t k = 0; k < 4; ++k)
+    std::memcpy(block + quant::q6_k_scales_offset + 4 * k, unit + kQ6_KWords + k * 64 + 4 * lane, 4);
   std::memcpy(block + quant::q6_k_d_offset,
               group + static_cast<size_t>(n_super) * kQ6_KUnitBytes + static_cast<size_t>(j) * 32 + 2 * lane, 2);
 }

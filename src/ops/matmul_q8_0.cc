@@ -173,7 +173,8 @@ struct Q8_0Tiles {
   }
   static HWY_INLINE void repacked_prefetch(const uint8_t* group, int64_t n_blocks, int64_t u0, int64_t u1) {
     constexpr int64_t kCode = repacked::kQ8_0CodeBytes, kHalf = repacked::kQ8_0HalfBytes;
-    for (int64_t b = u0 * kCode; b < u1 * kCode; b += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
+    for (int64_t b = u0 * kCode; b < u1 * kCode; b += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(group) + b, _MM_HINT_T1);
     const auto* halves = reinterpret_cast<const char*>(group + n_blocks * kCode);
     for (int64_t b = u0 * kHalf; b < u1 * kHalf; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
   }
@@ -181,8 +182,8 @@ struct Q8_0Tiles {
   // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
   // number of blocks keep the parity.
   template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0,
-                                             __m512* a0, __m512* a1) {
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512* a1) {
     const auto* const bytes_ptr = panel.bytes;
     const auto* const halves_ptr = panel.halves;
     auto block = [&](int64_t j, __m512* acc) SQUEEZEKV_VNNI_LAMBDA {
@@ -191,7 +192,8 @@ struct Q8_0Tiles {
       BlockDots<T>(bytes_ptr + j * 8, x, (x0 + j) * quant::q8_0_elems, s);
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(halves_ptr + j));
       for (int k = 0; k < T; ++k) {
-        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])), acc[k]);
+        acc[k] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])), acc[k]);
       }
     };
     int64_t j = 0;
@@ -257,8 +259,9 @@ void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end
 // Block j of row `lane` of a repacked group, as GGUF stores it (34 bytes).
 void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, uint8_t* block) {
   using namespace repacked;
-  std::memcpy(block, group + static_cast<size_t>(n_blocks) * kQ8_0CodeBytes + static_cast<size_t>(j) * kQ8_0HalfBytes +
-                         2 * lane, 2);
+  std::memcpy(
+      block,
+      group + static_cast<size_t>(n_blocks) * kQ8_0CodeBytes + static_cast<size_t>(j) * kQ8_0HalfBytes + 2 * lane, 2);
   const uint8_t* codes = group + static_cast<size_t>(j) * kQ8_0CodeBytes + 4 * lane;
   for (size_t i = 0; i < quant::q8_0_elems; ++i) block[2 + i] = codes[(i / 4) * 64 + i % 4] ^ 0x80;
 }

@@ -107,8 +107,11 @@ struct TokenQ8 {
 
 HWY_INLINE TokenQ8 token_q8(const detail::QuantizedActivations& xq, int64_t t, int64_t n) {
   const int64_t blocks = n / detail::activation_block;
-  return {xq.q.data() + t * n, xq.q8.data() + t * n, xq.scale.data() + t * blocks,
-          xq.scaled_sum.data() + t * blocks, xq.q8_0_offset.data() + t * blocks,
+  return {xq.q.data() + t * n,
+          xq.q8.data() + t * n,
+          xq.scale.data() + t * blocks,
+          xq.scaled_sum.data() + t * blocks,
+          xq.q8_0_offset.data() + t * blocks,
           xq.q6_k_offset.data() + 2 * t * blocks};
 }
 
@@ -132,8 +135,7 @@ HWY_INLINE __m256i SumEachOf8(const __m256i* v) {
   const __m256i v67 = _mm256_hadd_epi32(v[6], v[7]);
   const __m256i v0123 = _mm256_hadd_epi32(v01, v23);  // [v0..v3 low-half sums | v0..v3 high-half sums]
   const __m256i v4567 = _mm256_hadd_epi32(v45, v67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(v0123, v4567, 0x20),
-                          _mm256_permute2x128_si256(v0123, v4567, 0x31));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(v0123, v4567, 0x20), _mm256_permute2x128_si256(v0123, v4567, 0x31));
 }
 
 // Unsigned bytes times signed bytes, summed in fours into 8 int32 lanes (pairs never saturate for
@@ -154,9 +156,7 @@ HWY_INLINE __m256i ByteDot(__m256i u, __m256i s) {
 
 // Signed weight bytes times signed activation bytes: |w| times x with w's sign moved onto x
 // (vpsignb, which also zeroes x where w is 0).
-HWY_INLINE __m256i SignedByteDot(__m256i w, __m256i x) {
-  return ByteDot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-}
+HWY_INLINE __m256i SignedByteDot(__m256i w, __m256i x) { return ByteDot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)); }
 
 // The accumulation orders of the x86 quantised kernels (this file is built with
 // -ffp-contract=off, so every product and sum below is rounded exactly where it is written). The
@@ -193,8 +193,8 @@ HWY_INLINE void AccumulateInOrder(hn::Vec<DS> dots, hn::Vec<DS> factors, float a
 // The tree of Q4_K and Q6_K.
 HWY_INLINE float TreeSum8(hn::Vec<DS> p) {
   const __m256 v = p.raw;
-  const __m256 pairs = _mm256_add_ps(v, _mm256_permute_ps(v, 0xB1));           // lane 2i: p2i + p2i+1
-  const __m256 quads = _mm256_add_ps(pairs, _mm256_permute_ps(pairs, 0x4E));    // lanes 0, 4: quads
+  const __m256 pairs = _mm256_add_ps(v, _mm256_permute_ps(v, 0xB1));          // lane 2i: p2i + p2i+1
+  const __m256 quads = _mm256_add_ps(pairs, _mm256_permute_ps(pairs, 0x4E));  // lanes 0, 4: quads
   return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1)));
 }
 #endif  // SQUEEZEKV_X86_BYTE_DOT
@@ -210,8 +210,8 @@ constexpr int64_t kTokenTile = 16;
 // per-token arithmetic is independent of K, so the 4-token prompt path and the 1-token path agree
 // bit for bit.
 template <class Kernel>
-HWY_INLINE void QuantizedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
-                              int64_t row_end, float* HWY_RESTRICT y) {
+HWY_INLINE void QuantizedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
+                              float* HWY_RESTRICT y) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const size_t stride = row_bytes(w.type, w.n_cols);
   const int64_t n = w.n_cols;

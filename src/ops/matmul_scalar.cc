@@ -12,8 +12,7 @@ void matmul_scalar(const WeightMatrix& w, const float* x, int64_t n_tok, float* 
   std::vector<float> row(static_cast<size_t>(w.n_cols));
   const size_t stride = row_bytes(w.type, w.n_cols);
   for (int64_t r = 0; r < w.n_rows; ++r) {
-    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * stride, row.data(),
-                   w.n_cols);
+    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * stride, row.data(), w.n_cols);
     for (int64_t t = 0; t < n_tok; ++t) {
       double sum = 0.0;
       for (int64_t i = 0; i < w.n_cols; ++i) {

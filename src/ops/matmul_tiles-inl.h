@@ -126,7 +126,7 @@ HWY_INLINE SQUEEZEKV_VNNI void TransposeRows(const uint8_t* src, const size_t* o
     quads[4 * h + 2] = _mm512_unpacklo_epi64(p[1], p[3]);
     quads[4 * h + 3] = _mm512_unpackhi_epi64(p[1], p[3]);
   }
-  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);   // 128-bit lanes 0, 2
+  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);     // 128-bit lanes 0, 2
   const __m512i second = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);  // 128-bit lanes 1, 3
   for (int c = 0; c < 4; ++c) {
     out[c] = _mm512_permutex2var_epi64(quads[c], first, quads[4 + c]);
@@ -136,14 +136,13 @@ HWY_INLINE SQUEEZEKV_VNNI void TransposeRows(const uint8_t* src, const size_t* o
 
 // 4 bytes broadcast to every lane straight from memory (a load, or vpdpbusd's {1to16} operand):
 // through a general register the broadcast costs a cross-domain move and was the tiles' bottleneck.
-HWY_INLINE SQUEEZEKV_VNNI __m512i Broadcast32(const void* p) {
-  return _mm512_broadcastd_epi32(_mm_loadu_si32(p));
-}
+HWY_INLINE SQUEEZEKV_VNNI __m512i Broadcast32(const void* p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 
 // The integer dots of 16 columns (groups first..first + 3) of the panel with T tokens: s[k] +=
 // panel byte * token k's activation byte over them (one broadcast dword per vpdpbusd).
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void BlockHalfDots(const __m512i* w, const TokenQ8* x, int64_t column, int first, __m512i* s) {
+HWY_INLINE SQUEEZEKV_VNNI void BlockHalfDots(const __m512i* w, const TokenQ8* x, int64_t column, int first,
+                                             __m512i* s) {
   for (int g = first; g < first + 4; ++g) {
     const __m512i wg = _mm512_load_si512(w + g);
     for (int k = 0; k < T; ++k) s[k] = _mm512_dpbusd_epi32(s[k], wg, Broadcast32(x[k].q8 + column + 4 * g));
@@ -159,7 +158,8 @@ HWY_INLINE SQUEEZEKV_VNNI void BlockDots(const __m512i* w, const TokenQ8* x, int
 
 // Writes lanes [0, valid) of token k's 16 results to y (rows r0.. of token row t0 + k).
 template <int T>
-HWY_INLINE SQUEEZEKV_VNNI void StoreTile(const __m512* result, float* y, int64_t n_rows, int64_t t0, int64_t r0, __mmask16 valid) {
+HWY_INLINE SQUEEZEKV_VNNI void StoreTile(const __m512* result, float* y, int64_t n_rows, int64_t t0, int64_t r0,
+                                         __mmask16 valid) {
   for (int k = 0; k < T; ++k) _mm512_mask_storeu_ps(y + (t0 + k) * n_rows + r0, valid, result[k]);
 }
 
@@ -214,8 +214,8 @@ HWY_INLINE SQUEEZEKV_VNNI int64_t TokenTiles(Tile tile, const detail::MatmulInpu
 
 // All the call's tokens: tiles of kMaxTokens (8 or 4), then of 4, 2 and 1 for the rest.
 template <int kMaxTokens, class Tile>
-HWY_INLINE SQUEEZEKV_VNNI void EveryToken(Tile tile, const detail::MatmulInput& in, int64_t n, float* y,
-                                          int64_t n_rows, int64_t r0, __mmask16 valid) {
+HWY_INLINE SQUEEZEKV_VNNI void EveryToken(Tile tile, const detail::MatmulInput& in, int64_t n, float* y, int64_t n_rows,
+                                          int64_t r0, __mmask16 valid) {
   int64_t t = 0;
   if constexpr (kMaxTokens == 8) t = TokenTiles<8>(tile, in, t, n, y, n_rows, r0, valid);
   t = TokenTiles<4>(tile, in, t, n, y, n_rows, r0, valid);
@@ -367,9 +367,8 @@ struct PrefetchWindow {
 // (A kind may specialise it in its own file, as Q6_K's one-token pieces do.)
 
 template <class Kind>
-HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in,
-                                                int64_t row_begin, int64_t row_end, Panel& panel,
-                                                float* HWY_RESTRICT y) {
+HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
+                                                int64_t row_end, Panel& panel, float* HWY_RESTRICT y) {
   const int64_t n_units = w.n_cols / Kind::kUnitCols;
   const size_t group_bytes = repacked_group_bytes(w.type, w.n_cols);
   auto group = [&](int64_t r0) {
@@ -410,8 +409,8 @@ HWY_NOINLINE SQUEEZEKV_VNNI void TiledRows(const WeightMatrix& w, const detail::
 
 // The same from w's repacked layout (w.repacked set).
 template <class Kind>
-HWY_NOINLINE SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInput& in,
-                                              int64_t row_begin, int64_t row_end, float* HWY_RESTRICT y) {
+HWY_NOINLINE SQUEEZEKV_VNNI void RepackedRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
+                                              int64_t row_end, float* HWY_RESTRICT y) {
   RepackedKindRows<Kind>(w, in, row_begin, row_end, RepackedPanel(), y);
 }
 

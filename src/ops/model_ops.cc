@@ -53,8 +53,7 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
   const float mean = static_cast<float>(SumSquares(x, n) / static_cast<double>(n));
   const float scale = 1.0f / std::sqrt(mean + eps);
   ForEachVector(n, [&](auto d, int64_t i) {
-    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + i), hn::Set(d, scale)), hn::LoadU(d, weight + i)), d,
-               out + i);
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + i), hn::Set(d, scale)), hn::LoadU(d, weight + i)), d, out + i);
   });
 }
 
@@ -89,8 +88,7 @@ void SoftmaxInplace(float* x, int64_t n) {
   });
   sum += hn::GetLane(hn::SumOfLanes(dd, vsum));
   const auto inv = static_cast<float>(1.0 / sum);
-  ForEachVector(
-      n, [&](auto d, int64_t i) { hn::StoreU(hn::Mul(hn::LoadU(d, x + i), hn::Set(d, inv)), d, x + i); });
+  ForEachVector(n, [&](auto d, int64_t i) { hn::StoreU(hn::Mul(hn::LoadU(d, x + i), hn::Set(d, inv)), d, x + i); });
 }
 
 void Swiglu(const float* gate, const float* up, int64_t n, float* out) {
@@ -104,20 +102,17 @@ void Swiglu(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void AddInplace(float* dst, const float* src, int64_t n) {
-  ForEachVector(n, [&](auto d, int64_t i) {
-    hn::StoreU(hn::Add(hn::LoadU(d, dst + i), hn::LoadU(d, src + i)), d, dst + i);
-  });
+  ForEachVector(
+      n, [&](auto d, int64_t i) { hn::StoreU(hn::Add(hn::LoadU(d, dst + i), hn::LoadU(d, src + i)), d, dst + i); });
 }
 
 void MulInplace(float* dst, const float* src, int64_t n) {
-  ForEachVector(n, [&](auto d, int64_t i) {
-    hn::StoreU(hn::Mul(hn::LoadU(d, dst + i), hn::LoadU(d, src + i)), d, dst + i);
-  });
+  ForEachVector(
+      n, [&](auto d, int64_t i) { hn::StoreU(hn::Mul(hn::LoadU(d, dst + i), hn::LoadU(d, src + i)), d, dst + i); });
 }
 
 void ScaleInplace(float* x, int64_t n, float s) {
-  ForEachVector(
-      n, [&](auto d, int64_t i) { hn::StoreU(hn::Mul(hn::LoadU(d, x + i), hn::Set(d, s)), d, x + i); });
+  ForEachVector(n, [&](auto d, int64_t i) { hn::StoreU(hn::Mul(hn::LoadU(d, x + i), hn::Set(d, s)), d, x + i); });
 }
 
 void Axpy(float* dst, const float* src, int64_t n, float a) {

@@ -12,7 +12,10 @@ constexpr size_t kAccumulators = 16;
 
 // The widest of 8, 4, 2 and 1 vectors per query whose accumulators for G queries fit.
 template <size_t G>
-constexpr size_t kVectorsPerQuery = kAccumulators / G >= 8 ? 8 : kAccumulators / G >= 4 ? 4 : kAccumulators / G >= 2 ? 2 : 1;
+constexpr size_t kVectorsPerQuery = kAccumulators / G >= 8   ? 8
+                                    : kAccumulators / G >= 4 ? 4
+                                    : kAccumulators / G >= 2 ? 2
+                                                             : 1;
 
 // Whether any of G queries weighs row j (a weighted sum skips rows every query weighs 0: masked
 // slots, which may hold stale bits).

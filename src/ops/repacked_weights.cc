@@ -69,7 +69,8 @@ size_t repacked_bytes(const WeightMatrix& w) {
 RepackedBuffer allocate_repacked(const WeightMatrix& w) {
   if (!can_repack(w)) {
     require(false, "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
-            "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") + " and AVX-512 VNNI)");
+            "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") +
+                " and AVX-512 VNNI)");
   }
   const size_t bytes = repacked_bytes(w);  // a multiple of 64, as aligned_alloc asks
   auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));

@@ -10,9 +10,7 @@
 namespace squeezekv {
 namespace {
 
-void check_n_rot(int64_t n_rot) {
-  require(n_rot > 0 && n_rot % 2 == 0, "n_rot", n_rot, "must be even and > 0");
-}
+void check_n_rot(int64_t n_rot) { require(n_rot > 0 && n_rot % 2 == 0, "n_rot", n_rot, "must be even and > 0"); }
 
 }  // namespace
 

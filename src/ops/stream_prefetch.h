@@ -20,7 +20,8 @@ inline constexpr size_t kCacheLineBytes = 64;
 // undefined), and a prefetch never faults.
 HWY_INLINE void prefetch_ahead(const void* p, size_t bytes) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kPrefetchAheadBytes;
-  for (size_t line = 0; line < bytes; line += kCacheLineBytes) hwy::Prefetch(reinterpret_cast<const void*>(ahead + line));
+  for (size_t line = 0; line < bytes; line += kCacheLineBytes)
+    hwy::Prefetch(reinterpret_cast<const void*>(ahead + line));
 }
 
 }  // namespace squeezekv

@@ -52,12 +52,12 @@ void quantize_bf16(const float* src, uint8_t* dst, int64_t n) {
 // One ggml type. Rows without functions are types squeezekv only bounds-checks and lists; rows
 // with an empty name are ids ggml has retired or never used.
 struct TypeTraits {
-  uint32_t id;               // GGUF type id (= the row's index)
-  std::string_view name;     // ggml's
-  BlockLayout layout;        // {0, 0} where the id has no layout
-  DequantizeFn dequantize;   // the reference codec; null where squeezekv cannot compute on the type
+  uint32_t id;              // GGUF type id (= the row's index)
+  std::string_view name;    // ggml's
+  BlockLayout layout;       // {0, 0} where the id has no layout
+  DequantizeFn dequantize;  // the reference codec; null where squeezekv cannot compute on the type
   QuantizeFn quantize;
-  uint32_t file_type;        // llama_ftype of a file whose matrices are all of this type
+  uint32_t file_type;                    // llama_ftype of a file whose matrices are all of this type
   const detail::WeightKernels* kernels;  // matmul's row kernel, tiles and repacked layout
 };
 
@@ -136,9 +136,9 @@ const TypeTraits& traits(TensorType type) {
 void require_whole_blocks(const TypeTraits& t, int64_t n) {
   const int64_t block = t.layout.block_elems;
   if (n < 0 || n % block != 0) {
-    throw InvalidArgument(invalid_value("row length", n,
-                                        "must be a non-negative multiple of the " + std::string(t.name) +
-                                            " block size " + std::to_string(block)));
+    throw InvalidArgument(invalid_value(
+        "row length", n,
+        "must be a non-negative multiple of the " + std::string(t.name) + " block size " + std::to_string(block)));
   }
 }
 

@@ -72,8 +72,7 @@ void ThreadPool::drain(uint64_t epoch, size_t worker) {
       const std::lock_guard lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
-    if (done_tasks_.fetch_add(1) + 1 == n_tasks &&
-        caller_sleeping_.load(std::memory_order_seq_cst)) {
+    if (done_tasks_.fetch_add(1) + 1 == n_tasks && caller_sleeping_.load(std::memory_order_seq_cst)) {
       const std::lock_guard lock(mutex_);  // orders the notify after the caller's predicate check
       done_.notify_one();
     }

@@ -58,9 +58,8 @@ class ChunkedPolicy final : public CumulativePolicy {
       if (!protected_chunk) chunks.push_back({float(sum / double(end - begin)), rows[begin].first, begin, end});
       begin = end;
     }
-    std::sort(chunks.begin(), chunks.end(), [](const Chunk& a, const Chunk& b) {
-      return a.mean != b.mean ? a.mean < b.mean : a.index < b.index;
-    });
+    std::sort(chunks.begin(), chunks.end(),
+              [](const Chunk& a, const Chunk& b) { return a.mean != b.mean ? a.mean < b.mean : a.index < b.index; });
     for (const Chunk& chunk : chunks) {
       if (head.n_live() <= budget) break;
       for (size_t i = chunk.begin; i < chunk.end; ++i) head.evict(rows[i].second);
@@ -74,15 +73,29 @@ class ChunkedPolicy final : public CumulativePolicy {
 };
 
 const ParamSpec kParams[] = {
-    {"chunk_size", ParamKind::integer, "8", "chunkkv: positions per evicted chunk (1 = h2o)", 1, double(1 << 30),
-     false, {}, {}, true, false, {}, /*label=*/"chunk"},
+    {"chunk_size",
+     ParamKind::integer,
+     "8",
+     "chunkkv: positions per evicted chunk (1 = h2o)",
+     1,
+     double(1 << 30),
+     false,
+     {},
+     {},
+     true,
+     false,
+     {},
+     /*label=*/"chunk"},
 };
 
 }  // namespace
 
 extern const PolicyInfo chunked_policy_info = {
-    "chunked", "cumulative score, evicting whole chunks of consecutive positions", kParams,
-    kCumulativeReads, /*scores_rows=*/true,
+    "chunked",
+    "cumulative score, evicting whole chunks of consecutive positions",
+    kParams,
+    kCumulativeReads,
+    /*scores_rows=*/true,
     [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<ChunkedPolicy>(c); }};
 
 }  // namespace squeezekv

@@ -5,16 +5,18 @@
 namespace squeezekv {
 
 extern const PolicyInfo cumulative_policy_info = {
-    "cumulative", "evict the lowest cumulative attention score (H2O heavy hitters)", {},
-    kCumulativeReads, /*scores_rows=*/true,
+    "cumulative",
+    "evict the lowest cumulative attention score (H2O heavy hitters)",
+    {},
+    kCumulativeReads,
+    /*scores_rows=*/true,
     [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<CumulativePolicy>(c); }};
 
 void CumulativePolicy::score_keys(LayerRows& layer, const UpdateRows& update) {
   if (source_ == ScoreSource::key_proxy) accumulate_key_proxy(layer, update, decay_, scratch_);
 }
 
-void CumulativePolicy::score_attention(LayerRows& layer, int head, const float* probs,
-                                       int n_queries, int n_slots) {
+void CumulativePolicy::score_attention(LayerRows& layer, int head, const float* probs, int n_queries, int n_slots) {
   if (source_ == ScoreSource::attention) {
     accumulate_attention(layer.heads[size_t(head)], probs, n_queries, n_slots, decay_);
   }

@@ -17,8 +17,7 @@ class CumulativePolicy : public ScorerPolicy {
   std::string_view name() const override { return "cumulative"; }
   bool wants_attention() const override { return source_ == ScoreSource::attention; }
   void score_keys(LayerRows& layer, const UpdateRows& update) override;
-  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
-                       int n_slots) override;
+  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries, int n_slots) override;
 
  private:
   float decay_;

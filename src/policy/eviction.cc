@@ -82,9 +82,7 @@ void select_lowest_into(const HeadStore& head, int budget, Protection protect, c
   out.assign(candidates.begin(), candidates.begin() + excess);
 }
 
-
-std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect,
-                               const float* scores) {
+std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect, const float* scores) {
   std::vector<int> candidates, out;
   candidates.reserve(size_t(head.n_live()));
   select_lowest_into(head, budget, protect, scores, candidates, out);
@@ -119,8 +117,7 @@ void add_probs(HeadStore& head, const float* probs, const uint8_t* mask, int n_s
 
 }  // namespace
 
-void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float decay,
-                          KeyProxyScratch& scratch) {
+void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float decay, KeyProxyScratch& scratch) {
   const int dim = layer.head_dim();
   const float inv_sqrt_d = 1.0f / std::sqrt(float(dim));
   for (size_t h = 0; h < layer.heads.size(); ++h) {
@@ -132,9 +129,10 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
     if (update.n_new == 1) {
       // Decode: one query against every row.
       scratch.logits.resize(size_t(n_slots));
-      for (int s = 0; s < n_slots; ++s) scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < update.first_pos;
-      if (!head.key_probs(keys, 1, size_t(dim), size_t(n_slots), scratch.mask.data(), inv_sqrt_d,
-                          scratch.logits.data(), size_t(n_slots))) {
+      for (int s = 0; s < n_slots; ++s)
+        scratch.mask[size_t(s)] = pos[s] != HeadStore::kFree && pos[s] < update.first_pos;
+      if (!head.key_probs(keys, 1, size_t(dim), size_t(n_slots), scratch.mask.data(), inv_sqrt_d, scratch.logits.data(),
+                          size_t(n_slots))) {
         head.scores()[update.slots[h][0]] = 1.0f;
       } else {
         add_probs(head, scratch.logits.data(), scratch.mask.data(), n_slots, decay);
@@ -163,8 +161,8 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
       for (int s = 0; s < n_slots; ++s) {
         if (pos[s] != HeadStore::kFree && pos[s] < update.first_pos) hi = std::max(hi, s + 1);
       }
-      query_block_dots(scratch.queries.data() + size_t(t0) * size_t(dim), size_t(m), size_t(dim), scratch.kt.data(),
-                       ld, size_t(hi), size_t(dim), scratch.logits.data(), ld);
+      query_block_dots(scratch.queries.data() + size_t(t0) * size_t(dim), size_t(m), size_t(dim), scratch.kt.data(), ld,
+                       size_t(hi), size_t(dim), scratch.logits.data(), ld);
       for (int i = 0; i < m; ++i) {
         const int64_t query_pos = update.first_pos + t0 + i;
         float* logits = scratch.logits.data() + size_t(i) * ld;
@@ -174,14 +172,14 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
           any |= scratch.mask[size_t(s)] != 0;
         }
         if (!any) head.scores()[update.slots[h][size_t(t0 + i)]] = 1.0f;
-        else if (masked_softmax(logits, scratch.mask.data(), size_t(hi))) add_probs(head, logits, scratch.mask.data(), hi, decay);
+        else if (masked_softmax(logits, scratch.mask.data(), size_t(hi)))
+          add_probs(head, logits, scratch.mask.data(), hi, decay);
       }
     }
   }
 }
 
-void accumulate_attention(HeadStore& head, const float* probs, int n_queries, int n_slots,
-                          float decay) {
+void accumulate_attention(HeadStore& head, const float* probs, int n_queries, int n_slots, float decay) {
   float* scores = head.scores();
   const int64_t* pos = head.positions();
   for (int q = 0; q < n_queries; ++q) {

@@ -24,8 +24,7 @@ Protection cumulative_protection(int64_t tokens_seen, int budget, int n_sink, do
 
 // The slots to evict so that `head` holds at most `budget` rows: the unprotected rows with the
 // lowest score, ties to the oldest (lowest position). scores: slot-indexed; null = by position.
-std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect,
-                               const float* scores);
+std::vector<int> select_lowest(const HeadStore& head, int budget, Protection protect, const float* scores);
 
 // select_lowest into `out` (cleared), `candidates` as scratch: no allocation once both have grown.
 void select_lowest_into(const HeadStore& head, int budget, Protection protect, const float* scores,
@@ -43,11 +42,9 @@ struct KeyProxyScratch {
   std::vector<float> kt, logits, queries;
   std::vector<uint8_t> mask;
 };
-void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float decay,
-                          KeyProxyScratch& scratch);
+void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float decay, KeyProxyScratch& scratch);
 
 // scores = decay * scores + probs[q] for each query row q in order (attention source).
-void accumulate_attention(HeadStore& head, const float* probs, int n_queries, int n_slots,
-                          float decay);
+void accumulate_attention(HeadStore& head, const float* probs, int n_queries, int n_slots, float decay);
 
 }  // namespace squeezekv

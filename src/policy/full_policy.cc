@@ -15,8 +15,14 @@ class FullPolicy final : public TokenPolicy {
 }  // namespace
 
 extern const PolicyInfo full_policy_info = {
-    "full", "keep every row", {}, {}, /*scores_rows=*/false,
+    "full",
+    "keep every row",
+    {},
+    {},
+    /*scores_rows=*/false,
     [](const ComponentParams&) -> std::unique_ptr<TokenPolicy> { return std::make_unique<FullPolicy>(); },
-    /*validate=*/nullptr, /*methods=*/{}, /*keeps_every_row=*/true};
+    /*validate=*/nullptr,
+    /*methods=*/{},
+    /*keeps_every_row=*/true};
 
 }  // namespace squeezekv

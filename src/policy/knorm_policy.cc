@@ -42,8 +42,13 @@ constexpr MethodInfo kMethods[] = {
 }  // namespace
 
 extern const PolicyInfo knorm_policy_info = {
-    "knorm", "keep the rows whose keys have the lowest L2 norm", {}, kScorerReads, /*scores_rows=*/false,
+    "knorm",
+    "keep the rows whose keys have the lowest L2 norm",
+    {},
+    kScorerReads,
+    /*scores_rows=*/false,
     [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<KnormPolicy>(c); },
-    nullptr, kMethods};
+    nullptr,
+    kMethods};
 
 }  // namespace squeezekv

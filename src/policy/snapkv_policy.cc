@@ -22,14 +22,15 @@ namespace {
 class SnapKVPolicy final : public TokenPolicy {
  public:
   explicit SnapKVPolicy(const ComponentParams& params)
-      : n_sink_(params.n_sink), window_(int(params.get_int("window"))), kernel_(int(params.get_int("kernel"))),
+      : n_sink_(params.n_sink),
+        window_(int(params.get_int("window"))),
+        kernel_(int(params.get_int("kernel"))),
         source_(params.score) {}
   std::string_view name() const override { return "snapkv"; }
   bool bounded() const override { return done_; }  // the whole prompt is held until it ends
   bool wants_attention() const override { return source_ == ScoreSource::attention && !done_; }
 
-  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
-                       int n_slots) override {
+  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries, int n_slots) override {
     if (!wants_attention()) return;
     if (observed_.size() != layer.heads.size()) observed_.resize(layer.heads.size());
     auto& rows = observed_[size_t(head)];
@@ -129,9 +130,20 @@ void require_odd(const ParamSpec& spec, const ParamValue& value) {
 }
 
 const ParamSpec kParams[] = {
-    {"window", ParamKind::integer, "32", "snapkv: observation window (last prompt queries), < budget", 1, double(1 << 30)},
-    {"kernel", ParamKind::integer, "5", "snapkv: average-pool width (odd)", 1, 1023, false, {}, {}, true,
-     false, require_odd},
+    {"window", ParamKind::integer, "32", "snapkv: observation window (last prompt queries), < budget", 1,
+     double(1 << 30)},
+    {"kernel",
+     ParamKind::integer,
+     "5",
+     "snapkv: average-pool width (odd)",
+     1,
+     1023,
+     false,
+     {},
+     {},
+     true,
+     false,
+     require_odd},
 };
 
 constexpr std::string_view kSnapReads[] = {"n_sink", "score"};
@@ -139,13 +151,18 @@ constexpr std::string_view kSnapReads[] = {"n_sink", "score"};
 }  // namespace
 
 extern const PolicyInfo snapkv_policy_info = {
-    "snapkv", "observation window, once at the end of the prompt", kParams, kSnapReads,
+    "snapkv",
+    "observation window, once at the end of the prompt",
+    kParams,
+    kSnapReads,
     /*scores_rows=*/true,
     [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<SnapKVPolicy>(c); },
     [](const ComponentParams& c) {
       const int64_t window = c.get_int("window");
       require(window < c.budget, "window", window, "must be smaller than budget = " + std::to_string(c.budget));
     },
-    /*methods=*/{}, /*keeps_every_row=*/false, /*holds_prompt_until_end=*/true};
+    /*methods=*/{},
+    /*keeps_every_row=*/false,
+    /*holds_prompt_until_end=*/true};
 
 }  // namespace squeezekv

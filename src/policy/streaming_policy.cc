@@ -24,16 +24,22 @@ constexpr std::string_view kStreamingReads[] = {"n_sink"};
 
 }  // namespace
 
-extern const PolicyInfo streaming_policy_info = {
-    "streaming", "the first n_sink tokens ever seen and the most recent rows", {}, kStreamingReads,
-    /*scores_rows=*/false, [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> {
-      return std::make_unique<StreamingPolicy>(c.n_sink, true);
-    }};
+extern const PolicyInfo streaming_policy_info = {"streaming",
+                                                 "the first n_sink tokens ever seen and the most recent rows",
+                                                 {},
+                                                 kStreamingReads,
+                                                 /*scores_rows=*/false,
+                                                 [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> {
+                                                   return std::make_unique<StreamingPolicy>(c.n_sink, true);
+                                                 }};
 
-extern const PolicyInfo window_policy_info = {
-    "window", "the most recent rows", {}, {}, /*scores_rows=*/false,
-    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> {
-      return std::make_unique<StreamingPolicy>(c.n_sink, false);
-    }};
+extern const PolicyInfo window_policy_info = {"window",
+                                              "the most recent rows",
+                                              {},
+                                              {},
+                                              /*scores_rows=*/false,
+                                              [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> {
+                                                return std::make_unique<StreamingPolicy>(c.n_sink, false);
+                                              }};
 
 }  // namespace squeezekv

@@ -37,11 +37,9 @@ class TovaPolicy final : public TokenPolicy {
     }
   }
 
-  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries,
-                       int n_slots) override {
+  void score_attention(LayerRows& layer, int head, const float* probs, int n_queries, int n_slots) override {
     if (source_ != ScoreSource::attention || n_queries == 0 || n_slots != n_slots_) return;
-    add_to_batch(layer.batch_of(head), probs + size_t(n_queries - 1) * size_t(n_slots),
-                 layer.n_kv_heads);
+    add_to_batch(layer.batch_of(head), probs + size_t(n_queries - 1) * size_t(n_slots), layer.n_kv_heads);
   }
 
   void evict(LayerRows& layer, int budget) override {
@@ -76,7 +74,11 @@ constexpr std::string_view kTovaReads[] = {"n_sink", "score"};
 }  // namespace
 
 extern const PolicyInfo tova_policy_info = {
-    "tova", "the newest query's attention, one choice per layer", {}, kTovaReads, /*scores_rows=*/true,
+    "tova",
+    "the newest query's attention, one choice per layer",
+    {},
+    kTovaReads,
+    /*scores_rows=*/true,
     [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<TovaPolicy>(c); }};
 
 }  // namespace squeezekv

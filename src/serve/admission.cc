@@ -105,9 +105,9 @@ size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, 
   const int64_t n_evicting = int64_t(model.n_layers) - n_sliding;
   const auto hd = size_t(model.head_dim);
   // The method governs the evicting layers alone; a sliding layer evicts its oldest row per step.
-  const size_t per_head =
-      group_bytes(config, hd, n_evicting, promised_rows(config, int(n_evicting), shape), keeps_every_row(config), shape) +
-      group_bytes(config, hd, n_sliding, promised_sliding_rows(kinds, shape), false, shape);
+  const size_t per_head = group_bytes(config, hd, n_evicting, promised_rows(config, int(n_evicting), shape),
+                                      keeps_every_row(config), shape) +
+                          group_bytes(config, hd, n_sliding, promised_sliding_rows(kinds, shape), false, shape);
   return per_head * size_t(model.n_kv_heads);
 }
 

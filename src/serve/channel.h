@@ -23,7 +23,7 @@ struct ChannelUpdate {
   bool done = false;
   std::string finish_reason;  // "stop" | "length" when done without error
   Usage usage;
-  int error_status = 0;       // non-zero: failed (500: engine error, 503: shutting down)
+  int error_status = 0;  // non-zero: failed (500: engine error, 503: shutting down)
   std::string error;
   std::chrono::steady_clock::time_point first_text{};  // when the first text was pushed
 };

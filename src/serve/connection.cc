@@ -197,9 +197,9 @@ bool ConnectionServer::client_gone() { return t_stream != nullptr && t_stream->h
 
 void ConnectionServer::refuse(socket_t sock) {
   ++refused_;
-  const std::string body = error_json(Failure::too_many_connections,
-                                      "too many connections: " + std::to_string(limits_.max_connections) +
-                                          " are open (--max-connections)", "");
+  const std::string body = error_json(
+      Failure::too_many_connections,
+      "too many connections: " + std::to_string(limits_.max_connections) + " are open (--max-connections)", "");
   const std::string answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
                              std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
   // A fresh socket's send buffer takes this at once; never wait here (this is the accepting thread).

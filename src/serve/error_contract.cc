@@ -17,8 +17,7 @@ constexpr FailureSpec kTable[] = {
     {Failure::no_route, 404, "not_found_error", false, "no such method and path"},
     {Failure::bad_head, 400, "invalid_request_error", true,
      "the request line or headers do not parse, or the request did not arrive within --read-timeout"},
-    {Failure::bad_content_length, 400, "invalid_request_error", true,
-     "Content-Length is not one decimal byte count"},
+    {Failure::bad_content_length, 400, "invalid_request_error", true, "Content-Length is not one decimal byte count"},
     {Failure::length_required, 411, "invalid_request_error", true, "a body without Content-Length (chunked)"},
     {Failure::body_too_large, 413, "invalid_request_error", true, "Content-Length is above --max-body"},
     {Failure::queue_full, 503, "server_overloaded", false,
@@ -44,8 +43,11 @@ Failure failure_of_status(int status) { return status == 503 ? Failure::shutting
 
 std::string error_json(Failure failure, const std::string& message, const std::string& param) {
   using nlohmann::json;
-  const json body = {{"error", {{"message", message}, {"type", std::string(failure_spec(failure).type)},
-                                {"param", param.empty() ? json(nullptr) : json(param)}, {"code", nullptr}}}};
+  const json body = {{"error",
+                      {{"message", message},
+                       {"type", std::string(failure_spec(failure).type)},
+                       {"param", param.empty() ? json(nullptr) : json(param)},
+                       {"code", nullptr}}}};
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -30,9 +30,9 @@ enum class Failure {
 struct FailureSpec {
   Failure failure;
   int status;
-  std::string_view type;     // OpenAI's error type
-  bool closes;               // the connection closes after the answer (its body may be unread)
-  std::string_view when;     // for the README's table
+  std::string_view type;  // OpenAI's error type
+  bool closes;            // the connection closes after the answer (its body may be unread)
+  std::string_view when;  // for the README's table
 };
 
 std::span<const FailureSpec> failure_table();

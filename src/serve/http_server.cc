@@ -108,9 +108,11 @@ void HttpServer::Impl::routes() {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json body = {{"object", "list"},
-                       {"data", json::array({{{"id", options.limits.model_id}, {"object", "model"}, {"created", 0},
-                                              {"owned_by", "squeezekv"}}})}};
+    const json body = {
+        {"object", "list"},
+        {"data",
+         json::array(
+             {{{"id", options.limits.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "squeezekv"}}})}};
     res.set_content(dump(body), "application/json");
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -120,7 +122,8 @@ void HttpServer::Impl::routes() {
     counters.fragments_encoded = fragments.misses();
     res.set_content(render_metrics(scheduler.stats(), counters), "text/plain; version=0.0.4");
   });
-  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
+  server.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
   server.Post("/v1/chat/completions",
               [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
   // The body's length is checked before any of it is read: cpp-httplib takes "-5" for 2^64 - 5
@@ -129,8 +132,8 @@ void HttpServer::Impl::routes() {
     using Handled = httplib::Server::HandlerResponse;
     if (req.has_header("Transfer-Encoding")) {
       ++counters.client_errors;
-      send_error(req, res, Failure::length_required, "a request body needs a Content-Length (chunked bodies are refused)",
-                 "Transfer-Encoding");
+      send_error(req, res, Failure::length_required,
+                 "a request body needs a Content-Length (chunked bodies are refused)", "Transfer-Encoding");
       return Handled::Handled;
     }
     const size_t count = req.get_header_value_count("Content-Length");
@@ -159,10 +162,12 @@ void HttpServer::Impl::routes() {
   server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ++counters.client_errors;
-    if (res.status == 404) return send_error(req, res, Failure::no_route, "no route " + req.method + " " + req.path, "");
+    if (res.status == 404)
+      return send_error(req, res, Failure::no_route, "no route " + req.method + " " + req.path, "");
     if (res.status == 413) {
       return send_error(req, res, Failure::body_too_large,
-                        "the body is larger than --max-body (" + std::to_string(options.max_body_bytes) + " bytes)", "");
+                        "the body is larger than --max-body (" + std::to_string(options.max_body_bytes) + " bytes)",
+                        "");
     }
     send_error(req, res, Failure::bad_head,
                "the request could not be read (HTTP " + std::to_string(res.status) +
@@ -207,8 +212,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     case Admission::queue_full:
       ++counters.rejected;
       res.set_header("Retry-After", "1");
-      return send_error(req, res, Failure::queue_full, "the server is busy: every K/V byte is promised and the queue is full",
-                        "");
+      return send_error(req, res, Failure::queue_full,
+                        "the server is busy: every K/V byte is promised and the queue is full", "");
     case Admission::shutting_down:
       ++counters.rejected;
       return send_error(req, res, Failure::shutting_down, "the server is shutting down", "");
@@ -224,8 +229,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
   };
   auto chunk = [=](const json& choice) {
-    return json{{"id", id}, {"object", object}, {"created", created}, {"model", model_id},
-                {"choices", json::array({choice})}};
+    return json{
+        {"id", id}, {"object", object}, {"created", created}, {"model", model_id}, {"choices", json::array({choice})}};
   };
   // The client leaving cancels the session: a failed write, or the releaser called without success.
   auto release = [this, channel](bool success) {
@@ -240,7 +245,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         "text/event-stream",
         [=](size_t, httplib::DataSink& sink) {
           if (chat) {
-            json role = chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}});
+            json role =
+                chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}});
             const std::string s = sse(role);
             if (!sink.write(s.data(), s.size())) return false;
           }
@@ -249,8 +255,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             if (!sink.is_writable()) return false;
             if (!channel->take(u, 50ms)) continue;
             if (!u.text.empty()) {
-              const json c = chat ? chunk({{"index", 0}, {"delta", {{"content", u.text}}}, {"finish_reason", nullptr}})
-                                  : chunk({{"text", u.text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+              const json c =
+                  chat ? chunk({{"index", 0}, {"delta", {{"content", u.text}}}, {"finish_reason", nullptr}})
+                       : chunk({{"text", u.text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
               const std::string s = sse(c);
               if (!sink.write(s.data(), s.size())) return false;
             }
@@ -259,8 +266,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             if (u.error_status != 0) {
               tail = sse(error_json(failure_of_status(u.error_status), u.error, ""));
             } else {
-              json last = chat ? chunk({{"index", 0}, {"delta", json::object()}, {"finish_reason", u.finish_reason}})
-                               : chunk({{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}});
+              json last =
+                  chat ? chunk({{"index", 0}, {"delta", json::object()}, {"finish_reason", u.finish_reason}})
+                       : chunk({{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}});
               tail = sse(last);
               if (include_usage) {
                 json usage = chunk({});
@@ -290,11 +298,17 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     if (u.done) break;
   }
   if (u.error_status != 0) return send_error(req, res, failure_of_status(u.error_status), u.error, "");
-  const json choice = chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
-                                  {"finish_reason", u.finish_reason}}
-                           : json{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
-  const json body = {{"id", id}, {"object", object}, {"created", created}, {"model", model_id},
-                     {"choices", json::array({choice})}, {"usage", usage_json(u.usage)}};
+  const json choice =
+      chat ? json{{"index", 0},
+                  {"message", {{"role", "assistant"}, {"content", text}}},
+                  {"finish_reason", u.finish_reason}}
+           : json{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
+  const json body = {{"id", id},
+                     {"object", object},
+                     {"created", created},
+                     {"model", model_id},
+                     {"choices", json::array({choice})},
+                     {"usage", usage_json(u.usage)}};
   res.set_content(dump(body), "application/json");
 }
 

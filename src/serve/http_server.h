@@ -18,9 +18,9 @@ namespace squeezekv::serve {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                       // 0: any free port (see HttpServer::port)
+  int port = 8080;                          // 0: any free port (see HttpServer::port)
   size_t max_body_bytes = size_t(1) << 20;  // larger bodies get 413
-  ConnectionLimits connections;            // open at once, read / idle / write timeouts
+  ConnectionLimits connections;             // open at once, read / idle / write timeouts
   RequestLimits limits;
 };
 
@@ -31,10 +31,10 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  void bind();        // InvalidArgument naming --host/--port when it cannot listen there
-  int port() const;   // the bound port
-  void listen();      // serves until stop()
-  void stop();        // thread-safe; listen() returns
+  void bind();       // InvalidArgument naming --host/--port when it cannot listen there
+  int port() const;  // the bound port
+  void listen();     // serves until stop()
+  void stop();       // thread-safe; listen() returns
 
  private:
   struct Impl;

@@ -115,14 +115,15 @@ RequestError json_body_error(const std::string& body, const json::exception& err
   if (const size_t bad = first_bad_utf8(body); bad != std::string::npos && what.find("UTF-8") != std::string::npos) {
     char byte[8];
     std::snprintf(byte, sizeof byte, "0x%02X", unsigned(static_cast<unsigned char>(body[bad])));
-    return RequestError(Failure::invalid_json, at.field, where + " is not valid UTF-8 (byte " + byte + " at offset " +
-                                           std::to_string(bad) + ")");
+    return RequestError(Failure::invalid_json, at.field,
+                        where + " is not valid UTF-8 (byte " + byte + " at offset " + std::to_string(bad) + ")");
   }
   if (error.id == 406) {  // out_of_range: a number beyond a double
     return RequestError(Failure::invalid_json, at.field, where + " is a number too large to represent");
   }
   // nlohmann's message may quote the bytes it read: repaired, so that the answer serialises.
-  return RequestError(Failure::invalid_json, at.field, "the body is not valid JSON (at " + where + "): " + valid_utf8(what));
+  return RequestError(Failure::invalid_json, at.field,
+                      "the body is not valid JSON (at " + where + "): " + valid_utf8(what));
 }
 
 }  // namespace squeezekv::serve

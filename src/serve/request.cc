@@ -73,12 +73,14 @@ std::vector<ChatMessage> parse_messages(const json& v) {
     const json& m = v[i];
     if (!m.is_object()) bad(at, "'" + at + "' must be an object");
     for (const auto& [key, value] : m.items()) {
-      if (key != "role" && key != "content" && key != "name") bad(at + "." + key, "unknown field '" + at + "." + key + "'");
+      if (key != "role" && key != "content" && key != "name")
+        bad(at + "." + key, "unknown field '" + at + "." + key + "'");
     }
     if (!m.contains("role")) bad(at + ".role", "'" + at + ".role' is required");
     const std::string role = get_string(m["role"], at + ".role");
     static const std::set<std::string, std::less<>> roles = {"system", "user", "assistant", "developer"};
-    if (!roles.contains(role)) bad(at + ".role", "'" + at + ".role' must be system, user, assistant or developer, not '" + role + "'");
+    if (!roles.contains(role))
+      bad(at + ".role", "'" + at + ".role' must be system, user, assistant or developer, not '" + role + "'");
     if (!m.contains("content")) bad(at + ".content", "'" + at + ".content' is required");
     out.push_back({role == "developer" ? "system" : role, content_text(m["content"], at + ".content")});
   }
@@ -135,12 +137,12 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   r.cache = limits.cache;
   r.max_tokens = chat ? 128 : 16;  // OpenAI's completions default; chat: a bounded one
   // Fields accepted but without effect here, when they ask for nothing (their defaults).
-  static const std::set<std::string, std::less<>> inert = {"user", "n", "presence_penalty", "frequency_penalty",
-                                                           "logprobs", "echo", "best_of", "logit_bias",
-                                                           "stream_options", "suffix", "top_logprobs"};
-  static const std::set<std::string, std::less<>> known = {"model", "max_tokens", "max_completion_tokens",
-                                                           "temperature", "top_p", "top_k", "seed", "stop",
-                                                           "stream", "squeezekv", "ignore_eos", "cache_prompt"};
+  static const std::set<std::string, std::less<>> inert = {
+      "user",           "n",      "presence_penalty", "frequency_penalty", "logprobs", "echo", "best_of", "logit_bias",
+      "stream_options", "suffix", "top_logprobs"};
+  static const std::set<std::string, std::less<>> known = {
+      "model",     "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
+      "squeezekv", "ignore_eos", "cache_prompt"};
   for (const auto& [key, value] : j.items()) {
     if (key == (chat ? "messages" : "prompt")) continue;
     if (!known.contains(key) && !inert.contains(key)) bad(key, "unknown field '" + key + "'");
@@ -169,7 +171,8 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   if (j.contains("model") && !j["model"].is_null()) {
     const std::string model = get_string(j["model"], "model");
     if (model != limits.model_id) {
-      throw RequestError(Failure::unknown_model, "model", "the model '" + model + "' does not exist (this server has '" + limits.model_id + "')");
+      throw RequestError(Failure::unknown_model, "model",
+                         "the model '" + model + "' does not exist (this server has '" + limits.model_id + "')");
     }
   }
   const auto given = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
@@ -188,7 +191,8 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   }
   if (j.contains("top_k") && !j["top_k"].is_null()) r.sampler.top_k = int(get_int(j["top_k"], "top_k", 0, 1 << 20));
   if (j.contains("seed") && !j["seed"].is_null()) {
-    r.sampler.seed = uint64_t(get_int(j["seed"], "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+    r.sampler.seed =
+        uint64_t(get_int(j["seed"], "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   }
   const auto read_bool = [&](const char* key, bool& out) {
     if (!given(key)) return;
@@ -235,13 +239,14 @@ CompletionRequest parse_request(const std::string& body, bool chat, const Reques
   }
   const auto n_prompt = int64_t(r.tokens.size());
   if (n_prompt > limits.max_prompt_tokens) {
-    throw RequestError(Failure::prompt_too_long, chat ? "messages" : "prompt", "the prompt has " + std::to_string(n_prompt) + " tokens, more than the " +
-                                          std::to_string(limits.max_prompt_tokens) + " this server allows");
+    throw RequestError(Failure::prompt_too_long, chat ? "messages" : "prompt",
+                       "the prompt has " + std::to_string(n_prompt) + " tokens, more than the " +
+                           std::to_string(limits.max_prompt_tokens) + " this server allows");
   }
   if (keeps_every_row(r.cache) && n_prompt + r.max_tokens > limits.n_ctx) {
-    bad("max_tokens", "prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" + std::to_string(r.max_tokens) +
-                          ") exceeds the full cache's context of " + std::to_string(limits.n_ctx) +
-                          " tokens (lower max_tokens, or choose an evicting cache)");
+    bad("max_tokens", "prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
+                          std::to_string(r.max_tokens) + ") exceeds the full cache's context of " +
+                          std::to_string(limits.n_ctx) + " tokens (lower max_tokens, or choose an evicting cache)");
   }
   return r;
 }

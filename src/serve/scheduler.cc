@@ -23,15 +23,15 @@ struct Scheduler::Session {
   Sampler sampler;
   std::optional<PromptFeed> feed;  // the prompt after the tokens a kept cache had seen
   int generated = 0;
-  int32_t next = 0;         // the token the next decode step feeds
+  int32_t next = 0;  // the token the next decode step feeds
   std::vector<float> logits;
-  Utf8Stream utf8;          // never sends half a character
-  std::string held;         // text held back while it may be the start of a stop string
+  Utf8Stream utf8;   // never sends half a character
+  std::string held;  // text held back while it may be the start of a stop string
   bool done = false;
-  bool finished = false;    // done without error: the cache may be kept
-  std::string finish_reason;  // told to the client once the session has left the step (see step)
+  bool finished = false;         // done without error: the cache may be kept
+  std::string finish_reason;     // told to the client once the session has left the step (see step)
   std::vector<int32_t> decoded;  // generated tokens fed to the cache (after the whole prompt)
-  int reused = 0;           // prompt tokens a kept cache had seen
+  int reused = 0;                // prompt tokens a kept cache had seen
 
   Session(uint64_t id_, Job j, std::unique_ptr<ModelCache> c)
       : id(id_), job(std::move(j)), cache(std::move(c)), sampler(job.request.sampler) {}
@@ -39,7 +39,9 @@ struct Scheduler::Session {
 };
 
 Scheduler::Scheduler(const Model& model, ThreadPool* pool, SchedulerOptions options)
-    : model_(model), engine_(model, pool), options_(options),
+    : model_(model),
+      engine_(model, pool),
+      options_(options),
       layer_kinds_(engine_.make_cache(KVCacheConfig{})->layer_kinds()) {
   stats_.kv_limit_bytes = options_.kv_limit_bytes;
   stats_.layer_windows = sliding_windows_of(layer_kinds_);
@@ -115,8 +117,8 @@ void Scheduler::admit_locked() {
 void Scheduler::drop_kept_locked() {
   // kept_ is in the order the caches were kept (a continued one leaves it), so the front is the
   // least recently used.
-  while (!kept_.empty() && (reserved_ + kept_bytes_ > options_.kv_limit_bytes ||
-                            kept_.size() > size_t(options_.kept_caches))) {
+  while (!kept_.empty() &&
+         (reserved_ + kept_bytes_ > options_.kv_limit_bytes || kept_.size() > size_t(options_.kept_caches))) {
     kept_bytes_ -= kept_.front().bytes;
     kept_.erase(kept_.begin());
     ++stats_.kept_dropped;
@@ -170,7 +172,7 @@ void Scheduler::keep_locked(Session& s) {
   const size_t bytes = s.cache->kept_bytes();
   kept_bytes_ += bytes;  // at most the promise it replaces (checked after every step)
   kept_.push_back({std::move(seen), s.job.request.cache, std::move(s.cache), bytes});
-  drop_kept_locked();    // the count
+  drop_kept_locked();  // the count
 }
 
 void Scheduler::run() {
@@ -342,8 +344,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   uint64_t finished = 0, prompt = 0;
   std::lock_guard lock(mutex_);
   // Done sessions leave the step (kept order for the rest) and free their promise.
-  const auto first_done = std::stable_partition(active.begin(), active.end(),
-                                                [](const std::unique_ptr<Session>& s) { return !s->done; });
+  const auto first_done =
+      std::stable_partition(active.begin(), active.end(), [](const std::unique_ptr<Session>& s) { return !s->done; });
   std::vector<std::unique_ptr<Session>> finished_sessions(std::make_move_iterator(first_done),
                                                           std::make_move_iterator(active.end()));
   active.erase(first_done, active.end());

@@ -54,20 +54,20 @@ struct SchedulerStats {
   };
   std::vector<Session> sessions;
   size_t queued = 0;
-  size_t kept_caches = 0, kept_bytes = 0;  // idle caches kept for continuation, their K/V bytes
+  size_t kept_caches = 0, kept_bytes = 0;   // idle caches kept for continuation, their K/V bytes
   uint64_t kept_hits = 0, kept_misses = 0;  // requests (cache_prompt on) that continued one / did not
   uint64_t kept_dropped = 0;                // kept caches dropped for memory or for the count
   uint64_t prompt_tokens_reused = 0;        // prompt tokens not prefilled thanks to a kept cache
   size_t kv_limit_bytes = 0;
-  size_t kv_promised_bytes = 0;   // reserved by the running sessions
-  size_t kv_resident_bytes = 0;   // measured after the last step
+  size_t kv_promised_bytes = 0;                                          // reserved by the running sessions
+  size_t kv_resident_bytes = 0;                                          // measured after the last step
   size_t kv_resident_sliding_bytes = 0, kv_resident_evicting_bytes = 0;  // its two parts
-  std::vector<int> layer_windows;  // the model's layers: 0 global (evicting), W sliding
+  std::vector<int> layer_windows;     // the model's layers: 0 global (evicting), W sliding
   size_t kv_resident_peak_bytes = 0;  // sessions and kept caches together
-  uint64_t promise_violations = 0;  // a session above its promise (a bug if ever non-zero)
+  uint64_t promise_violations = 0;    // a session above its promise (a bug if ever non-zero)
   uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0, finished = 0, cancelled = 0;
   double tokens_per_second = 0.0;  // generated tokens over the last few seconds
-  int last_batch = 0;               // sequences in the last step
+  int last_batch = 0;              // sequences in the last step
 };
 
 class Scheduler {
@@ -97,14 +97,14 @@ class Scheduler {
     std::vector<int32_t> seen;  // every token the cache has taken, in order
     KVCacheConfig config;       // the request's (unresolved) configuration
     std::unique_ptr<ModelCache> cache;
-    size_t bytes = 0;           // its K/V bytes (an idle cache does not change)
+    size_t bytes = 0;  // its K/V bytes (an idle cache does not change)
   };
 
   void run();
-  void admit_locked();  // moves queue heads that fit into incoming_
+  void admit_locked();                             // moves queue heads that fit into incoming_
   std::unique_ptr<Session> start_locked(Job job);  // a kept cache continued, or a fresh one
-  void keep_locked(Session& s);  // a finished session's cache (and its prompt tokens) move to kept_
-  void drop_kept_locked();  // LRU first, until promises + kept fit the limit and the count
+  void keep_locked(Session& s);                    // a finished session's cache (and its prompt tokens) move to kept_
+  void drop_kept_locked();                         // LRU first, until promises + kept fit the limit and the count
   void step(std::vector<std::unique_ptr<Session>>& active);
   void finish(Session& s, const std::string& reason);
   bool emit(Session& s, int32_t token);  // true when the session is done
@@ -116,11 +116,11 @@ class Scheduler {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Job> queue_;       // waiting for memory
-  std::vector<Job> incoming_;   // admitted, not yet picked up by the thread
-  size_t running_ = 0;          // admitted sessions (incoming and active)
-  size_t reserved_ = 0;         // their promises
-  std::vector<Kept> kept_;      // idle caches, oldest first; changed by the scheduler thread under mutex_
+  std::deque<Job> queue_;      // waiting for memory
+  std::vector<Job> incoming_;  // admitted, not yet picked up by the thread
+  size_t running_ = 0;         // admitted sessions (incoming and active)
+  size_t reserved_ = 0;        // their promises
+  std::vector<Kept> kept_;     // idle caches, oldest first; changed by the scheduler thread under mutex_
   size_t kept_bytes_ = 0;
   bool stopping_ = false;
   uint64_t next_id_ = 1;

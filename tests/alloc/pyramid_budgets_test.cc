@@ -14,9 +14,7 @@ TEST(PyramidBudgets, ReferenceSchedule) {
             (std::vector<int>{1019, 927, 835, 742, 650, 558, 466, 374, 282, 189, 97, 5}));
 }
 
-TEST(PyramidBudgets, BetaOneIsUniform) {
-  EXPECT_EQ(pyramid_budgets(7, 64, 4, 1.0), std::vector<int>(7, 64));
-}
+TEST(PyramidBudgets, BetaOneIsUniform) { EXPECT_EQ(pyramid_budgets(7, 64, 4, 1.0), std::vector<int>(7, 64)); }
 
 TEST(PyramidBudgets, MeanExactWhenFloorsBindAndNonIncreasing) {
   for (double beta : {2.0, 3.0, 5.0, 20.0}) {

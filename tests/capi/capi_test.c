@@ -10,12 +10,12 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                     \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                       \
-    }                                                                   \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 static const char* kModel = "../shared/models/stories260K.gguf";
@@ -160,7 +160,7 @@ static void test_model_cache_loop(void) {
     for (int i = 0; i < H * PREFILL * D; ++i) values[i] = next_float();
     CHECK(squeezekv_cache_update(cache, l, keys, values, PREFILL) == SQUEEZEKV_STATUS_OK);
   }
-  float last_key[D];  /* head 1's key of layer 0's newest token */
+  float last_key[D]; /* head 1's key of layer 0's newest token */
   for (int step = 0; step < 8; ++step) {
     for (int l = 0; l < L; ++l) {
       fill_keys(keys, H, D, l, L);
@@ -179,7 +179,7 @@ static void test_model_cache_loop(void) {
     CHECK(squeezekv_cache_layer_stats(cache, l, &s) == SQUEEZEKV_STATUS_OK);
     CHECK(s.budget_final && s.layer_budget == budgets[l]);
     CHECK(s.tokens_seen == PREFILL + 8 && s.tokens_kept == budgets[l]);
-    CHECK(s.full_bytes == (uint64_t)(2 * H * (PREFILL + 8) * D * 2));  /* K and V, fp16 */
+    CHECK(s.full_bytes == (uint64_t)(2 * H * (PREFILL + 8) * D * 2)); /* K and V, fp16 */
     CHECK(s.kept_bytes >= (uint64_t)(2 * H * budgets[l] * D * 2));
     CHECK(fabs(s.compression_ratio - (double)s.full_bytes / (double)s.kept_bytes) < 1e-9);
     total += budgets[l];
@@ -188,7 +188,7 @@ static void test_model_cache_loop(void) {
     if (l > 0) {
       squeezekv_layer_stats prev;
       squeezekv_cache_layer_stats(cache, l - 1, &prev);
-      CHECK(prev.concentration < s.concentration);  /* deeper layers are more concentrated */
+      CHECK(prev.concentration < s.concentration); /* deeper layers are more concentrated */
     }
   }
   CHECK(total == L * BUDGET);
@@ -204,7 +204,7 @@ static void test_model_cache_loop(void) {
   for (int i = 0; i < 4; ++i) CHECK(positions[i] == i);
   for (int i = 1; i < budgets[0]; ++i) CHECK(positions[i] > positions[i - 1]);
   CHECK(positions[budgets[0] - 1] == PREFILL + 7);
-  for (int d = 0; d < D; ++d) CHECK(fabs(rows[(budgets[0] - 1) * D + d] - last_key[d]) < 1e-2);  /* fp16 copy */
+  for (int d = 0; d < D; ++d) CHECK(fabs(rows[(budgets[0] - 1) * D + d] - last_key[d]) < 1e-2); /* fp16 copy */
 
   squeezekv_cache_reset(cache);
   squeezekv_layer_stats s;
@@ -249,7 +249,7 @@ static void test_sliding_layers(void) {
     CHECK(s.sliding_window == windows[l]);
     if (windows[l] > 0) {
       CHECK(s.layer_budget == W && s.tokens_kept == W && s.budget_final);
-      CHECK(s.full_bytes == (uint64_t)(2 * H * W * D * 2));  /* the window is what an unevicted layer holds */
+      CHECK(s.full_bytes == (uint64_t)(2 * H * W * D * 2)); /* the window is what an unevicted layer holds */
       int64_t positions[W];
       CHECK(squeezekv_cache_fetch(cache, l, 1, NULL, NULL, positions, W) == W);
       for (int i = 0; i < W; ++i) CHECK(positions[i] == PREFILL + 8 - W + i);
@@ -259,7 +259,7 @@ static void test_sliding_layers(void) {
       evicting += s.kept_bytes;
     }
   }
-  CHECK(total == 3 * BUDGET);  /* the budget is the average over the global layers */
+  CHECK(total == 3 * BUDGET); /* the budget is the average over the global layers */
   CHECK(squeezekv_cache_sliding_kept_bytes(cache) == sliding);
   CHECK(squeezekv_cache_evicting_kept_bytes(cache) == evicting);
   CHECK(squeezekv_cache_kept_bytes(cache) == sliding + evicting);
@@ -315,7 +315,7 @@ static void test_lone_layer_attention(void) {
   squeezekv_layer_stats s;
   CHECK(squeezekv_cache_layer_stats(cache, 0, &s) == SQUEEZEKV_STATUS_OK);
   CHECK(s.layer_budget == BUDGET && s.tokens_kept == BUDGET && s.tokens_seen == 40);
-  CHECK(squeezekv_cache_end_update(cache, 0) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);  /* none open */
+  CHECK(squeezekv_cache_end_update(cache, 0) == SQUEEZEKV_STATUS_INVALID_ARGUMENT); /* none open */
   squeezekv_cache_free(cache);
 }
 
@@ -356,7 +356,7 @@ static void test_engine(void) {
   squeezekv_log_set(NULL, NULL);
 
   squeezekv_model* model = squeezekv_model_load(kModel);
-  CHECK(model != NULL);  /* a missing model is a failure, never a skip */
+  CHECK(model != NULL); /* a missing model is a failure, never a skip */
   if (!model) return;
   const squeezekv_model_info info = squeezekv_model_get_info(model);
   CHECK(info.n_layers == 5 && info.n_kv_heads == 4 && info.head_dim == 8 && info.vocab == 512);
@@ -432,14 +432,14 @@ static void test_null_arguments(void) {
   int32_t tokens[256];
   char text[64];
   CHECK(squeezekv_tokenize(model, "hello world", -1, NULL, 8, true) == INT32_MIN && names("tokens = NULL"));
-  CHECK(squeezekv_tokenize(model, "hello world", -1, NULL, 0, true) < 0);  /* a size query */
+  CHECK(squeezekv_tokenize(model, "hello world", -1, NULL, 0, true) < 0); /* a size query */
   CHECK(squeezekv_tokenize(NULL, "hello world", -1, tokens, 8, true) == INT32_MIN && names("model = NULL"));
   CHECK(squeezekv_tokenize(model, NULL, -1, tokens, 8, true) == INT32_MIN && names("text = NULL"));
   const int32_t ids[3] = {1, 403, 407};
   CHECK(squeezekv_detokenize(model, NULL, 3, text, sizeof text) == INT32_MIN && names("tokens = NULL"));
   CHECK(squeezekv_detokenize(model, ids, -1, text, sizeof text) == INT32_MIN && names("n_tokens = -1"));
   CHECK(squeezekv_detokenize(model, ids, 3, NULL, 64) == INT32_MIN && names("buf = NULL"));
-  CHECK(squeezekv_detokenize(model, ids, 3, NULL, 0) < 0);  /* a size query */
+  CHECK(squeezekv_detokenize(model, ids, 3, NULL, 0) < 0); /* a size query */
   const int32_t bad_ids[2] = {1, 99999};
   CHECK(squeezekv_detokenize(model, bad_ids, 2, text, sizeof text) == INT32_MIN);
 
@@ -457,8 +457,10 @@ static void test_null_arguments(void) {
   CHECK(squeezekv_cache_init_for_model(NULL, p) == NULL && names("model = NULL"));
   CHECK(squeezekv_cache_init_for_model(model, NULL) == NULL && names("params = NULL"));
 
-  const int32_t n = squeezekv_tokenize(model, "Once upon a time there was a little girl named Lily. She liked to play "
-                                       "outside with her friends in the park every day.", -1, tokens, 256, true);
+  const int32_t n = squeezekv_tokenize(model,
+                                       "Once upon a time there was a little girl named Lily. She liked to play "
+                                       "outside with her friends in the park every day.",
+                                       -1, tokens, 256, true);
   const squeezekv_cache_params* configs[1] = {p};
   const squeezekv_cache_params* null_config[1] = {NULL};
   squeezekv_perplexity_params pp = squeezekv_perplexity_default_params();
@@ -516,14 +518,15 @@ static void test_null_arguments(void) {
   CHECK(squeezekv_cache_params_set(NULL, "budget", "8") == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("params = NULL"));
   CHECK(squeezekv_cache_params_set(p, NULL, "8") == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("name = NULL"));
   CHECK(squeezekv_cache_params_set(p, "budget", NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("budget = NULL"));
-  CHECK(squeezekv_cache_params_set_int(NULL, "budget", 8) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("params = NULL"));
+  CHECK(squeezekv_cache_params_set_int(NULL, "budget", 8) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
+        names("params = NULL"));
   CHECK(squeezekv_cache_params_set_int(p, NULL, 8) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("name = NULL"));
   CHECK(squeezekv_cache_params_set_double(NULL, "decay", 0.5) == SQUEEZEKV_STATUS_INVALID_ARGUMENT &&
         names("params = NULL"));
   CHECK(squeezekv_cache_params_set_double(p, NULL, 0.5) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("name = NULL"));
   CHECK(squeezekv_cache_params_get(NULL, "budget", text, sizeof text) == INT32_MIN && names("params = NULL"));
   CHECK(squeezekv_cache_params_get(p, NULL, text, sizeof text) == INT32_MIN && names("name = NULL"));
-  CHECK(squeezekv_cache_params_get(p, "budget", NULL, 0) < 0);  /* a size query */
+  CHECK(squeezekv_cache_params_get(p, "budget", NULL, 0) < 0); /* a size query */
   CHECK(squeezekv_cache_params_validate(NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("params = NULL"));
   CHECK(squeezekv_cache_params_copy(NULL) == NULL && names("params = NULL"));
   CHECK(squeezekv_param_name(-1) == NULL && squeezekv_method_id(100000) == NULL);

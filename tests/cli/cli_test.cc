@@ -78,11 +78,14 @@ TEST(Cli, GenerateGreedyOnTheRealModel) {
 }
 
 TEST(Cli, BenchTablesInEveryFormat) {
-  const std::string args = "bench " + kModel + " -p 8 -n 4 -r 2 -t 1,2 -d 0,16 --method window,full --budget 8 --bandwidth-mib 4";
+  const std::string args =
+      "bench " + kModel + " -p 8 -n 4 -r 2 -t 1,2 -d 0,16 --method window,full --budget 8 --bandwidth-mib 4";
   const CliRun md = run(args);
   ASSERT_EQ(md.status, 0) << md.out;
   EXPECT_NE(md.out.find("| threads | cache | test | depth |"), std::string::npos) << md.out;
-  EXPECT_NE(md.out.find("memory bandwidth, streaming read of 4 MiB after each generation repetition, 2 thread(s)"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("memory bandwidth, streaming read of 4 MiB after each generation repetition, 2 thread(s)"),
+            std::string::npos)
+      << md.out;
   EXPECT_NE(md.out.find("| 2 | full | tg4 | 16 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("| 1 | window b8 | pp8 | 0 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("1.000 [1.000, 1.000]"), std::string::npos) << md.out;  // the first cache against itself
@@ -107,12 +110,13 @@ TEST(Cli, BenchTablesInEveryFormat) {
 // --score and --positions comma lists: one row per combination, labelled by the rule when it is
 // not the default (a list given on the command line is split before it is checked).
 TEST(Cli, BenchTakesCommaListsOfScoresAndPositions) {
-  const CliRun r = run("bench " + kModel + " -p 0 -n 4 -r 1 -t 1 -d 32 --method h2o --budget 16 --bandwidth-mib 0 "
+  const CliRun r = run("bench " + kModel +
+                       " -p 0 -n 4 -r 1 -t 1 -d 32 --method h2o --budget 16 --bandwidth-mib 0 "
                        "--score key-proxy,attention --positions text,span,cache --max-distance 20");
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* label : {"| h2o b16 pos=text | tg4", "| h2o b16 | tg4", "| h2o b16 pos=cache | tg4",
-                            "| h2o b16 key-proxy pos=text | tg4", "| h2o b16 key-proxy | tg4",
-                            "| h2o b16 key-proxy pos=cache | tg4"}) {
+  for (const char* label :
+       {"| h2o b16 pos=text | tg4", "| h2o b16 | tg4", "| h2o b16 pos=cache | tg4",
+        "| h2o b16 key-proxy pos=text | tg4", "| h2o b16 key-proxy | tg4", "| h2o b16 key-proxy pos=cache | tg4"}) {
     EXPECT_NE(r.out.find(label), std::string::npos) << label << "\n" << r.out;
   }
   const CliRun bad = run("bench " + kModel + " -p 0 -n 4 -r 1 --method h2o --positions text,rank");
@@ -122,7 +126,8 @@ TEST(Cli, BenchTakesCommaListsOfScoresAndPositions) {
 
 // bench scores rows as generate does (attention fed back by the engine) unless told otherwise.
 TEST(Cli, BenchScoresWithAttentionByDefault) {
-  const CliRun r = run("bench " + kModel + " -p 0 -n 2 -r 1 -t 1 -d 16 --method h2o,window --budget 8 --bandwidth-mib 0 -o json");
+  const CliRun r =
+      run("bench " + kModel + " -p 0 -n 2 -r 1 -t 1 -d 16 --method h2o,window --budget 8 --bandwidth-mib 0 -o json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto rows = nlohmann::json::parse(r.out).at("results");
   ASSERT_EQ(rows.size(), 2u) << r.out;
@@ -133,22 +138,26 @@ TEST(Cli, BenchScoresWithAttentionByDefault) {
 // The storage axis in bench (comma list, paired rows with their KV bytes) and in sweep (--kv-types
 // expanded for every method, labelled kv=).
 TEST(Cli, BenchAndSweepTakeTheStorageAxis) {
-  const CliRun b = run("bench " + kModel + " -p 0 -n 2 -r 1 -d 32 --method full --kv-type f16,q8_0,q4_0 --bandwidth-mib 0");
+  const CliRun b =
+      run("bench " + kModel + " -p 0 -n 2 -r 1 -d 32 --method full --kv-type f16,q8_0,q4_0 --bandwidth-mib 0");
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_NE(b.out.find("| 1 | full | tg2 | 32 |"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("| 1 | full q8_0 | tg2 | 32 |"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("| 1 | full q4_0 | tg2 | 32 |"), std::string::npos) << b.out;
-  const CliRun kivi = run("bench " + kModel + " -p 0 -n 2 -r 1 -d 32 --method kivi,full --kv-type kivi4 --bandwidth-mib 0");
+  const CliRun kivi =
+      run("bench " + kModel + " -p 0 -n 2 -r 1 -d 32 --method kivi,full --kv-type kivi4 --bandwidth-mib 0");
   ASSERT_EQ(kivi.status, 0) << kivi.out;
   EXPECT_NE(kivi.out.find("| 1 | kivi kivi4 | tg2 | 32 |"), std::string::npos) << kivi.out;
   EXPECT_NE(kivi.out.find("| 1 | full kivi4 | tg2 | 32 |"), std::string::npos) << kivi.out;
-  const CliRun s = run("sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1 "
+  const CliRun s = run("sweep " + kModel +
+                       " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1 "
                        "--methods full,window --budgets 16 --kv-types f16,q8_0 --v-types auto,q4_0");
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_NE(s.out.find("sweep: 8 configurations"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("window kv=q8_0 v=q4_0"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("full kv=q8_0 "), std::string::npos) << s.out;
-  const CliRun k = run("sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1 "
+  const CliRun k = run("sweep " + kModel +
+                       " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 -t 1 "
                        "--methods kivi,window --budgets 16 --kv-types f16,kivi2 --kivi-residual 0 --kivi-group 8");
   ASSERT_EQ(k.status, 0) << k.out;
   EXPECT_NE(k.out.find("window kv=kivi2 group=8 residual=0"), std::string::npos) << k.out;
@@ -200,14 +209,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{"budgets --concentrations 0.1 --strength 2", "strength = 2"},
         BadInput{"budgets --concentrations 0.1 --avg 4 --sinks 4", "avg_budget = 4"},
-        BadInput{"budgets --avg x", "--avg"},
-        BadInput{"budgets --allocator magic --layers 3", "--allocator = magic"},
-        BadInput{"synth --method h3o", "method = h3o"},
-        BadInput{"synth --recent 1.5", "recent = 1.5"},
-        BadInput{"synth --decay 0", "decay = 0"},
-        BadInput{"synth --score psychic", "score = psychic"},
-        BadInput{"synth --kv-type q5_0", "kv_type = q5_0"},
-        BadInput{"synth --k-type int3", "k_type = int3"},
+        BadInput{"budgets --avg x", "--avg"}, BadInput{"budgets --allocator magic --layers 3", "--allocator = magic"},
+        BadInput{"synth --method h3o", "method = h3o"}, BadInput{"synth --recent 1.5", "recent = 1.5"},
+        BadInput{"synth --decay 0", "decay = 0"}, BadInput{"synth --score psychic", "score = psychic"},
+        BadInput{"synth --kv-type q5_0", "kv_type = q5_0"}, BadInput{"synth --k-type int3", "k_type = int3"},
         BadInput{"synth --kv-type q8_0 --head-dim 80", "k_type = q8_0"},
         BadInput{"synth --v-type q4_0 --head-dim 7", "v_type = q4_0"},
         BadInput{"synth --kv-type kivi2 --kivi-group 0", "kivi_group = 0"},
@@ -224,24 +229,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModel + " -f no/such/prompt.txt", "--file = no/such/prompt.txt"},
         BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt -c 7", "n_ctx = 7"},
         BadInput{"info -m ../shared/data/tinystories_val.txt", "magic"},
-        BadInput{"bench " + kModel + " -o xml", "-o = xml"},
-        BadInput{"bench " + kModel + " -r 0", "repetitions = 0"},
+        BadInput{"bench " + kModel + " -o xml", "-o = xml"}, BadInput{"bench " + kModel + " -r 0", "repetitions = 0"},
         BadInput{"bench " + kModel + " -d -5", "depth = -5"},
         BadInput{"bench " + kModel + " --bandwidth-mib -1", "--bandwidth-mib = -1"},
         BadInput{"bench " + kModel + " --method window,h3o", "method = h3o"},
         BadInput{"random-model -o x.gguf --type q5_k", "--type = q5_k"},
         BadInput{"random-model -o x.gguf --preset huge", "--preset = huge"},
         BadInput{"random-model -o x.gguf --type q4_k --dim 128", "dim = 128"},
-        BadInput{"random-model -o no/such/dir/x.gguf", "no/such/dir/x.gguf"},
-        BadInput{"frobnicate", "frobnicate"},
+        BadInput{"random-model -o no/such/dir/x.gguf", "no/such/dir/x.gguf"}, BadInput{"frobnicate", "frobnicate"},
         // The parser's own errors in the house form, pointing at the command's options.
         BadInput{"bench " + kModel + " -p abc",
                  "squeezekv: error: Could not convert: --n-prompt = abc\n(`squeezekv bench --help`"},
         BadInput{"generate " + kModel + " --bogus",
                  "squeezekv: error: The following argument was not expected: --bogus"},
         // Sizes and counts are range-checked before any arithmetic or allocation.
-        BadInput{"synth -t 40000", "threads = 40000"},
-        BadInput{"synth --seq-len 2147483647", "seq_len = 2147483647"},
+        BadInput{"synth -t 40000", "threads = 40000"}, BadInput{"synth --seq-len 2147483647", "seq_len = 2147483647"},
         BadInput{"synth --heads 1000000", "kv_heads = 1000000"},
         BadInput{"bench " + kModel + " --bandwidth-mib 2147483647", "--bandwidth-mib = 2147483647"},
         BadInput{"bench " + kModel + " -n 2147483647", "n_gen = 2147483647"},
@@ -259,10 +261,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"synth --layers 2 --seq-len 16 --budget 8 --strength 1 --out /dev/full", "--out = /dev/full"},
         BadInput{"synth --layers 2 --seq-len 16 --budget 8 --strength 1 --out no/such/dir/x.json",
                  "--out = no/such/dir/x.json"},
-        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
-                 "--budgets 16 --csv /dev/full", "--csv = /dev/full"},
-        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
-                 "--budgets 16 --json /dev/full", "--json = /dev/full"},
+        BadInput{"sweep " + kModel +
+                     " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
+                     "--budgets 16 --csv /dev/full",
+                 "--csv = /dev/full"},
+        BadInput{"sweep " + kModel +
+                     " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
+                     "--budgets 16 --json /dev/full",
+                 "--json = /dev/full"},
         // Values that would wrap or overflow, refused when parsed (#41.2, #41.7).
         BadInput{"serve " + kModel + " --kv-limit-mib inf", "--kv-limit-mib = inf"},
         BadInput{"serve " + kModel + " --kv-limit-mib 1e30", "--kv-limit-mib = 1e+30"},
@@ -279,25 +285,33 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModel + " -t -1", "--threads: Value -1 not in range"},
         BadInput{"generate " + kModel + " -b 0", "--batch-size: Value 0 not in range"},
         BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --chunks -1", "--chunks: Value -1"},
-        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --stream --warmup 0", "--warmup: Value 0"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --stream --warmup 0",
+                 "--warmup: Value 0"},
         // The host named when it cannot be listened on, not the port (#41.12).
         BadInput{"serve " + kModel + " --host 999.1.1.1 --port 18090", "--host = 999.1.1.1"},
         // Options without effect in the combination given, naming both (#41.11).
-        BadInput{"generate " + kModel + " --kivi-fp16-sinks on", "--kivi-fp16-sinks = on: has no effect with --kv-type f16"},
-        BadInput{"generate " + kModel + " --kv-type q8_0 --kivi-group 64", "--kivi-group = 64: has no effect with --kv-type q8_0"},
+        BadInput{"generate " + kModel + " --kivi-fp16-sinks on",
+                 "--kivi-fp16-sinks = on: has no effect with --kv-type f16"},
+        BadInput{"generate " + kModel + " --kv-type q8_0 --kivi-group 64",
+                 "--kivi-group = 64: has no effect with --kv-type q8_0"},
         BadInput{"serve " + kModel + " --kivi-residual 0", "--kivi-residual = 0: has no effect"},
-        BadInput{"generate " + kModel + " --max-distance 511", "--max-distance = 511: has no effect with --method full"},
+        BadInput{"generate " + kModel + " --max-distance 511",
+                 "--max-distance = 511: has no effect with --method full"},
         BadInput{"generate " + kModel + " --method h2o --positions text --max-distance 511",
                  "--max-distance = 511: has no effect with --positions text"},
-        BadInput{"generate " + kModel + " --method h2o --strength 0.5", "--strength = 0.5: has no effect with --method h2o"},
-        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --warmup 5", "--warmup requires --stream"},
-        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --segment 5", "--segment requires --stream"},
+        BadInput{"generate " + kModel + " --method h2o --strength 0.5",
+                 "--strength = 0.5: has no effect with --method h2o"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --warmup 5",
+                 "--warmup requires --stream"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --segment 5",
+                 "--segment requires --stream"},
         BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt --stream-tokens 5",
                  "--stream-tokens requires --stream"},
         // Empty list items (#41.11).
         BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt --budgets 8,,16",
                  "--budgets = '8,,16': a list item is empty"},
-        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt --budgets ''", "--budgets = '': a list item is empty"},
+        BadInput{"sweep " + kModel + " -f ../shared/data/tinystories_val.txt --budgets ''",
+                 "--budgets = '': a list item is empty"},
         BadInput{"bench " + kModel + " -p 128,", "--n-prompt = '128,': a list item is empty"},
         // KIVI that would keep every row in fp16 under eviction (#41.10).
         BadInput{"generate " + kModel + " -n 30 --method squeeze --budget 64 --kv-type kivi2",
@@ -321,7 +335,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // An unwritable --json path fails before the sweep runs (the sweep announces itself first).
 TEST(Cli, SweepChecksItsOutputFilesBeforeTheWork) {
-  const CliRun r = run("sweep " + kModel + " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 "
+  const CliRun r = run("sweep " + kModel +
+                       " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 "
                        "--methods h2o --budgets 16 --json no/such/dir/x.json");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("--json = no/such/dir/x.json: cannot open for writing"), std::string::npos) << r.out;
@@ -332,8 +347,10 @@ TEST(Cli, SweepChecksItsOutputFilesBeforeTheWork) {
 TEST(Cli, NeedleWritesACellPerLineAndResumes) {
   const std::string path = testing::TempDir() + "/needle_cli_test.jsonl";
   std::remove(path.c_str());
-  const std::string args = "needle " + kModel + " --task passkey --lengths 256 --depths 0.2,0.8 --samples 2 "
-                           "--methods full,window --budgets 32 -b 64 -t 1 --json " + path;
+  const std::string args = "needle " + kModel +
+                           " --task passkey --lengths 256 --depths 0.2,0.8 --samples 2 "
+                           "--methods full,window --budgets 32 -b 64 -t 1 --json " +
+                           path;
   const CliRun first = run(args);
   ASSERT_EQ(first.status, 0) << first.out;
   EXPECT_NE(first.out.find("8 samples to run"), std::string::npos) << first.out;
@@ -404,7 +421,8 @@ TEST(Cli, GeneratedTextIsAlwaysValidUtf8) {
 
 // The label says what runs when --policy or --allocator replace the method's own.
 TEST(Cli, CacheLabelNamesAReplacedPolicyAndAllocator) {
-  const CliRun r = run("generate " + kModel + " -p hi -n 4 --temp 0 -t 1 --method streaming --policy cumulative "
+  const CliRun r = run("generate " + kModel +
+                       " -p hi -n 4 --temp 0 -t 1 --method streaming --policy cumulative "
                        "--allocator squeeze");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("cache: streaming (policy cumulative, allocator squeeze)"), std::string::npos) << r.out;
@@ -491,7 +509,8 @@ TEST(Cli, CacheOutputsSplitSlidingAndEvictingBytes) {
   EXPECT_EQ(p["mean_sliding_kept_bytes"].get<double>(), 0.0);
   EXPECT_EQ(p["mean_evicting_kept_bytes"].get<double>(), p["mean_kept_bytes"].get<double>());
   EXPECT_EQ(p["peak_evicting_kept_bytes"].get<double>(), p["peak_kept_bytes"].get<double>());
-  const CliRun bench = run("bench " + kModel + " -p 8 -n 4 -r 1 -t 1 --method h2o --budget 8 --bandwidth-mib 0 -o json");
+  const CliRun bench =
+      run("bench " + kModel + " -p 8 -n 4 -r 1 -t 1 --method h2o --budget 8 --bandwidth-mib 0 -o json");
   ASSERT_EQ(bench.status, 0) << bench.out;
   for (const auto& r : nlohmann::json::parse(bench.out)["results"]) {
     EXPECT_EQ(r["layer_windows"].get<std::vector<int>>(), globals);
@@ -507,7 +526,8 @@ TEST(Cli, CacheOutputsSplitSlidingAndEvictingBytes) {
     EXPECT_EQ(r["mean_sliding_kept_bytes"].get<double>(), 0.0);
     EXPECT_EQ(r["mean_evicting_kept_bytes"].get<double>(), r["mean_kept_bytes"].get<double>());
   }
-  const CliRun stream = run("perplexity " + kModel + " -f ../shared/data/tinystories_val.txt -t 1 --stream "
+  const CliRun stream = run("perplexity " + kModel +
+                            " -f ../shared/data/tinystories_val.txt -t 1 --stream "
                             "--stream-tokens 600 --method h2o --budget 32 --json");
   ASSERT_EQ(stream.status, 0) << stream.out;
   const auto st = nlohmann::json::parse(stream.out);

@@ -88,9 +88,8 @@ void check_layer(const LayerCache& layer, int64_t seen, const std::string& polic
   ASSERT_EQ(layer.kept_bytes(), allocated);
 }
 
-void run_sequence(const MethodInfo& method, const std::string& score, uint64_t seed,
-                  const char* k_type = "auto", const char* v_type = "auto", std::string_view policy_id = {},
-                  std::string_view allocator_id = {}) {
+void run_sequence(const MethodInfo& method, const std::string& score, uint64_t seed, const char* k_type = "auto",
+                  const char* v_type = "auto", std::string_view policy_id = {}, std::string_view allocator_id = {}) {
   KVCacheConfig config;
   config.policy = std::string(policy_id);
   config.allocator = std::string(allocator_id);
@@ -114,10 +113,9 @@ void run_sequence(const MethodInfo& method, const std::string& score, uint64_t s
   for (int step = 0; step < 300; ++step) {
     const int op = pick(100), l = pick(kLayers);
     LayerCache& layer = m.cache->layer(l);
-    const std::string where = std::string(method.id) + " " + config.policy + "/" + config.allocator + " " + score + " " + k_type + "/" + v_type + " seed " +
-                              std::to_string(seed) +
-                              " step " + std::to_string(step) + " op " + std::to_string(op) + " layer " +
-                              std::to_string(l);
+    const std::string where = std::string(method.id) + " " + config.policy + "/" + config.allocator + " " + score +
+                              " " + k_type + "/" + v_type + " seed " + std::to_string(seed) + " step " +
+                              std::to_string(step) + " op " + std::to_string(op) + " layer " + std::to_string(l);
     if (op < 3) {
       m.cache->reset();
       std::fill(m.seen.begin(), m.seen.end(), 0);
@@ -173,8 +171,8 @@ TEST(CacheProperties, EveryMethodKeepsItsInvariantsUnderRandomCallSequences) {
 // The storage axis: every policy x allocator with quantized keys and values, alike and apart,
 // keeps the same row promise and reports its bytes exactly.
 TEST(CacheProperties, EveryPolicyAndAllocatorKeepsItsInvariantsWithQuantizedStorage) {
-  const std::pair<const char*, const char*> kTypes[] = {{"q8_0", "q8_0"}, {"q4_0", "q4_0"}, {"q8_0", "q4_0"},
-                                                        {"f16", "q4_0"}, {"kivi2", "kivi2"}, {"kivi4", "f16"},
+  const std::pair<const char*, const char*> kTypes[] = {{"q8_0", "q8_0"}, {"q4_0", "q4_0"},   {"q8_0", "q4_0"},
+                                                        {"f16", "q4_0"},  {"kivi2", "kivi2"}, {"kivi4", "f16"},
                                                         {"f16", "kivi4"}, {"kivi2", "q8_0"}};
   const MethodInfo& base = find_method("h2o");
   for (const PolicyInfo* p : all_policies()) {

@@ -147,7 +147,7 @@ TEST(HeadStoreKivi, ASparseGroupReopensInsteadOfGrowing) {
   const std::vector<int> slots = f.add(1, 2);
   EXPECT_LT(slots[0], 5);  // a dead slot of group 0
   EXPECT_EQ(f.head.capacity(), 16);
-  EXPECT_EQ(f.head.held(), 1);      // slot 9: group 1 is more than half live
+  EXPECT_EQ(f.head.held(), 1);       // slot 9: group 1 is more than half live
   EXPECT_EQ(f.head.fp16_keys(), 4);  // the 3 kept keys and the new one
   for (int s = 5; s < 8; ++s) {
     SCOPED_TRACE(s);
@@ -284,7 +284,8 @@ TEST(HeadStoreKivi, AttentionEqualsDecodeThenAttend) {
     const std::vector<float> q = test::normal(n_q * kDim, 77);
     std::vector<float> got(n_q * ld), want(n_q * ld);
     ASSERT_TRUE(f.head.key_probs(q.data(), n_q, kDim, n, mask.data(), 0.35f, got.data(), ld));
-    ASSERT_TRUE(query_probs(q.data(), n_q, kDim, keys.data(), KVType::f32, n, kDim, mask.data(), 0.35f, want.data(), ld));
+    ASSERT_TRUE(
+        query_probs(q.data(), n_q, kDim, keys.data(), KVType::f32, n, kDim, mask.data(), 0.35f, want.data(), ld));
     for (size_t g = 0; g < n_q; ++g) {
       for (size_t j = 0; j < n; ++j) EXPECT_NEAR(got[g * ld + j], want[g * ld + j], 1e-5f) << g << " " << j;
     }

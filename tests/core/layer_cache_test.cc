@@ -206,8 +206,7 @@ TEST(LayerCache, AttentionSourceAccumulatesTheGivenProbabilities) {
   const std::vector<float> k(16, 1.0f), v(16, 1.0f);
   cache->begin_update(k.data(), v.data(), 4);
   // Four queries over four slots (causal); row 2 gets the least attention overall.
-  const std::vector<float> probs = {1, 0, 0, 0,  0.5f, 0.5f, 0, 0,  0.4f, 0.4f, 0.2f, 0,
-                                    0.3f, 0.3f, 0.1f, 0.3f};
+  const std::vector<float> probs = {1, 0, 0, 0, 0.5f, 0.5f, 0, 0, 0.4f, 0.4f, 0.2f, 0, 0.3f, 0.3f, 0.1f, 0.3f};
   cache->add_attention(0, probs.data(), 4);
   cache->end_update();
   EXPECT_EQ(sorted_positions(cache->head(0)), (std::vector<int64_t>{0, 1, 3}));

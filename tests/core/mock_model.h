@@ -8,8 +8,7 @@
 
 namespace squeezekv::test {
 
-inline std::vector<float> mock_layer_keys(int layer, int n_layers, int heads, int seq, int dim,
-                                          uint64_t seed) {
+inline std::vector<float> mock_layer_keys(int layer, int n_layers, int heads, int seq, int dim, uint64_t seed) {
   std::vector<float> keys = normal(size_t(heads) * size_t(seq) * size_t(dim), seed);
   for (float& k : keys) k = mock_key(k, layer, n_layers);
   return keys;

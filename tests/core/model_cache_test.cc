@@ -145,8 +145,7 @@ TEST(ForModel, FixedSchedulesNeedNoCoordinator) {
   c.method = "pyramidkv";
   auto model = KVCacheBuilder::for_model(12, c, 1);
   EXPECT_EQ(model->coordinator(), nullptr);
-  EXPECT_EQ(model->budgets(),
-            (std::vector<int>{1019, 927, 835, 742, 650, 558, 466, 374, 282, 189, 97, 5}));
+  EXPECT_EQ(model->budgets(), (std::vector<int>{1019, 927, 835, 742, 650, 558, 466, 374, 282, 189, 97, 5}));
   c.method = "h2o";
   EXPECT_EQ(KVCacheBuilder::for_model(3, c)->budgets(), std::vector<int>(3, 512));
 }

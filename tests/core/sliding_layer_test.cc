@@ -64,8 +64,9 @@ void expect_window(const LayerCache& layer, int64_t seen, const std::string& whe
 
 TEST(LayerKinds, BadInputNamesTheField) {
   const KVCacheConfig c = config_for("h2o", 16);
-  EXPECT_NE(error_of([&] { ModelCache(c, 3, kHeads, 1, {LayerKind::global(), LayerKind::sliding(4)}); })
-                .find("layer_kinds.size() = 2: must equal n_layers = 3"),
+  EXPECT_NE(error_of([&] {
+              ModelCache(c, 3, kHeads, 1, {LayerKind::global(), LayerKind::sliding(4)});
+            }).find("layer_kinds.size() = 2: must equal n_layers = 3"),
             std::string::npos);
   for (const int bad : {0, -5}) {
     const std::string e = error_of([&] {
@@ -73,8 +74,9 @@ TEST(LayerKinds, BadInputNamesTheField) {
     });
     EXPECT_NE(e.find("layer_kinds[2].window = " + std::to_string(bad)), std::string::npos) << e;
   }
-  EXPECT_NE(error_of([&] { ModelCache(c, 1, kHeads, 1, {LayerKind{AttentionKind::global, 7}}); })
-                .find("layer_kinds[0].window = 7: a global layer has no window"),
+  EXPECT_NE(error_of([&] {
+              ModelCache(c, 1, kHeads, 1, {LayerKind{AttentionKind::global, 7}});
+            }).find("layer_kinds[0].window = 7: a global layer has no window"),
             std::string::npos);
   EXPECT_NE(error_of([&] { KVCacheFactory::create(c, kHeads, 1, LayerKind::sliding(0)); }).find("kind.window = 0"),
             std::string::npos);
@@ -97,8 +99,8 @@ TEST(LayerKinds, Gemma3PatternMakesEverySixthLayerGlobal) {
 // Random chunk sizes and resets, every method and storage format: a sliding layer always holds
 // exactly min(seen, window) rows, the newest, whatever the method does to the global layers.
 TEST(SlidingLayer, HoldsExactlyItsWindowUnderEveryMethodAndFormat) {
-  const std::pair<const char*, const char*> kTypes[] = {{"f16", "f16"},     {"f32", "f32"},   {"q8_0", "q8_0"},
-                                                        {"q4_0", "q4_0"},   {"kivi2", "kivi2"}, {"kivi4", "f16"},
+  const std::pair<const char*, const char*> kTypes[] = {{"f16", "f16"},   {"f32", "f32"},     {"q8_0", "q8_0"},
+                                                        {"q4_0", "q4_0"}, {"kivi2", "kivi2"}, {"kivi4", "f16"},
                                                         {"f16", "kivi4"}};
   const std::vector<LayerKind> kinds = {LayerKind::sliding(7), LayerKind::global(), LayerKind::sliding(20),
                                         LayerKind::global(), LayerKind::sliding(1)};
@@ -320,7 +322,9 @@ TEST(SlidingSchedule, CoordinatorIgnoresReportsOfLayersItDoesNotSchedule) {
   EXPECT_EQ(coordinator.measurements(), (std::vector<double>{0.0, 0.2, 0.0, 0.8}));
   EXPECT_NE(error_of([&] { coordinator.attach(2, [](int) {}); }).find("layer = 2: is not scheduled"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { BudgetCoordinator(2, make_allocator(c), {false, false}); }).find("scheduled = no layer"),
+  EXPECT_NE(error_of([&] {
+              BudgetCoordinator(2, make_allocator(c), {false, false});
+            }).find("scheduled = no layer"),
             std::string::npos);
   EXPECT_NE(error_of([&] { BudgetCoordinator(2, make_allocator(c), {true}); }).find("scheduled.size() = 1"),
             std::string::npos);

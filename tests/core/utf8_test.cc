@@ -19,11 +19,15 @@ TEST(Utf8, ValidTextIsUnchanged) {
 }
 
 TEST(Utf8, InvalidSequencesBecomeReplacementCharacters) {
-  EXPECT_EQ(valid_utf8("a\xFF" "b"), "a" + kFffd + "b");
-  EXPECT_EQ(valid_utf8("a\xE2\x82"), "a" + kFffd);          // truncated at the end
-  EXPECT_EQ(valid_utf8("\xE2\x82" "b"), kFffd + "b");        // truncated in the middle
-  EXPECT_EQ(valid_utf8("\xC0\xAF"), kFffd + kFffd);         // overlong
-  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // a surrogate
+  EXPECT_EQ(valid_utf8("a\xFF"
+                       "b"),
+            "a" + kFffd + "b");
+  EXPECT_EQ(valid_utf8("a\xE2\x82"), "a" + kFffd);  // truncated at the end
+  EXPECT_EQ(valid_utf8("\xE2\x82"
+                       "b"),
+            kFffd + "b");                                         // truncated in the middle
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), kFffd + kFffd);               // overlong
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);   // a surrogate
   EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80").substr(0, 3), kFffd);  // above U+10FFFF
   EXPECT_FALSE(is_valid_utf8("\x80"));
   for (int b = 0; b < 256; ++b) {

@@ -84,7 +84,8 @@ TEST(ChatTemplate, SmolLM2RendersThroughItsOwnTemplate) {
   const ChatMessage user{"user", "Hi"};
   const std::string text = render_chat(chat, std::span(&user, 1));
   const std::vector<int32_t> ids = encode_chat(model.tokenizer(), chat.format, text);
-  const auto im_start = model.tokenizer().find_token("<|im_start|>"), im_end = model.tokenizer().find_token("<|im_end|>");
+  const auto im_start = model.tokenizer().find_token("<|im_start|>"),
+             im_end = model.tokenizer().find_token("<|im_end|>");
   ASSERT_TRUE(im_start && im_end);
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.front(), *im_start);

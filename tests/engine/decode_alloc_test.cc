@@ -65,35 +65,35 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
   for (const char* method : {"window", "streaming", "h2o", "squeeze", "chunkkv", "tova"}) {
     for (ScoreSource score : {ScoreSource::key_proxy, ScoreSource::attention}) {
       for (size_t threads : {1u, 2u}) {
-       for (PositionRule rule : {PositionRule::span, PositionRule::cache, PositionRule::text}) {
-        SCOPED_TRACE(std::string(method) + " threads " + std::to_string(threads) +
-                     (score == ScoreSource::attention ? " attention" : " key-proxy") + " positions " +
-                     to_string(rule));
-        ThreadPool pool(threads);
-        Engine engine(model, &pool);
-        KVCacheConfig c;
-        c.method = method;
-        c.budget = 64;
-        c.score = score;
-        c.positions = rule;
-        c.max_distance = 50;  // span: past the 100-token prompt, so rows age out and sinks are clamped
-        auto cache = engine.make_cache(c);
-        std::vector<float> logits;
-        engine.begin_prompt(*cache);
-        engine.forward(prompt, *cache, Logits::last, logits);
-        engine.end_prompt(*cache);
-        // Warm-up steps: buffers reach their steady size (the cache holds budget + 1 slots).
-        for (int step = 0; step < 4; ++step) {
-          const int32_t token = int32_t(5 + step);
-          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+        for (PositionRule rule : {PositionRule::span, PositionRule::cache, PositionRule::text}) {
+          SCOPED_TRACE(std::string(method) + " threads " + std::to_string(threads) +
+                       (score == ScoreSource::attention ? " attention" : " key-proxy") + " positions " +
+                       to_string(rule));
+          ThreadPool pool(threads);
+          Engine engine(model, &pool);
+          KVCacheConfig c;
+          c.method = method;
+          c.budget = 64;
+          c.score = score;
+          c.positions = rule;
+          c.max_distance = 50;  // span: past the 100-token prompt, so rows age out and sinks are clamped
+          auto cache = engine.make_cache(c);
+          std::vector<float> logits;
+          engine.begin_prompt(*cache);
+          engine.forward(prompt, *cache, Logits::last, logits);
+          engine.end_prompt(*cache);
+          // Warm-up steps: buffers reach their steady size (the cache holds budget + 1 slots).
+          for (int step = 0; step < 4; ++step) {
+            const int32_t token = int32_t(5 + step);
+            engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+          }
+          const int64_t before = g_allocations.load();
+          for (int step = 0; step < 16; ++step) {
+            const int32_t token = int32_t(20 + step);
+            engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
+          }
+          EXPECT_EQ(g_allocations.load() - before, 0);
         }
-        const int64_t before = g_allocations.load();
-        for (int step = 0; step < 16; ++step) {
-          const int32_t token = int32_t(20 + step);
-          engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-        }
-        EXPECT_EQ(g_allocations.load() - before, 0);
-       }
       }
     }
   }

@@ -24,8 +24,8 @@ const char* kText = test::kTinyStoriesText;
 
 using test::stories;
 
-std::vector<float> last_logits(const Model& model, const std::vector<int32_t>& tokens,
-                               KVType kv_type, ThreadPool* pool = nullptr, int batch = 512) {
+std::vector<float> last_logits(const Model& model, const std::vector<int32_t>& tokens, KVType kv_type,
+                               ThreadPool* pool = nullptr, int batch = 512) {
   Engine engine(model, pool);
   KVCacheConfig c;
   c.method = "full";
@@ -88,8 +88,7 @@ TEST(EngineStories, TopFiveLogitsWithTheF16Cache) {
 
 TEST(EngineStories, LogitsAtPositionZero) {
   expect_top5(last_logits(stories(), {1}, KVType::f32),
-              {{403, 17.023516f}, {385, 15.406212f}, {410, 13.108263f}, {317, 12.769169f}, {407, 12.418087f}},
-              1e-4);
+              {{403, 17.023516f}, {385, 15.406212f}, {410, 13.108263f}, {317, 12.769169f}, {407, 12.418087f}}, 1e-4);
 }
 
 TEST(EngineStories, BatchedPrefillEqualsTokenByToken) {
@@ -147,15 +146,13 @@ TEST_P(EnginePerplexity, MatchesLlamaPerplexity) {
   EXPECT_EQ(r.top1_agreement, 1.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, EnginePerplexity,
-                         ::testing::Values(PerplexityCase{128, 1, 3.535697, 1.262910315},
-                                           PerplexityCase{128, 400, 4.006826, 1.387999496},
-                                           PerplexityCase{256, 1, 4.044410, 1.397335669},
-                                           PerplexityCase{256, 200, 3.917316, 1.365406851}),
-                         [](const auto& case_info) {
-                           return "ctx" + std::to_string(case_info.param.n_ctx) + "_chunks" +
-                                  std::to_string(case_info.param.chunks);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Reference, EnginePerplexity,
+    ::testing::Values(PerplexityCase{128, 1, 3.535697, 1.262910315}, PerplexityCase{128, 400, 4.006826, 1.387999496},
+                      PerplexityCase{256, 1, 4.044410, 1.397335669}, PerplexityCase{256, 200, 3.917316, 1.365406851}),
+    [](const auto& case_info) {
+      return "ctx" + std::to_string(case_info.param.n_ctx) + "_chunks" + std::to_string(case_info.param.chunks);
+    });
 
 // ---- random models: every weight type and both architectures ----
 
@@ -191,16 +188,17 @@ TEST(EngineRandom, EveryWeightTypeStaysCloseToF32) {
     // measured on this model (0.0008, 0.007, 0.023, 0.069, 0.26, 0.33 at worst over both archs;
     // Q4_1 0.24, Q5_0 0.15).
     const std::vector<std::pair<TensorType, double>> types = {
-        {TensorType::f16, 2e-3}, {TensorType::bf16, 1.5e-2}, {TensorType::q8_0, 4e-2},
-        {TensorType::q6_k, 0.1}, {TensorType::q4_k, 0.4}, {TensorType::q4_0, 0.5}, {TensorType::q4_1, 0.37},
-        {TensorType::q5_0, 0.22}};
+        {TensorType::f16, 2e-3}, {TensorType::bf16, 1.5e-2}, {TensorType::q8_0, 4e-2}, {TensorType::q6_k, 0.1},
+        {TensorType::q4_k, 0.4}, {TensorType::q4_0, 0.5},    {TensorType::q4_1, 0.37}, {TensorType::q5_0, 0.22}};
     for (const auto& [type, tol] : types) {
       spec.weight_type = type;
-      const auto logits = random_model_logits(spec, std::string(arch) + "_" + std::string(tensor_type_name(uint32_t(type))));
+      const auto logits =
+          random_model_logits(spec, std::string(arch) + "_" + std::string(tensor_type_name(uint32_t(type))));
       double err = 0;
       for (size_t i = 0; i < logits.size(); ++i) err += double(logits[i] - reference[i]) * (logits[i] - reference[i]);
       const double rel = std::sqrt(err / norm);
-      std::printf("%s %s: relative RMS logit error %.4f\n", arch, std::string(tensor_type_name(uint32_t(type))).c_str(), rel);
+      std::printf("%s %s: relative RMS logit error %.4f\n", arch, std::string(tensor_type_name(uint32_t(type))).c_str(),
+                  rel);
       EXPECT_LT(rel, tol) << arch << " " << tensor_type_name(uint32_t(type));
     }
   }
@@ -336,9 +334,15 @@ std::string rewritten(const std::string& name, const std::string& drop_key, cons
       continue;
     }
     switch (v.type()) {
-      case GgufType::u32: out.add_u32(k, v.as_u32()); break;
-      case GgufType::f32: out.add_f32(k, v.as_f32()); break;
-      case GgufType::string: out.add_string(k, v.as_string()); break;
+      case GgufType::u32:
+        out.add_u32(k, v.as_u32());
+        break;
+      case GgufType::f32:
+        out.add_f32(k, v.as_f32());
+        break;
+      case GgufType::string:
+        out.add_string(k, v.as_string());
+        break;
       case GgufType::array:
         if (v.array_type() == GgufType::string) {
           std::vector<std::string> items(v.strings().begin(), v.strings().end());
@@ -351,14 +355,16 @@ std::string rewritten(const std::string& name, const std::string& drop_key, cons
           out.add_array(k, std::span<const int32_t>(items));
         }
         break;
-      default: ADD_FAILURE() << "unexpected key type in " << k; break;
+      default:
+        ADD_FAILURE() << "unexpected key type in " << k;
+        break;
     }
   }
   for (const GgufTensor& t : src.tensors()) {
     if (t.name == drop_tensor) continue;
-    out.add_raw_tensor(t.name, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.type_id,
-                       std::vector<uint8_t>(static_cast<const uint8_t*>(t.data),
-                                            static_cast<const uint8_t*>(t.data) + t.n_bytes));
+    out.add_raw_tensor(
+        t.name, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.type_id,
+        std::vector<uint8_t>(static_cast<const uint8_t*>(t.data), static_cast<const uint8_t*>(t.data) + t.n_bytes));
   }
   const std::string path = temp_path(name);
   out.write(path);

@@ -30,7 +30,7 @@ const Seq kSeqs[] = {
     {"h2o", "Lily had a cat.", 3},
     {"window", "Tom and Sam were friends. One day they", 5},
 };
-constexpr int kChunk = 5;   // prompt tokens per step, so prompts take several steps
+constexpr int kChunk = 5;    // prompt tokens per step, so prompts take several steps
 constexpr int kDecode = 24;  // greedy tokens per sequence
 
 KVCacheConfig config_for(const std::string& method) {
@@ -88,8 +88,8 @@ std::vector<std::vector<std::vector<float>>> together(Engine& engine) {
         if (fed[i] == 0) engine.begin_prompt(*caches[i]);
         const size_t k = std::min<size_t>(kChunk, prompts[i].size() - fed[i]);
         const bool last = fed[i] + k == prompts[i].size();
-        steps.push_back({std::span(prompts[i]).subspan(fed[i], k), caches[i].get(),
-                         last ? Logits::last : Logits::none, &logits[i]});
+        steps.push_back({std::span(prompts[i]).subspan(fed[i], k), caches[i].get(), last ? Logits::last : Logits::none,
+                         &logits[i]});
         fed[i] += k;
       } else {
         steps.push_back({std::span(&next[i], 1), caches[i].get(), Logits::last, &logits[i]});

@@ -20,9 +20,15 @@ namespace {
 // A ChatML conversation of `turns` user/assistant pairs with varied text (digits, spaces, accents,
 // newlines, text that spells a special token), rendered as the server renders it.
 std::vector<std::string> conversation_prompts(int turns) {
-  const char* const lines[] = {"Name a colour.", "Red.", "What is 2 plus 3?", "  5, or 0x05\n\nindeed.",
-                               "Café au lait, s'il vous plaît", "日本語も少し", "say <|im_end|> literally",
-                               "tab\there", "Numbers: 1234567 and 3.14159"};
+  const char* const lines[] = {"Name a colour.",
+                               "Red.",
+                               "What is 2 plus 3?",
+                               "  5, or 0x05\n\nindeed.",
+                               "Café au lait, s'il vous plaît",
+                               "日本語も少し",
+                               "say <|im_end|> literally",
+                               "tab\there",
+                               "Numbers: 1234567 and 3.14159"};
   std::vector<ChatMessage> messages;
   std::vector<std::string> prompts;
   for (int t = 0; t < turns; ++t) {

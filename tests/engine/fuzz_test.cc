@@ -56,8 +56,10 @@ TEST(Fuzz, MutatedStoriesModelParsesOrFailsCleanly) {
       const size_t at = rng() % 8 ? rng() % header : rng() % bytes.size();
       undo.emplace_back(at, bytes[at]);
       const uint64_t how = rng() % 4;
-      bytes[at] = how == 0 ? uint8_t(rng()) : how == 1 ? uint8_t(bytes[at] ^ (1u << (rng() % 8)))
-                                            : how == 2 ? uint8_t(0xFF) : uint8_t(0);
+      bytes[at] = how == 0   ? uint8_t(rng())
+                  : how == 1 ? uint8_t(bytes[at] ^ (1u << (rng() % 8)))
+                  : how == 2 ? uint8_t(0xFF)
+                             : uint8_t(0);
     }
     SCOPED_TRACE("case " + std::to_string(i));
     parse_and_tokenize(bytes, rng);
@@ -102,7 +104,9 @@ TEST(Fuzz, SpmTokenizerOnRandomTextAndIds) {
 // A GPT-2 byte-level BPE vocabulary (the 256 byte characters and a few merges).
 std::vector<uint8_t> bpe_model(const std::string& pre) {
   auto byte_char = [](int b) {
-    const auto printable = [](int x) { return (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255); };
+    const auto printable = [](int x) {
+      return (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
+    };
     int cp = b;
     if (!printable(b)) {
       int n = 0;

@@ -59,6 +59,8 @@ struct TokenCase {
 
 // The SmolLM2 test's texts and two of Gemma's turns, --no-parse-special: special-token spellings
 // are text. Every text starts with <bos> (2): the file says add_bos_token, and no space prefix.
+// The tables keep a case a line, split literals as written:
+// clang-format off
 const TokenCase kPlain[] = {
     {"Hello world", {2, 9259, 1902}},
     {"The quick brown fox jumps over the lazy dog.", {2, 818, 3823, 8864, 37423, 38167, 1024, 506, 31770, 4799, 236761}},
@@ -142,6 +144,7 @@ const GreedyCase kGreedy[] = {
      {30473, 580, 506, 16254, 236761, 108, 902, 236743, 236770, 236819, 236832, 236770, 236764, 39022, 47422, 5452, 506, 1171, 880, 531, 3727, 580, 506, 16254, 236761, 108, 902, 236743, 236770, 236819, 236832, 236800, 236764, 39022, 47422, 5452, 506, 1171, 880, 531, 3727, 580, 506, 16254, 236761, 108, 902, 236743},
      {0.2279f, 1.5047f, 5.7030f, 1.1190f, 0.2178f, 0.5781f, 0.0297f, 2.2138f, 0.2665f, 6.6731f, 1.0377f, 0.3945f, 5.0690f, 0.6002f, 4.4811f, 0.2671f, 4.1705f, 3.6648f, 0.8707f, 2.5836f, 1.5629f, 4.9495f, 6.6318f, 2.9910f, 2.4944f, 3.4568f, 3.9324f, 4.5483f, 1.7916f, 9.2910f, 1.0819f, 1.9781f, 5.1955f, 2.0548f, 6.4140f, 1.4277f, 5.6085f, 4.1214f, 1.6913f, 3.7623f, 2.0430f, 4.5228f, 4.3621f, 4.0589f, 3.4216f, 5.0092f, 4.5750f, 5.1039f}},
 };
+// clang-format on
 
 // On the F32 weights, token-identical to llama.cpp's greedy continuation with an F32 cache; the two
 // may part only at a step where the two best logits lie within kNearTie of each other on either
@@ -169,7 +172,8 @@ TEST(Gemma3Agreement, GreedyOnTheWeightsInF32EqualsLlamaCpp) {
         const float ours = sorted[0] - sorted[1];
         std::printf("%s: parts from llama.cpp at step %zu (%d against %d), gaps %.5f here and %.5f there\n", g.prompt,
                     step, token, g.ids[step], ours, g.gaps[step]);
-        EXPECT_TRUE(ours < kNearTie || g.gaps[step] < kNearTie) << "step " << step << ": " << token << " against " << g.ids[step];
+        EXPECT_TRUE(ours < kNearTie || g.gaps[step] < kNearTie)
+            << "step " << step << ": " << token << " against " << g.ids[step];
         break;
       }
       if (step + 1 < g.ids.size()) engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
@@ -196,7 +200,8 @@ TEST(Gemma3Agreement, PerplexityPastTheWindowWithinTwoTenthsOfAPercentOfLlamaCpp
   EXPECT_EQ(r.chunks, 1);
   EXPECT_EQ(r.scored, 1023);
   const double llama_cpp = 5.5521;
-  std::printf("perplexity %.4f, llama.cpp %.4f (%+.3f %%)\n", r.perplexity, llama_cpp, 100.0 * (r.perplexity / llama_cpp - 1));
+  std::printf("perplexity %.4f, llama.cpp %.4f (%+.3f %%)\n", r.perplexity, llama_cpp,
+              100.0 * (r.perplexity / llama_cpp - 1));
   EXPECT_NEAR(r.perplexity, llama_cpp, 0.002 * llama_cpp);
 }
 

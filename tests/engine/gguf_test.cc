@@ -30,9 +30,7 @@ namespace {
 const char* const kModel = test::kStoriesModel;
 
 std::string temp_path(const std::string& name) {
-  return (test::temp_dir() /
-          ("squeezekv_gguf_test_" + std::to_string(::getpid()) + "_" + name))
-      .string();
+  return (test::temp_dir() / ("squeezekv_gguf_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 // Runs f and returns the FormatError message; fails the test when f does not throw one.
@@ -134,8 +132,7 @@ TEST(gguf, Stories260kTensors) {
   }
   EXPECT_EQ(elements, 292800);
   EXPECT_EQ(f.data_offset() + ts.back().offset + ts.back().n_bytes, f.file_size());
-  EXPECT_EQ(static_cast<const uint8_t*>(ts[1].data) - static_cast<const uint8_t*>(ts[0].data),
-            64 * 512 * 4);
+  EXPECT_EQ(static_cast<const uint8_t*>(ts[1].data) - static_cast<const uint8_t*>(ts[0].data), 64 * 512 * 4);
 
   auto dims = [&](const char* name) {
     const GgufTensor* t = f.find_tensor(name);
@@ -152,8 +149,7 @@ TEST(gguf, Stories260kTensors) {
   EXPECT_EQ(dims("blk.3.ffn_down.weight"), (std::vector<int64_t>{172, 64}));
   EXPECT_EQ(f.find_tensor("blk.5.attn_q.weight"), nullptr);
   // output.weight is a copy of token_embd.weight in this file.
-  EXPECT_EQ(std::memcmp(f.find_tensor("output.weight")->data,
-                        f.find_tensor("token_embd.weight")->data, 64 * 512 * 4),
+  EXPECT_EQ(std::memcmp(f.find_tensor("output.weight")->data, f.find_tensor("token_embd.weight")->data, 64 * 512 * 4),
             0);
 }
 
@@ -164,13 +160,9 @@ TEST(gguf, TypedGetterErrors) {
               f.get_u32("general.architecture");
             }).find("key 'general.architecture' has type string, expected uint32"),
             std::string::npos);
-  EXPECT_NE(format_error([&] {
-              f.get_u32("llama.block_countx");
-            }).find("missing key 'llama.block_countx'"),
+  EXPECT_NE(format_error([&] { f.get_u32("llama.block_countx"); }).find("missing key 'llama.block_countx'"),
             std::string::npos);
-  EXPECT_NE(format_error([&] {
-              f.get_string("llama.block_count");
-            }).find("has type uint32, expected string"),
+  EXPECT_NE(format_error([&] { f.get_string("llama.block_count"); }).find("has type uint32, expected string"),
             std::string::npos);
   EXPECT_NE(format_error([&] {
               f.get_strings("tokenizer.ggml.scores");
@@ -179,16 +171,13 @@ TEST(gguf, TypedGetterErrors) {
   EXPECT_FALSE(f.find_u32("nope").has_value());
   EXPECT_EQ(f.find_u32("llama.block_count"), 5u);
   EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").size(), 512u);
-  EXPECT_NE(f.get("tokenizer.ggml.tokens").to_string(3).find("\"<unk>\", \"<s>\", \"</s>\", ..."),
-            std::string::npos);
+  EXPECT_NE(f.get("tokenizer.ggml.tokens").to_string(3).find("\"<unk>\", \"<s>\", \"</s>\", ..."), std::string::npos);
 }
 
 TEST(gguf, MissingFileIsAnError) {
   std::string msg = format_error([] { GgufFile::open("../shared/models/no-such-model.gguf"); });
-  EXPECT_EQ(msg,
-            "cannot open model '../shared/models/no-such-model.gguf': No such file or directory");
-  EXPECT_NE(format_error([] { GgufFile::open("../shared/models"); }).find("Is a directory"),
-            std::string::npos);
+  EXPECT_EQ(msg, "cannot open model '../shared/models/no-such-model.gguf': No such file or directory");
+  EXPECT_NE(format_error([] { GgufFile::open("../shared/models"); }).find("Is a directory"), std::string::npos);
 }
 
 TEST(gguf, MoveKeepsViewsValid) {
@@ -237,15 +226,13 @@ TEST(gguf, WriterRoundTripsEveryValueType) {
   w.add_array("a.empty", std::vector<float>{});
   std::vector<float> values{1, 2, 3, 4, 5, 6};
   w.add_tensor("t.f32", {3, 2}, values);
-  w.add_tensor("t.f16", {4}, TensorType::f16,
-               std::vector<uint8_t>{0, 0x3C, 0, 0xC0, 0, 0, 0, 0x7C});
-  w.add_tensor("t.rows", {2, 3}, TensorType::f32,
-               [](int64_t first, int64_t n, std::span<uint8_t> out) {
-                 for (int64_t r = 0; r < n; ++r) {
-                   float row[2] = {static_cast<float>(first + r), -static_cast<float>(first + r)};
-                   std::memcpy(out.data() + r * 8, row, 8);
-                 }
-               });
+  w.add_tensor("t.f16", {4}, TensorType::f16, std::vector<uint8_t>{0, 0x3C, 0, 0xC0, 0, 0, 0, 0x7C});
+  w.add_tensor("t.rows", {2, 3}, TensorType::f32, [](int64_t first, int64_t n, std::span<uint8_t> out) {
+    for (int64_t r = 0; r < n; ++r) {
+      float row[2] = {static_cast<float>(first + r), -static_cast<float>(first + r)};
+      std::memcpy(out.data() + r * 8, row, 8);
+    }
+  });
   EXPECT_EQ(w.key_count(), 27u);
   EXPECT_EQ(w.tensor_count(), 3u);
 
@@ -275,12 +262,9 @@ TEST(gguf, WriterRoundTripsEveryValueType) {
     EXPECT_EQ(f.get_string("v.string"), "h\xC3\xA9llo");
     EXPECT_EQ(f.get_string("v.empty"), "");
     // Range checks of the integer getters.
-    EXPECT_NE(format_error([&] { f.get_u32("v.i8"); }).find("must not be negative"),
-              std::string::npos);
-    EXPECT_NE(format_error([&] { f.get_i32("v.u32"); }).find("does not fit int32"),
-              std::string::npos);
-    EXPECT_NE(format_error([&] { f.get_u32("v.u64"); }).find("does not fit uint32"),
-              std::string::npos);
+    EXPECT_NE(format_error([&] { f.get_u32("v.i8"); }).find("must not be negative"), std::string::npos);
+    EXPECT_NE(format_error([&] { f.get_i32("v.u32"); }).find("does not fit int32"), std::string::npos);
+    EXPECT_NE(format_error([&] { f.get_u32("v.u64"); }).find("does not fit uint32"), std::string::npos);
 
     const GgufValue& u8s = f.get_array("a.u8");
     EXPECT_EQ(u8s.array_type(), GgufType::u8);
@@ -370,8 +354,7 @@ TEST(gguf, WriterRefusesBadInput) {
   w.add_tensor("t", {2}, std::vector<float>{1, 2});
   EXPECT_THROW(w.add_tensor("t", {2}, std::vector<float>{1, 2}), InvalidArgument);
   EXPECT_THROW(w.add_tensor("u", {3}, std::vector<float>{1, 2}), InvalidArgument);
-  EXPECT_THROW(w.add_tensor("q", {33}, TensorType::q8_0, std::vector<uint8_t>(36)),
-               InvalidArgument);
+  EXPECT_THROW(w.add_tensor("q", {33}, TensorType::q8_0, std::vector<uint8_t>(36)), InvalidArgument);
   EXPECT_THROW(w.add_tensor("v", {1, 1, 1, 1, 1}, std::vector<float>{1}), InvalidArgument);
   // The refused tensors left nothing behind.
   EXPECT_EQ(w.tensor_count(), 1u);
@@ -544,8 +527,7 @@ TEST(gguf, RandomModelWritesToDisk) {
   GgufFile f = GgufFile::open(path);
   EXPECT_EQ(f.find_tensor("blk.1.ffn_down.weight")->type(), TensorType::q4_k);
   EXPECT_EQ(f.get_strings("tokenizer.ggml.tokens").size(), 2000u);
-  EXPECT_EQ(f.data_offset() + f.tensors().back().offset + f.tensors().back().n_bytes,
-            f.file_size());
+  EXPECT_EQ(f.data_offset() + f.tensors().back().offset + f.tensors().back().n_bytes, f.file_size());
   std::filesystem::remove(path);
 }
 
@@ -587,8 +569,7 @@ size_t tensor_field(const std::vector<uint8_t>& bytes, std::string_view name) {
   return find(bytes, name) + name.size();
 }
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
 TEST(ggufCorrupt, BaseFileIsValid) {
   GgufFile f = GgufFile::from_bytes(base_file());
@@ -609,8 +590,7 @@ TEST(ggufCorrupt, TruncatedAtEveryOffset) {
     std::string msg = parse_error(cut);
     EXPECT_TRUE(msg.find("unexpected end of file") != std::string::npos ||
                 msg.find("extends past the end of the file") != std::string::npos ||
-                msg.find("impossible") != std::string::npos ||
-                msg.find("exceeds") != std::string::npos)
+                msg.find("impossible") != std::string::npos || msg.find("exceeds") != std::string::npos)
         << n << ": " << msg;
   }
   EXPECT_CONTAINS(parse_error({}), "unexpected end of file reading the magic at byte 0");
@@ -657,8 +637,7 @@ TEST(ggufCorrupt, TensorPastEndOfFile) {
   uint64_t begin = good.data_offset() + good.find_tensor("tb.weight")->offset;
   bytes.resize(begin + 12);  // 4 of its 16 bytes missing
   EXPECT_CONTAINS(parse_error(bytes), "tensor 'tb.weight': data [" + std::to_string(begin) + ", " +
-                                          std::to_string(begin + 16) +
-                                          ") extends past the end of the file (" +
+                                          std::to_string(begin + 16) + ") extends past the end of the file (" +
                                           std::to_string(bytes.size()) + " bytes)");
   // A larger shape runs past the end too.
   bytes = base_file();
@@ -681,8 +660,7 @@ TEST(ggufCorrupt, OverflowingCountsAndSizes) {
   size_t ta = tensor_field(bytes, "ta.weight");
   poke<int64_t>(bytes, ta + 4, 1ll << 62);
   poke<int64_t>(bytes, ta + 12, 4);
-  EXPECT_CONTAINS(parse_error(bytes),
-                  "tensor 'ta.weight': element count of [4611686018427387904, 4] overflows int64");
+  EXPECT_CONTAINS(parse_error(bytes), "tensor 'ta.weight': element count of [4611686018427387904, 4] overflows int64");
   // Byte count overflow: 2^62 F32 elements fit int64 but not 2^64 bytes.
   bytes = base_file();
   poke<int64_t>(bytes, ta + 4, 1ll << 62);
@@ -697,13 +675,11 @@ TEST(ggufCorrupt, HugeStringLength) {
   std::vector<uint8_t> bytes = base_file();
   size_t key = find(bytes, "general.architecture") - 8;
   poke<uint64_t>(bytes, key, 1ull << 60);
-  EXPECT_CONTAINS(parse_error(bytes),
-                  "key #0: the key name length 1152921504606846976 exceeds the");
+  EXPECT_CONTAINS(parse_error(bytes), "key #0: the key name length 1152921504606846976 exceeds the");
   bytes = base_file();
   poke<uint64_t>(bytes, find(bytes, "llama") - 8, ~0ull);
-  EXPECT_CONTAINS(
-      parse_error(bytes),
-      "key 'general.architecture': the string value length 18446744073709551615 exceeds");
+  EXPECT_CONTAINS(parse_error(bytes),
+                  "key 'general.architecture': the string value length 18446744073709551615 exceeds");
   bytes = base_file();
   poke<uint64_t>(bytes, find(bytes, "ta.weight") - 8, 1ull << 40);
   EXPECT_CONTAINS(parse_error(bytes), "tensor #0: the tensor name length 1099511627776 exceeds");
@@ -735,8 +711,7 @@ TEST(ggufCorrupt, BadAlignment) {
   std::vector<uint8_t> bytes = base_file();
   size_t value = find(bytes, "general.alignment") + 17 + 4;
   poke<uint32_t>(bytes, value, 0);
-  EXPECT_CONTAINS(parse_error(bytes),
-                  "key 'general.alignment': alignment 0 is not a nonzero power of two");
+  EXPECT_CONTAINS(parse_error(bytes), "key 'general.alignment': alignment 0 is not a nonzero power of two");
   poke<uint32_t>(bytes, value, 3);
   EXPECT_CONTAINS(parse_error(bytes), "alignment 3 is not a nonzero power of two");
   poke<uint32_t>(bytes, value - 4, static_cast<uint32_t>(GgufType::i32));
@@ -751,8 +726,7 @@ TEST(ggufCorrupt, MisalignedOrScatteredOffset) {
   std::memcpy(&good, bytes.data() + offset, 8);
   EXPECT_EQ(good, 64u);
   poke<uint64_t>(bytes, offset, good + 4);
-  EXPECT_CONTAINS(parse_error(bytes),
-                  "tensor 'tb.weight': offset 68 is not a multiple of the alignment 32");
+  EXPECT_CONTAINS(parse_error(bytes), "tensor 'tb.weight': offset 68 is not a multiple of the alignment 32");
   poke<uint64_t>(bytes, offset, good + 32);
   EXPECT_CONTAINS(parse_error(bytes), "tensor 'tb.weight': offset 96, expected 64");
   poke<uint64_t>(bytes, offset, 0);  // overlaps ta.weight
@@ -779,9 +753,18 @@ TEST(gguf, Gemma3Q5_0TensorMatchesTheGgufPackage) {
   const struct {
     size_t index;
     float value;
-  } expected[] = {{0, 0.0f},           {1, -0.027557373f},   {15, -0.0472412109f}, {16, 0.0118103027f},
-                  {17, -0.027557373f}, {31, 0.00393676758f}, {32, -0.032409668f},  {100, -0.07421875f},
-                  {639, -0.0305480957f}, {640, 0.00379943848f}, {40000, 0.0417480469f}, {163839, 0.0240478516f}};
+  } expected[] = {{0, 0.0f},
+                  {1, -0.027557373f},
+                  {15, -0.0472412109f},
+                  {16, 0.0118103027f},
+                  {17, -0.027557373f},
+                  {31, 0.00393676758f},
+                  {32, -0.032409668f},
+                  {100, -0.07421875f},
+                  {639, -0.0305480957f},
+                  {640, 0.00379943848f},
+                  {40000, 0.0417480469f},
+                  {163839, 0.0240478516f}};
   for (const auto& e : expected) EXPECT_EQ(y[e.index], e.value) << e.index;
   double sum = 0.0, sum_abs = 0.0;
   for (const float v : y) {
@@ -811,8 +794,7 @@ TEST(ggufCorrupt, UnsupportedTypeIsReportedByName) {
   EXPECT_CONTAINS(parse_error(bytes), "invalid tensor type id 4");
   // ne[0] must be whole blocks: 4 elements of Q8_0 (block 32).
   poke<uint32_t>(bytes, tensor_field(bytes, "tb.weight") + 4 + 8, 8);
-  EXPECT_CONTAINS(parse_error(bytes),
-                  "tensor 'tb.weight': ne[0] = 4 is not a multiple of the block size 32 of Q8_0");
+  EXPECT_CONTAINS(parse_error(bytes), "tensor 'tb.weight': ne[0] = 4 is not a multiple of the block size 32 of Q8_0");
 }
 
 TEST(ggufCorrupt, BadDimensionCount) {

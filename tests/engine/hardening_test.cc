@@ -24,8 +24,7 @@ namespace squeezekv {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (test::temp_dir() /
-          ("squeezekv_hardening_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (test::temp_dir() / ("squeezekv_hardening_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
@@ -52,7 +51,9 @@ std::string format_error(F f) {
 TEST(Hardening, CorruptKeyIsQuotedAsAShortEscapedExcerpt) {
   // A key name of 1 MiB of raw bytes followed by an unknown value type.
   std::vector<uint8_t> bytes = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
-  auto put64 = [&](uint64_t v) { for (int i = 0; i < 8; ++i) bytes.push_back(uint8_t(v >> (8 * i))); };
+  auto put64 = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes.push_back(uint8_t(v >> (8 * i)));
+  };
   put64(0);  // tensors
   put64(1);  // keys
   const size_t n = size_t(1) << 20;

@@ -26,8 +26,7 @@ const std::vector<int32_t>& text_tokens() {
 }
 
 // Logits of every step: the first `prompt` tokens in chunks of `batch`, then one at a time.
-std::vector<std::vector<float>> run(const KVCacheConfig& config, int prompt, int total, int batch,
-                                    ThreadPool* pool) {
+std::vector<std::vector<float>> run(const KVCacheConfig& config, int prompt, int total, int batch, ThreadPool* pool) {
   Engine engine(stories(), pool);
   auto cache = engine.make_cache(config);
   const std::vector<int32_t>& tokens = text_tokens();
@@ -234,7 +233,8 @@ TEST(Positions, QuantizedKeysTurnBackInTheFusedKernel) {
     engine.begin_prompt(*cache);
     engine.forward(std::span(tokens).subspan(0, 100), *cache, Logits::none, logits);
     engine.end_prompt(*cache);
-    for (int i = 100; i < 120; ++i) engine.forward(std::span(tokens).subspan(size_t(i), 1), *cache, Logits::last, logits);
+    for (int i = 100; i < 120; ++i)
+      engine.forward(std::span(tokens).subspan(size_t(i), 1), *cache, Logits::last, logits);
     int32_t shifted = 0;
     for (int l = 0; l < cache->n_layers(); ++l) shifted = std::max(shifted, cache->layer(l).head(0).max_shift());
     EXPECT_GT(shifted, 0);
@@ -265,8 +265,8 @@ TEST(Positions, KiviKeysTurnBackGroupByGroup) {
              std::max_element(b[s].begin(), b[s].end()) - b[s].begin();
     ++steps;
   }
-  EXPECT_GT(worst, 0.0);                 // the keys really are codes
-  EXPECT_GT(agree, steps * 6 / 10);      // and close: 4-bit codes over groups of 8 tokens
+  EXPECT_GT(worst, 0.0);             // the keys really are codes
+  EXPECT_GT(agree, steps * 6 / 10);  // and close: 4-bit codes over groups of 8 tokens
   Engine engine(stories(), nullptr);
   auto cache = engine.make_cache(kivi);
   std::vector<float> logits;

@@ -23,8 +23,7 @@ size_t bytes_for_rows(const Model& model, int rows) {
 
 TEST(Prefill, ALongPromptStaysWithinBudgetPlusOneChunk) {
   Engine engine(stories(), nullptr);
-  const std::vector<int32_t> tokens =
-      tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
+  const std::vector<int32_t> tokens = tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
   for (const char* method : {"window", "h2o", "squeeze", "tova"}) {
     SCOPED_TRACE(method);
     KVCacheConfig c;

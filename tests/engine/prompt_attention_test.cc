@@ -149,7 +149,7 @@ TEST(PromptAttention, BlocksEqualTheTokenPathToRounding) {
     KVCacheConfig c = config(k.method, k.budget, k.rule, k.score);
     c.kv_type = k.kv_type;
     if (kv_kivi(k.kv_type)) {
-      c.kivi_group = 8;     // groups form within the test's few hundred tokens
+      c.kivi_group = 8;  // groups form within the test's few hundred tokens
       c.kivi_residual = 16;
     }
     // Chunks of 40 (blocks of 8 tokens: the last block short) cross the distance and the budget.

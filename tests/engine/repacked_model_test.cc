@@ -43,9 +43,9 @@ struct Case {
 };
 
 TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
-  for (const Case c : {Case{TensorType::q8_0, false, false}, Case{TensorType::q8_0, false, true},
-                       Case{TensorType::q4_k, false, false}, Case{TensorType::q4_k, true, true},
-                       Case{TensorType::q6_k, false, true}}) {
+  for (const Case c :
+       {Case{TensorType::q8_0, false, false}, Case{TensorType::q8_0, false, true}, Case{TensorType::q4_k, false, false},
+        Case{TensorType::q4_k, true, true}, Case{TensorType::q6_k, false, true}}) {
     SCOPED_TRACE(std::string(tensor_type_name(uint32_t(c.type))) + (c.k_quant_mix ? " mix" : "") +
                  (c.tied ? ", tied embeddings" : ", output.weight"));
     RandomModelSpec spec;

@@ -39,6 +39,8 @@ struct TokenCase {
 };
 
 // llama-tokenize --no-parse-special: special-token spellings are text.
+// The tables keep a case a line, split literals as written:
+// clang-format off
 const TokenCase kPlain[] = {
     {"Hello world", {19556, 905}},
     {"The quick brown fox jumps over the lazy dog.", {504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30}},
@@ -119,6 +121,7 @@ const GreedyCase kGreedy[] = {
      {436, 260, 808, 288, 7198, 253, 10584, 618, 1898, 30, 198, 198, 504, 17600, 216, 33, 33, 4527, 436, 253, 7709, 9016, 338, 20786, 260, 970, 327, 260, 17600, 11280, 288, 7621, 30, 27639, 24955, 2163, 260, 808, 1547, 288, 4549, 335, 260, 6783, 30, 198, 198, 504},
      {0.2435f, 1.2379f, 1.8444f, 0.7492f, 0.5118f, 0.0655f, 0.0021f, 0.1505f, 1.0242f, 0.6199f, 0.1438f, 2.2280f, 0.9769f, 0.2135f, 2.2494f, 4.4869f, 2.3072f, 1.2006f, 0.2724f, 1.0256f, 0.5587f, 0.2513f, 0.4529f, 0.7590f, 10.2678f, 6.3251f, 7.3986f, 0.6247f, 0.3699f, 0.4245f, 1.1019f, 0.3074f, 0.6000f, 0.1183f, 5.3605f, 0.0534f, 5.0677f, 5.9461f, 0.3196f, 4.2824f, 1.2788f, 3.9962f, 6.3171f, 0.4834f, 0.1510f, 0.5307f, 4.5195f, 0.9001f}},
 };
+// clang-format on
 
 // The file's weights dequantised to F32 (written by the test, as llama-quantize F32 writes them):
 // token-identical to llama.cpp's greedy continuation with an F32 cache; the two may part only at a
@@ -152,7 +155,8 @@ TEST(SmolLM2Agreement, GreedyOnTheWeightsInF32EqualsLlamaCpp) {
         const float ours = sorted[0] - sorted[1];
         std::printf("%s: parts from llama.cpp at step %zu (%d against %d), gaps %.5f here and %.5f there\n", g.prompt,
                     step, token, g.ids[step], ours, g.gaps[step]);
-        EXPECT_TRUE(ours < 1e-3f || g.gaps[step] < 1e-3f) << "step " << step << ": " << token << " against " << g.ids[step];
+        EXPECT_TRUE(ours < 1e-3f || g.gaps[step] < 1e-3f)
+            << "step " << step << ": " << token << " against " << g.ids[step];
         break;
       }
       if (step + 1 < g.ids.size()) engine.forward(std::span(&token, 1), *cache, Logits::last, logits);

@@ -82,8 +82,7 @@ TEST_F(tokenizerStories, DataFile) {
   auto start = std::chrono::steady_clock::now();
   Ids ids = tok_->encode(text, true);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "[ timing ] whole data file (" << text.size() << " bytes): " << seconds * 1000
-            << " ms\n";
+  std::cout << "[ timing ] whole data file (" << text.size() << " bytes): " << seconds * 1000 << " ms\n";
   RecordProperty("encode_ms", std::to_string(seconds * 1000));
   ASSERT_EQ(ids.size(), 393019u);
   EXPECT_EQ(Ids(ids.begin(), ids.begin() + 16),
@@ -162,8 +161,7 @@ TEST(tokenizer, MissingOrBadKeys) {
     Tokenizer t(f2);
     FAIL() << "expected FormatError";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.scores' has 1 entries, expected 2"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.scores' has 1 entries, expected 2"), std::string::npos)
         << e.what();
   }
 
@@ -350,9 +348,9 @@ TEST_F(tokenizerBpe, Qwen2Pretokenizer) {
 TEST_F(tokenizerBpe, DecodeRoundTrip) {
   for (const char* pre : {"gpt2", "llama3", "qwen2"}) {
     Tokenizer t = make(pre);
-    for (std::string s : {"Hello, world! It's 2024.\n\n  Spaces\ttabs",
-                          "h\xC3\xA9llo \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80",
-                          "bad utf-8: \xFF\xFE\xC3 end \x80", " the lll abc"}) {
+    for (std::string s :
+         {"Hello, world! It's 2024.\n\n  Spaces\ttabs", "h\xC3\xA9llo \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80",
+          "bad utf-8: \xFF\xFE\xC3 end \x80", " the lll abc"}) {
       Ids ids = t.encode(s, true);
       EXPECT_EQ(ids.front(), t.bos());
       EXPECT_EQ(t.decode(ids), s) << pre;  // BPE adds no space, so nothing is stripped
@@ -368,9 +366,7 @@ TEST_F(tokenizerBpe, UnknownPretokenizerIsAnError) {
     make("starcoder-9000");
     FAIL() << "expected FormatError";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("'tokenizer.ggml.pre' = 'starcoder-9000'"),
-              std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("'tokenizer.ggml.pre' = 'starcoder-9000'"), std::string::npos) << e.what();
   }
 }
 

@@ -149,7 +149,8 @@ TEST(Bench, ModelFactsCountEveryMatrixOnce) {
   const ModelConfig& c = stories().config();
   const ModelFacts f = model_facts(stories(), "stories260K.gguf");
   const uint64_t kv_dim = uint64_t(c.n_kv_heads) * uint64_t(c.head_dim);
-  const uint64_t attention = 2 * uint64_t(c.dim) * uint64_t(c.n_heads) * uint64_t(c.head_dim) + 2 * uint64_t(c.dim) * kv_dim;
+  const uint64_t attention =
+      2 * uint64_t(c.dim) * uint64_t(c.n_heads) * uint64_t(c.head_dim) + 2 * uint64_t(c.dim) * kv_dim;
   const uint64_t ffn = 3 * uint64_t(c.dim) * uint64_t(c.ffn_dim);
   EXPECT_EQ(f.matmul_macs_per_token, uint64_t(c.n_layers) * (attention + ffn) + uint64_t(c.vocab) * uint64_t(c.dim));
   EXPECT_EQ(f.weight_type, "F32");

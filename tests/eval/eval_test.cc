@@ -47,7 +47,8 @@ TEST(HiddenCosine, EngineValueEqualsAnIndependentComputationFromDumpedStates) {
     for (size_t t = 0; t < first; ++t) {
       double ab = 0, aa = 0, bb = 0;
       for (int d = 0; d < c.dim; ++d) {
-        const double x = before[size_t(l)][t * size_t(c.dim) + size_t(d)], y = after[size_t(l)][t * size_t(c.dim) + size_t(d)];
+        const double x = before[size_t(l)][t * size_t(c.dim) + size_t(d)],
+                     y = after[size_t(l)][t * size_t(c.dim) + size_t(d)];
         ab += x * y;
         aa += x * x;
         bb += y * y;
@@ -58,7 +59,8 @@ TEST(HiddenCosine, EngineValueEqualsAnIndependentComputationFromDumpedStates) {
   }
   // The coordinator received exactly these values and published the paper's schedule.
   ASSERT_TRUE(cache->coordinator()->is_final());
-  for (int l = 0; l < c.n_layers; ++l) EXPECT_DOUBLE_EQ(cache->coordinator()->measurements()[size_t(l)], measured[size_t(l)]);
+  for (int l = 0; l < c.n_layers; ++l)
+    EXPECT_DOUBLE_EQ(cache->coordinator()->measurements()[size_t(l)], measured[size_t(l)]);
   int total = 0;
   for (int b : cache->budgets()) total += b;
   EXPECT_EQ(total, c.n_layers * 8);

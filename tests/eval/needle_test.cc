@@ -21,8 +21,7 @@ const std::string& haystack() {
   return text;
 }
 
-constexpr NeedleTask kTasks[] = {NeedleTask::passkey, NeedleTask::single, NeedleTask::multikey,
-                                 NeedleTask::multivalue};
+constexpr NeedleTask kTasks[] = {NeedleTask::passkey, NeedleTask::single, NeedleTask::multikey, NeedleTask::multivalue};
 
 TEST(Needle, TaskNamesRoundTripAndUnknownIsNamed) {
   for (NeedleTask t : kTasks) EXPECT_EQ(parse_needle_task(to_string(t)), t);
@@ -134,7 +133,7 @@ TEST(Needle, ScorerRules) {
   EXPECT_FALSE(needle_correct(" 12345678", {"1234567"}));                      // a longer number
   EXPECT_FALSE(needle_correct(" 01234567", {"1234567"}));
   EXPECT_FALSE(needle_correct(" 123456", {"1234567"}));
-  EXPECT_TRUE(needle_correct("12345678 and then 1234567", {"1234567"}));       // a whole one later
+  EXPECT_TRUE(needle_correct("12345678 and then 1234567", {"1234567"}));  // a whole one later
   EXPECT_TRUE(needle_correct("1111111, 2222222 and 3333333", {"3333333", "1111111", "2222222"}));
   EXPECT_FALSE(needle_correct("1111111, 2222222", {"1111111", "2222222", "3333333"}));  // partial multivalue
   EXPECT_FALSE(needle_correct("anything", {}));

@@ -17,8 +17,7 @@ namespace {
 using test::stories;
 
 const std::vector<int32_t>& text_tokens() {
-  static const std::vector<int32_t> tokens =
-      tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
+  static const std::vector<int32_t> tokens = tokenize_text_file(stories().tokenizer(), test::kTinyStoriesText);
   return tokens;
 }
 

@@ -105,10 +105,10 @@ TEST(Registry, AMethodReadsWhatItsPolicyAndAllocatorRead) {
   // them); the full cache always uses text positions.
   EXPECT_EQ(names(find_method("window")), (std::set<std::string>{"budget", "positions", "max_distance"}));
   EXPECT_EQ(names(find_method("chunkkv")), (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score",
-                                                                 "positions", "max_distance", "chunk_size"}));
-  EXPECT_EQ(names(find_method("squeeze")), (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score",
-                                                                 "positions", "max_distance", "strength",
-                                                                 "importance", "squeeze_fraction"}));
+                                                                  "positions", "max_distance", "chunk_size"}));
+  EXPECT_EQ(names(find_method("squeeze")),
+            (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "positions", "max_distance",
+                                   "strength", "importance", "squeeze_fraction"}));
   KVCacheConfig c;
   EXPECT_TRUE(reads_param(c, "max_distance"));  // the span rule, the default
   c.positions = PositionRule::cache;

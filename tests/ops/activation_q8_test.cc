@@ -53,11 +53,11 @@ TEST(ActivationQ8, HalvesRoundToEven) {
 
 TEST(ActivationQ8, SuperBlocksShareOneF32ScaleOfOppositeSign) {
   std::vector<float> x(256, 0.0f);
-  x[40] = 254.0f;  // the largest magnitude: iscale = -127 / 254 = -0.5, scale = -2
-  x[0] = 3.0f;     // -1.5 -> -2
-  x[1] = 5.0f;     // -2.5 -> -2
-  x[2] = -7.0f;    // 3.5 -> 4
-  x[33] = -253.0f; // 126.5 -> 126
+  x[40] = 254.0f;   // the largest magnitude: iscale = -127 / 254 = -0.5, scale = -2
+  x[0] = 3.0f;      // -1.5 -> -2
+  x[1] = 5.0f;      // -2.5 -> -2
+  x[2] = -7.0f;     // 3.5 -> 4
+  x[33] = -253.0f;  // 126.5 -> 126
   QuantizedActivations a;
   a.assign(x.data(), 1, 256, /*super_blocks=*/true);
   EXPECT_EQ(a.q[0], -2);

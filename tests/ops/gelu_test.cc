@@ -15,9 +15,7 @@ namespace squeezekv {
 namespace {
 
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in double: the reference.
-double gelu_double(double x) {
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double gelu_double(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 TEST(ops_gelu, SimdEqualsScalarTwinOnEveryTarget) {
   testing::for_each_target([] {
@@ -52,8 +50,8 @@ TEST(ops_gelu, ValuesOfTheTanhApproximation) {
     EXPECT_NEAR(simd[i], want, 4e-6 * std::fabs(want) + 1e-7) << x[i];
   }
   EXPECT_EQ(scalar[0], 0.0f);
-  EXPECT_EQ(simd[8], 200.0f);   // gelu(x) = x far right
-  EXPECT_EQ(simd[9], -0.0f);    // and 0 far left
+  EXPECT_EQ(simd[8], 200.0f);                  // gelu(x) = x far right
+  EXPECT_EQ(simd[9], -0.0f);                   // and 0 far left
   EXPECT_NEAR(scalar[1], 2 * 0.841192, 1e-5);  // gelu(1) = 0.841192 (tanh form)
 }
 

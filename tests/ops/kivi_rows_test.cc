@@ -45,13 +45,12 @@ TEST(Kivi, UnfitAcceptsAndRejects) {
     bool fits;
   };
   const Case cases[] = {
-      {4, 32, 64, true},    {2, 32, 64, true},    {4, 32, 128, true},  {2, 128, 128, true},
-      {4, 8, 8, true},      {2, 8, 8, true},      {4, 32, 8, true},    {2, 32, 8, true},
-      {2, 32, 4, true},     {4, 32, 6, true},     {4, 1024, 1024, true}, {2, 24, 48, true},
-      {4, 16, 8, true},     {3, 32, 64, false},   {8, 32, 64, false},  {1, 32, 64, false},
-      {0, 32, 64, false},   {4, 0, 64, false},    {4, 4, 64, false},   {4, 12, 48, false},
-      {4, 1032, 2064, false}, {4, 2048, 2048, false}, {4, 32, 48, false}, {2, 32, 96 + 8, false},
-      {2, 32, 6, false},    {2, 32, 3, false},    {4, 32, 3, false},   {4, 32, 0, false},
+      {4, 32, 64, true},      {2, 32, 64, true},      {4, 32, 128, true}, {2, 128, 128, true},    {4, 8, 8, true},
+      {2, 8, 8, true},        {4, 32, 8, true},       {2, 32, 8, true},   {2, 32, 4, true},       {4, 32, 6, true},
+      {4, 1024, 1024, true},  {2, 24, 48, true},      {4, 16, 8, true},   {3, 32, 64, false},     {8, 32, 64, false},
+      {1, 32, 64, false},     {0, 32, 64, false},     {4, 0, 64, false},  {4, 4, 64, false},      {4, 12, 48, false},
+      {4, 1032, 2064, false}, {4, 2048, 2048, false}, {4, 32, 48, false}, {2, 32, 96 + 8, false}, {2, 32, 6, false},
+      {2, 32, 3, false},      {4, 32, 3, false},      {4, 32, 0, false},
   };
   for (const Case& c : cases) {
     const char* why = kivi_unfit(c.bits, c.group, c.head_dim);
@@ -86,18 +85,22 @@ const uint8_t kKeys2Bytes[48] = {
 };
 // The decoded keys: row j = token j (m + s * code, by hand).
 const float kKeys2Rows[8][8] = {
-    {0, 0.0f, 2, -2, 0.25f, 0, 100.75f, 0},   {1, -1.5f, 2, -2, 0.625f, -4, 100.5f, 0},
-    {2, -1.0f, 2, -4, 0.625f, 4, 100.25f, 0}, {3, -0.5f, 2, 2, 0.625f, -8, 100.0f, 0},
-    {3, -1.5f, 2, 0, 0.625f, -8, 100.25f, 0}, {2, 0.0f, 2, 0, 0.625f, -8, 100.5f, 0},
+    {0, 0.0f, 2, -2, 0.25f, 0, 100.75f, 0},    {1, -1.5f, 2, -2, 0.625f, -4, 100.5f, 0},
+    {2, -1.0f, 2, -4, 0.625f, 4, 100.25f, 0},  {3, -0.5f, 2, 2, 0.625f, -8, 100.0f, 0},
+    {3, -1.5f, 2, 0, 0.625f, -8, 100.25f, 0},  {2, 0.0f, 2, 0, 0.625f, -8, 100.5f, 0},
     {1, -0.5f, 2, -2, 0.625f, -8, 100.75f, 0}, {0, -1.0f, 2, -4, 0.625f, -8, 100.0f, 0},
 };
 
 // head_dim 8, G 8, b = 4 (codes 0..15), including the extremes of fp16 (-65504 + 8192 * 15).
 const HandChannel kKeys4[8] = {
-    {0.0f, 1.0f, {0, 15, 7, 8, 1, 2, 3, 4}},          {-3.0f, 0.5f, {15, 0, 1, 14, 2, 13, 3, 12}},
-    {-2.5f, 0.0f, {0, 0, 0, 0, 0, 0, 0, 0}},          {1024.0f, 64.0f, {0, 1, 2, 3, 4, 5, 6, 15}},
-    {-65504.0f, 8192.0f, {15, 0, 7, 8, 3, 12, 1, 14}}, {-0.0625f, 0.0078125f, {5, 0, 15, 9, 10, 11, 12, 13}},
-    {0.0f, 0.0f, {0, 0, 0, 0, 0, 0, 0, 0}},           {7.0f, 0.25f, {8, 4, 2, 1, 0, 15, 3, 6}},
+    {0.0f, 1.0f, {0, 15, 7, 8, 1, 2, 3, 4}},
+    {-3.0f, 0.5f, {15, 0, 1, 14, 2, 13, 3, 12}},
+    {-2.5f, 0.0f, {0, 0, 0, 0, 0, 0, 0, 0}},
+    {1024.0f, 64.0f, {0, 1, 2, 3, 4, 5, 6, 15}},
+    {-65504.0f, 8192.0f, {15, 0, 7, 8, 3, 12, 1, 14}},
+    {-0.0625f, 0.0078125f, {5, 0, 15, 9, 10, 11, 12, 13}},
+    {0.0f, 0.0f, {0, 0, 0, 0, 0, 0, 0, 0}},
+    {7.0f, 0.25f, {8, 4, 2, 1, 0, 15, 3, 6}},
 };
 // Per channel 4 bytes; byte j holds token j in its low nibble and token j + 4 in its high one.
 // Channel 0 (codes 0 15 7 8 1 2 3 4): 0x10, 0x2F, 0x37, 0x48.
@@ -108,14 +111,10 @@ const uint8_t kKeys4Bytes[64] = {
     0x3F, 0xC0, 0x17, 0xE8, 0xA5, 0xB0, 0xCF, 0xD9, 0x00, 0x00, 0x00, 0x00, 0x08, 0xF4, 0x32, 0x61,  // d 4-7
 };
 const float kKeys4Rows[8][8] = {
-    {0, 4.5f, -2.5f, 1024, 57376, -0.0234375f, 0, 9.0f},
-    {15, -3.0f, -2.5f, 1088, -65504, -0.0625f, 0, 8.0f},
-    {7, -2.5f, -2.5f, 1152, -8160, 0.0546875f, 0, 7.5f},
-    {8, 4.0f, -2.5f, 1216, 32, 0.0078125f, 0, 7.25f},
-    {1, -2.0f, -2.5f, 1280, -40928, 0.015625f, 0, 7.0f},
-    {2, 3.5f, -2.5f, 1344, 32800, 0.0234375f, 0, 10.75f},
-    {3, -1.5f, -2.5f, 1408, -57312, 0.03125f, 0, 7.75f},
-    {4, 3.0f, -2.5f, 1984, 49184, 0.0390625f, 0, 8.5f},
+    {0, 4.5f, -2.5f, 1024, 57376, -0.0234375f, 0, 9.0f}, {15, -3.0f, -2.5f, 1088, -65504, -0.0625f, 0, 8.0f},
+    {7, -2.5f, -2.5f, 1152, -8160, 0.0546875f, 0, 7.5f}, {8, 4.0f, -2.5f, 1216, 32, 0.0078125f, 0, 7.25f},
+    {1, -2.0f, -2.5f, 1280, -40928, 0.015625f, 0, 7.0f}, {2, 3.5f, -2.5f, 1344, 32800, 0.0234375f, 0, 10.75f},
+    {3, -1.5f, -2.5f, 1408, -57312, 0.03125f, 0, 7.75f}, {4, 3.0f, -2.5f, 1984, 49184, 0.0390625f, 0, 8.5f},
 };
 
 void check_hand_key_group(int bits, const HandChannel (&channels)[8], const uint8_t* expected_bytes,
@@ -230,15 +229,14 @@ TEST(Kivi, MinRoundsDownAndScaleUp) {
     uint16_t m, s;
   };
   const Case cases[] = {
-      {0.1f, 0.5f, 2, 0x2E66, 0},          // fp16(0.1) = 0.0999755859375 <= 0.1: kept
-      {-0.1f, 1.0f, 2, 0xAE67, 0x35DE},    // fp16(-0.1) = -0.0999755859375 > -0.1: one ulp down
-      {0.0f, 3.0f, 4, 0x0000, 0x3267},     // 3 / 15: fp16(0.2) = 0.19995 < 0.2, so 0.2000732421875
-      {-1e-9f, 1.0f, 4, 0x8001, 0},        // rounds to -0 > x: the smallest negative subnormal
-      {1e-9f, 1.0f, 4, 0x0000, 0},         // rounds to +0 <= x
-      {-0.0f, 1.0f, 4, 0x0000, 0x2C45},    // -0 stored as +0; 1 / 15 rounded up
+      {0.1f, 0.5f, 2, 0x2E66, 0},           // fp16(0.1) = 0.0999755859375 <= 0.1: kept
+      {-0.1f, 1.0f, 2, 0xAE67, 0x35DE},     // fp16(-0.1) = -0.0999755859375 > -0.1: one ulp down
+      {0.0f, 3.0f, 4, 0x0000, 0x3267},      // 3 / 15: fp16(0.2) = 0.19995 < 0.2, so 0.2000732421875
+      {-1e-9f, 1.0f, 4, 0x8001, 0},         // rounds to -0 > x: the smallest negative subnormal
+      {1e-9f, 1.0f, 4, 0x0000, 0},          // rounds to +0 <= x
+      {-0.0f, 1.0f, 4, 0x0000, 0x2C45},     // -0 stored as +0; 1 / 15 rounded up
       {-65504.0f, 65504.0f, 2, 0xFBFF, 0},  // the widest range: s = 131008 / 3 rounded up
-      {-65500.0f, 65504.0f, 4, 0xFBFF, 0},
-      {65504.0f, 65504.0f, 4, 0x7BFF, 0},  // constant: s = 0
+      {-65500.0f, 65504.0f, 4, 0xFBFF, 0}, {65504.0f, 65504.0f, 4, 0x7BFF, 0},  // constant: s = 0
   };
   constexpr size_t G = 8, hd = 8;
   for (const Case& c : cases) {
@@ -299,12 +297,24 @@ std::vector<float> values_of_kind(int kind, size_t n) {
   const float constant = normal() * 3.0f;
   for (size_t i = 0; i < n; ++i) {
     switch (kind) {
-      case 0: x[i] = offset + scale * normal(); break;
-      case 1: x[i] = constant; break;
-      case 2: x[i] = uniform(-65504.0f, 65504.0f); break;
-      case 3: x[i] = 1e-6f * normal(); break;
-      case 4: x[i] = 0.0f; break;
-      default: x[i] = normal() * std::pow(10.0f, uniform(-2.0f, 2.0f)); break;
+      case 0:
+        x[i] = offset + scale * normal();
+        break;
+      case 1:
+        x[i] = constant;
+        break;
+      case 2:
+        x[i] = uniform(-65504.0f, 65504.0f);
+        break;
+      case 3:
+        x[i] = 1e-6f * normal();
+        break;
+      case 4:
+        x[i] = 0.0f;
+        break;
+      default:
+        x[i] = normal() * std::pow(10.0f, uniform(-2.0f, 2.0f));
+        break;
     }
   }
   if (kind == 2 && n >= 2) {
@@ -607,8 +617,8 @@ ValueCode value_code(const uint8_t* row, int bits, size_t G, size_t hd, size_t c
 // before (out = out + fma(w * s, q, w * m), row by row): both must differ from the kernels
 // somewhere, or the bit-for-bit checks below could not tell the orders apart.
 enum class Order { kDocumented, kReversed, kOld };
-void value_sum_in_order(Order order, const float* w, size_t n_w, size_t ld_w, const uint8_t* rows, int bits,
-                        size_t G, size_t hd, size_t n_rows, float* out, size_t ld_out) {
+void value_sum_in_order(Order order, const float* w, size_t n_w, size_t ld_w, const uint8_t* rows, int bits, size_t G,
+                        size_t hd, size_t n_rows, float* out, size_t ld_out) {
   const size_t rb = kivi_value_row_bytes(bits, G, hd), gv = kivi_value_group(G, hd);
   std::vector<size_t> listed;
   for (size_t j = 0; j < n_rows; ++j) {
@@ -669,9 +679,8 @@ TEST(Kivi, ValueSumsFollowTheDocumentedOrder) {
         written(Order::kOld, old);
         for (size_t i = 0; i < want.size(); ++i) {
           ASSERT_TRUE(same_bits(fast[i], want[i]) && same_bits(slow[i], want[i]))
-              << shape_name(sh.bits, sh.group, sh.head_dim) << " n_w " << n_w << " query " << i / ld_out
-              << " channel " << i % ld_out << ": kernel " << fast[i] << ", twin " << slow[i] << ", documented "
-              << want[i];
+              << shape_name(sh.bits, sh.group, sh.head_dim) << " n_w " << n_w << " query " << i / ld_out << " channel "
+              << i % ld_out << ": kernel " << fast[i] << ", twin " << slow[i] << ", documented " << want[i];
           ++compared;
           differ_reversed += same_bits(reversed[i], want[i]) ? 0 : 1;
           differ_old += same_bits(old[i], want[i]) ? 0 : 1;

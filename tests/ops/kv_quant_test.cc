@@ -160,7 +160,8 @@ TEST(KVQuant, VectorDecodeEqualsTheScalarDecoder) {
           kv_row_kernels(type).load_row_scalar(bytes.data() + r * kv_row_bytes(type, dim), dim,
                                                scalar.data() + r * dim);
         }
-        for (size_t i = 0; i < rows * dim; ++i) ASSERT_EQ(simd[i], scalar[i]) << int(type) << " dim " << dim << " " << i;
+        for (size_t i = 0; i < rows * dim; ++i)
+          ASSERT_EQ(simd[i], scalar[i]) << int(type) << " dim " << dim << " " << i;
       }
     }
   });
@@ -237,7 +238,8 @@ TEST(KVQuant, KernelsMatchTheScalarTwinsOnEveryTarget) {
             for (size_t i = 0; i < n_q * dim; ++i) {
               ASSERT_NEAR(o_fast[i], o_slow[i], 2e-5 * (1 + std::abs(o_slow[i])) * std::sqrt(double(rows)));
             }
-            for (size_t i = 0; i < dim; ++i) ASSERT_NEAR(o_single[i], o_slow[i], 2e-5 * (1 + std::abs(o_slow[i])) * std::sqrt(double(rows)));
+            for (size_t i = 0; i < dim; ++i)
+              ASSERT_NEAR(o_single[i], o_slow[i], 2e-5 * (1 + std::abs(o_slow[i])) * std::sqrt(double(rows)));
           }
         }
       }
@@ -262,8 +264,10 @@ TEST(KVQuant, FusedAttentionEqualsDequantizeThenAttend) {
         mask[7] = 0;
         const float scale = 1.0f / std::sqrt(float(dim));
         std::vector<float> p_fused(n_q * ld), p_ref(n_q * ld);
-        ASSERT_TRUE(query_probs(q.data(), n_q, dim, kq.data(), type, rows, dim, mask.data(), scale, p_fused.data(), ld));
-        ASSERT_TRUE(query_probs(q.data(), n_q, dim, kd.data(), KVType::f32, rows, dim, mask.data(), scale, p_ref.data(), ld));
+        ASSERT_TRUE(
+            query_probs(q.data(), n_q, dim, kq.data(), type, rows, dim, mask.data(), scale, p_fused.data(), ld));
+        ASSERT_TRUE(
+            query_probs(q.data(), n_q, dim, kd.data(), KVType::f32, rows, dim, mask.data(), scale, p_ref.data(), ld));
         for (size_t g = 0; g < n_q; ++g) {
           for (size_t j = 0; j < rows; ++j) ASSERT_NEAR(p_fused[g * ld + j], p_ref[g * ld + j], 1e-5);
           EXPECT_EQ(p_fused[g * ld + 7], 0.0f);
@@ -284,7 +288,8 @@ TEST(KVQuant, FusedTurnBackEqualsRotateThenAttend) {
   constexpr int kShifts = 20;
   testing::for_each_target([] {
     for (bool neox : {false, true}) {
-      for (const auto& [dim, n_rot] : std::initializer_list<std::pair<size_t, size_t>>{{8, 8}, {8, 4}, {64, 64}, {64, 32}}) {
+      for (const auto& [dim, n_rot] :
+           std::initializer_list<std::pair<size_t, size_t>>{{8, 8}, {8, 4}, {64, 64}, {64, 32}}) {
         SCOPED_TRACE(::testing::Message() << "neox " << neox << " dim " << dim << " n_rot " << n_rot);
         std::vector<float> cos_sin(n_rot), turns(kShifts * 2 * n_rot);
         for (int s = 0; s < kShifts; ++s) {

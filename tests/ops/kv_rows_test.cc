@@ -62,8 +62,7 @@ TEST(KVRows, RowDotsAndWeightedSumsMatchTheScalarTwins) {
           rows_weighted_sum(w.data(), base, type, rows, dim, out_fast.data());
           rows_weighted_sum_scalar(w.data(), base, type, rows, dim, out_slow.data());
           for (size_t i = 0; i < dim; ++i) {
-            EXPECT_NEAR(out_fast[i], out_slow[i],
-                        1e-5 * (1 + std::abs(out_slow[i])) * std::sqrt(double(rows)));
+            EXPECT_NEAR(out_fast[i], out_slow[i], 1e-5 * (1 + std::abs(out_slow[i])) * std::sqrt(double(rows)));
           }
         }
       }
@@ -100,7 +99,7 @@ TEST(KVRows, GroupKernelsMatchTheScalarTwinsAndTheSingleKernels) {
               const size_t ld_w = rows + 1;
               std::vector<float> w = test::normal(n_q * ld_w, 7 + n_q);
               for (size_t g = 0; g < n_q; ++g) w[g * ld_w] = 0.0f;  // row 0 skipped by every query
-              if (rows > 1) w[1] = 0.0f;                             // row 1 zero for one query only
+              if (rows > 1) w[1] = 0.0f;                            // row 1 zero for one query only
               const size_t ld_o = dim + 1;
               std::vector<float> out_fast(n_q * ld_o, 0.5f), out_slow(n_q * ld_o, 0.5f);
               rows_weighted_sum_group(w.data(), n_q, ld_w, base, type, rows, dim, out_fast.data(), ld_o);
@@ -236,10 +235,8 @@ TEST(KVRows, MaskedSoftmaxNormalisesTheUnmaskedEntries) {
     }
     for (size_t i = 0; i < n; ++i) {
       sum += x[i];
-      if (!mask[i])
-        EXPECT_EQ(x[i], 0.0f);
-      else
-        EXPECT_NEAR(x[i], std::exp(orig[i] - mx) / ref_sum, 1e-6);
+      if (!mask[i]) EXPECT_EQ(x[i], 0.0f);
+      else EXPECT_NEAR(x[i], std::exp(orig[i] - mx) / ref_sum, 1e-6);
     }
     EXPECT_NEAR(sum, 1.0, 1e-5);
   }

@@ -109,14 +109,13 @@ TEST(ops_matmul, MatmulEqualsMatvecPerToken) {
       // Q8_0: 3 blocks (no run of 8) and 17 (two runs and one more); K-quants 3 and 9 super-blocks.
       const std::vector<int64_t> counts = column_counts(type);
       for (const int64_t n_cols : {counts[1], counts[std::min<size_t>(3, counts.size() - 1)]}) {
-        for (const auto& [n_rows, n_tok] : {std::pair<int64_t, int64_t>{9, 1}, {9, 3}, {9, 17}, {16, 4}, {33, 8},
-                                            {47, 15}, {17, 127}, {70, 31}}) {
-          SCOPED_TRACE(name(type) + " cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) +
-                       " tokens " + std::to_string(n_tok));
+        for (const auto& [n_rows, n_tok] :
+             {std::pair<int64_t, int64_t>{9, 1}, {9, 3}, {9, 17}, {16, 4}, {33, 8}, {47, 15}, {17, 127}, {70, 31}}) {
+          SCOPED_TRACE(name(type) + " cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) + " tokens " +
+                       std::to_string(n_tok));
           const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
           const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
-          std::vector<float> batch(static_cast<size_t>(n_tok * n_rows)), batch2(batch.size()),
-              scalar(batch.size());
+          std::vector<float> batch(static_cast<size_t>(n_tok * n_rows)), batch2(batch.size()), scalar(batch.size());
           matmul(m.view, x.data(), n_tok, batch.data(), nullptr);
           matmul(m.view, x.data(), n_tok, batch2.data(), &pool2);
           matmul_scalar(m.view, x.data(), n_tok, scalar.data());
@@ -203,8 +202,7 @@ TEST(ops_matmul, ExactActivationsGiveExactDots) {
       for (int64_t r = 0; r < 5; ++r) {
         double magnitude = 0.0;
         for (int64_t i = 0; i < n_cols; ++i)
-          magnitude +=
-              std::fabs(m.dequantized[static_cast<size_t>(r * n_cols + i)] * x[static_cast<size_t>(i)]);
+          magnitude += std::fabs(m.dequantized[static_cast<size_t>(r * n_cols + i)] * x[static_cast<size_t>(i)]);
         ASSERT_NEAR(y[r], expected[r], 1e-5 * magnitude) << "row " << r;
       }
     }
@@ -274,12 +272,10 @@ TEST(ops_matmul, Q5_0RowsMatchTheReferenceDot) {
 TEST(ops_matmul, RejectsBadShapes) {
   std::vector<uint8_t> bytes(1024);
   std::vector<float> x(64), y(4);
-  EXPECT_THROW(matvec(WeightMatrix{bytes.data(), TensorType::q4_0, 2, 48}, x.data(), y.data()),
-               InvalidArgument);
+  EXPECT_THROW(matvec(WeightMatrix{bytes.data(), TensorType::q4_0, 2, 48}, x.data(), y.data()), InvalidArgument);
   EXPECT_THROW(matvec(WeightMatrix{bytes.data(), static_cast<TensorType>(13), 2, 256}, x.data(), y.data()),
                InvalidArgument);
-  EXPECT_THROW(matmul(WeightMatrix{bytes.data(), TensorType::f32, 2, 4}, x.data(), -1, y.data()),
-               InvalidArgument);
+  EXPECT_THROW(matmul(WeightMatrix{bytes.data(), TensorType::f32, 2, 4}, x.data(), -1, y.data()), InvalidArgument);
   // Empty shapes are fine and write nothing.
   matvec(WeightMatrix{bytes.data(), TensorType::f32, 0, 4}, x.data(), y.data());
   matmul(WeightMatrix{bytes.data(), TensorType::f32, 2, 4}, x.data(), 0, y.data());

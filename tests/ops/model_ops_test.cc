@@ -23,8 +23,7 @@ constexpr int64_t max_misalign = 3;
 struct Buffer {
   std::vector<float> storage;
   float* data;
-  Buffer(int64_t n, int64_t misalign, uint32_t seed, float scale = 1.0f)
-      : storage(static_cast<size_t>(n + misalign)) {
+  Buffer(int64_t n, int64_t misalign, uint32_t seed, float scale = 1.0f) : storage(static_cast<size_t>(n + misalign)) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, scale);
     for (float& v : storage) v = normal(rng);
@@ -46,8 +45,7 @@ void for_each_case(Body body) {
   });
 }
 
-void expect_near_relative(const float* actual, const float* expected, int64_t n, double relative,
-                          double absolute) {
+void expect_near_relative(const float* actual, const float* expected, int64_t n, double relative, double absolute) {
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_NEAR(actual[i], expected[i], relative * std::fabs(expected[i]) + absolute) << "element " << i;
   }
@@ -266,8 +264,7 @@ TEST(ops_model_ops, RopeFollowsLlamaCppExactly) {
           // Far from the origin the float angle drifts from the exact one (llama.cpp's own error,
           // measured at about 1.2e-7 * pos of the pair's norm).
           const Buffer original(n_rot, 0, static_cast<uint32_t>(pos));
-          expect_rotation_near(x.data, original.data, pos, n_rot, base, style,
-                               2e-7 * static_cast<double>(pos) + 1e-6);
+          expect_rotation_near(x.data, original.data, pos, n_rot, base, style, 2e-7 * static_cast<double>(pos) + 1e-6);
         }
       }
     }

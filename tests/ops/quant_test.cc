@@ -60,10 +60,9 @@ TEST(ops_quant, TypeTable) {
   const struct {
     TensorType type;
     int64_t elems, bytes;
-  } expected[] = {{TensorType::f32, 1, 4},     {TensorType::f16, 1, 2},    {TensorType::bf16, 1, 2},
-                  {TensorType::q8_0, 32, 34},  {TensorType::q4_0, 32, 18}, {TensorType::q4_1, 32, 20},
-                  {TensorType::q5_0, 32, 22},  {TensorType::q4_k, 256, 144},
-                  {TensorType::q6_k, 256, 210}};
+  } expected[] = {{TensorType::f32, 1, 4},    {TensorType::f16, 1, 2},      {TensorType::bf16, 1, 2},
+                  {TensorType::q8_0, 32, 34}, {TensorType::q4_0, 32, 18},   {TensorType::q4_1, 32, 20},
+                  {TensorType::q5_0, 32, 22}, {TensorType::q4_k, 256, 144}, {TensorType::q6_k, 256, 210}};
   for (const auto& e : expected) {
     const auto layout = block_layout(static_cast<uint32_t>(e.type));
     ASSERT_TRUE(layout.has_value());
@@ -79,8 +78,8 @@ TEST(ops_quant, GgmlLayoutsOfOtherTypes) {
   const struct {
     uint32_t id;
     int64_t elems, bytes;
-  } expected[] = {{7, 32, 24}, {10, 256, 84}, {13, 256, 176}, {20, 32, 18}, {24, 1, 1}, {28, 1, 8}, {39, 32, 17},
-                  {2, 32, 18}, {6, 32, 22},   {30, 1, 2}};
+  } expected[] = {{7, 32, 24}, {10, 256, 84}, {13, 256, 176}, {20, 32, 18}, {24, 1, 1},
+                  {28, 1, 8},  {39, 32, 17},  {2, 32, 18},    {6, 32, 22},  {30, 1, 2}};
   for (const auto& e : expected) {
     const auto layout = ggml_block_layout(e.id);
     ASSERT_TRUE(layout.has_value()) << e.id;
@@ -111,8 +110,9 @@ TEST(ops_quant, WeightTypesFromTheTable) {
 
   // llama.cpp's llama_ftype values (Q4_K: Q4_K_M's).
   const std::pair<TensorType, uint32_t> file_types[] = {
-      {TensorType::f32, 0},  {TensorType::f16, 1},   {TensorType::q4_0, 2},  {TensorType::q4_1, 3}, {TensorType::q5_0, 8},
-      {TensorType::q8_0, 7}, {TensorType::q4_k, 15}, {TensorType::q6_k, 18}, {TensorType::bf16, 32}};
+      {TensorType::f32, 0},   {TensorType::f16, 1},   {TensorType::q4_0, 2},
+      {TensorType::q4_1, 3},  {TensorType::q5_0, 8},  {TensorType::q8_0, 7},
+      {TensorType::q4_k, 15}, {TensorType::q6_k, 18}, {TensorType::bf16, 32}};
   for (const auto& [type, file_type] : file_types) EXPECT_EQ(llama_file_type(type), file_type);
   EXPECT_THROW(llama_file_type(TensorType::q5_1), InvalidArgument);
 
@@ -140,8 +140,7 @@ TEST(ops_quant, RejectsPartialBlocks) {
 TEST(ops_quant, Q8_0HandBuilt) {
   std::vector<uint8_t> block(34);
   put_u16(block.data(), fp16_half);
-  for (int i = 0; i < 32; ++i)
-    block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(i == 0 ? -127 : 4 * i - 60));
+  for (int i = 0; i < 32; ++i) block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(i == 0 ? -127 : 4 * i - 60));
   const auto y = dequantize(TensorType::q8_0, block, 32);
   EXPECT_EQ(y[0], -63.5f);
   for (int i = 1; i < 32; ++i) EXPECT_EQ(y[i], 0.5f * static_cast<float>(4 * i - 60)) << i;
@@ -169,8 +168,8 @@ TEST(ops_quant, Q4_0HandBuilt) {
 
 TEST(ops_quant, Q4_1HandBuilt) {
   std::vector<uint8_t> block(20);
-  put_u16(block.data(), fp16_half);           // d = 0.5
-  put_u16(block.data() + 2, fp16_quarter);    // m = 0.25
+  put_u16(block.data(), fp16_half);         // d = 0.5
+  put_u16(block.data() + 2, fp16_quarter);  // m = 0.25
   for (int j = 0; j < 16; ++j) block[4 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
   const auto y = dequantize(TensorType::q4_1, block, 32);
   for (int j = 0; j < 16; ++j) {
@@ -257,20 +256,17 @@ TEST(ops_quant, Q4_KHandBuilt) {
   put_u16(block.data(), fp16_quarter);   // d
   put_u16(block.data() + 2, fp16_half);  // dmin
   // The 12 packed bytes, worked out by hand from get_scale_min_k4's layout.
-  const std::array<uint8_t, 12> packed = {0x41, 0x82, 0xc3, 0xc4, 0x40, 0x45,
-                                          0x8a, 0xff, 0x01, 0xf1, 0xf2, 0xef};
+  const std::array<uint8_t, 12> packed = {0x41, 0x82, 0xc3, 0xc4, 0x40, 0x45, 0x8a, 0xff, 0x01, 0xf1, 0xf2, 0xef};
   std::memcpy(block.data() + 4, packed.data(), packed.size());
   for (int g = 0; g < 4; ++g) {
-    for (int l = 0; l < 32; ++l)
-      block[16 + 32 * g + l] = static_cast<uint8_t>((l & 15) | (((l + g) & 15) << 4));
+    for (int l = 0; l < 32; ++l) block[16 + 32 * g + l] = static_cast<uint8_t>((l & 15) | (((l + g) & 15) << 4));
   }
   const auto y = dequantize(TensorType::q4_k, block, 256);
   for (int g = 0; g < 4; ++g) {
     for (int l = 0; l < 32; ++l) {
-      const float lo =
-          0.25f * static_cast<float>(scale[2 * g] * (l & 15)) - 0.5f * static_cast<float>(min[2 * g]);
-      const float hi = 0.25f * static_cast<float>(scale[2 * g + 1] * ((l + g) & 15)) -
-                       0.5f * static_cast<float>(min[2 * g + 1]);
+      const float lo = 0.25f * static_cast<float>(scale[2 * g] * (l & 15)) - 0.5f * static_cast<float>(min[2 * g]);
+      const float hi =
+          0.25f * static_cast<float>(scale[2 * g + 1] * ((l + g) & 15)) - 0.5f * static_cast<float>(min[2 * g + 1]);
       EXPECT_EQ(y[64 * g + l], lo) << "g " << g << " l " << l;
       EXPECT_EQ(y[64 * g + 32 + l], hi) << "g " << g << " l " << l;
     }
@@ -305,8 +301,7 @@ TEST(ops_quant, Q6_KHandBuiltPattern) {
     const int* qq = q.data() + 128 * h;
     for (int l = 0; l < 32; ++l) {
       block[static_cast<size_t>(64 * h + l)] = static_cast<uint8_t>((qq[l] & 15) | ((qq[l + 64] & 15) << 4));
-      block[static_cast<size_t>(64 * h + 32 + l)] =
-          static_cast<uint8_t>((qq[l + 32] & 15) | ((qq[l + 96] & 15) << 4));
+      block[static_cast<size_t>(64 * h + 32 + l)] = static_cast<uint8_t>((qq[l + 32] & 15) | ((qq[l + 96] & 15) << 4));
       block[static_cast<size_t>(128 + 32 * h + l)] = static_cast<uint8_t>(
           (qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
     }
@@ -326,11 +321,10 @@ TEST(ops_quant, F16ExactAndRounding) {
   const struct {
     uint16_t bits;
     float value;
-  } exact[] = {
-      {0x3c00, 1.0f},       {0xc000, -2.0f},           {0x7bff, 65504.0f},
-      {0x0001, 0x1p-24f},   {0x03ff, 1023 * 0x1p-24f}, {0x0400, 0x1p-14f},
-      {0x3800, 0.5f},       {0x8000, -0.0f},           {0x7c00, std::numeric_limits<float>::infinity()},
-      {0x3555, 0x1.554p-2f}};
+  } exact[] = {{0x3c00, 1.0f},       {0xc000, -2.0f},           {0x7bff, 65504.0f},
+               {0x0001, 0x1p-24f},   {0x03ff, 1023 * 0x1p-24f}, {0x0400, 0x1p-14f},
+               {0x3800, 0.5f},       {0x8000, -0.0f},           {0x7c00, std::numeric_limits<float>::infinity()},
+               {0x3555, 0x1.554p-2f}};
   for (const auto& e : exact) {
     std::vector<uint8_t> bytes(2);
     put_u16(bytes.data(), e.bits);
@@ -494,8 +488,8 @@ TEST(ops_quant, RoundTripRelativeRms) {
     TensorType type;
     double max_relative_rms;
   } cases[] = {{TensorType::q8_0, 0.007}, {TensorType::q6_k, 0.03}, {TensorType::q4_k, 0.12},
-               {TensorType::q4_0, 0.15},  {TensorType::q4_1, 0.12}, {TensorType::q5_0, 0.075}, {TensorType::f16, 4e-4},
-               {TensorType::bf16, 3e-3}};
+               {TensorType::q4_0, 0.15},  {TensorType::q4_1, 0.12}, {TensorType::q5_0, 0.075},
+               {TensorType::f16, 4e-4},   {TensorType::bf16, 3e-3}};
   for (const auto& c : cases) {
     std::vector<uint8_t> bytes(row_bytes(c.type, n));
     std::vector<float> y(n);

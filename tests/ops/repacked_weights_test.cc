@@ -38,7 +38,8 @@ struct Repacked {
     view = m.view;
     view.data = rows.data();
     const int64_t groups = groups_of(view);
-    for (int64_t p = 0; p < pieces; ++p) repack_groups(view, groups * p / pieces, groups * (p + 1) / pieces, buffer.get());
+    for (int64_t p = 0; p < pieces; ++p)
+      repack_groups(view, groups * p / pieces, groups * (p + 1) / pieces, buffer.get());
     view.repacked = buffer.get();
   }
   void poison() { std::fill(rows.begin(), rows.end(), uint8_t{0}); }
@@ -67,33 +68,33 @@ TEST(ops_repacked_weights, ProductsEqualThoseOfTheGgufRows) {
   // Every token count a call can have: 1 to 3 are the row kernels' calls without repacking, up
   // to 16 streamed pieces, above 16 whole groups.
   for (const TensorType type : kRepackable) {
-   for (const int64_t n_cols : columns(type)) {
-    for (const int64_t n_rows : {1, 15, 16, 17, 70}) {
-      const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
-      Repacked repacked(m, 3);
-      for (const int64_t n_tok : {1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 40}) {
-        SCOPED_TRACE(name(type) + " cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) +
-                     " tokens " + std::to_string(n_tok));
-        const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
-        testing::for_each_target([&] {
-          std::vector<float> expected(static_cast<size_t>(n_tok * n_rows));  // each target its own
-          matmul(m.view, x.data(), n_tok, expected.data(), nullptr);
-          const bool reads_repacked = can_repack(repacked.view);
-          std::vector<uint8_t> saved;
-          if (reads_repacked) {
-            saved = repacked.rows;
-            repacked.poison();
-          }
-          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
-            std::vector<float> y(expected.size());
-            matmul(repacked.view, x.data(), n_tok, y.data(), pool);
-            ASSERT_EQ(y, expected);
-          }
-          if (reads_repacked) repacked.rows = saved;
-        });
+    for (const int64_t n_cols : columns(type)) {
+      for (const int64_t n_rows : {1, 15, 16, 17, 70}) {
+        const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
+        Repacked repacked(m, 3);
+        for (const int64_t n_tok : {1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 40}) {
+          SCOPED_TRACE(name(type) + " cols " + std::to_string(n_cols) + " rows " + std::to_string(n_rows) + " tokens " +
+                       std::to_string(n_tok));
+          const std::vector<float> x = random_x(n_tok * n_cols, ++seed);
+          testing::for_each_target([&] {
+            std::vector<float> expected(static_cast<size_t>(n_tok * n_rows));  // each target its own
+            matmul(m.view, x.data(), n_tok, expected.data(), nullptr);
+            const bool reads_repacked = can_repack(repacked.view);
+            std::vector<uint8_t> saved;
+            if (reads_repacked) {
+              saved = repacked.rows;
+              repacked.poison();
+            }
+            for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+              std::vector<float> y(expected.size());
+              matmul(repacked.view, x.data(), n_tok, y.data(), pool);
+              ASSERT_EQ(y, expected);
+            }
+            if (reads_repacked) repacked.rows = saved;
+          });
+        }
       }
     }
-   }
   }
 }
 
@@ -104,26 +105,26 @@ TEST(ops_repacked_weights, FusedProductsEqualThoseOfTheGgufRows) {
   ThreadPool pool2(2);
   const int64_t n_cols = 1024;
   for (const TensorType type : kRepackable) {
-  const TestMatrix gate = make_matrix(type, 301, n_cols, 7), up = make_matrix(type, 301, n_cols, 8);
-  Repacked gate_r(gate, 1), up_r(up, 2);
-  gate_r.poison();
-  up_r.poison();
-  for (const int64_t n_tok : {1, 5, 16, 33}) {
-    SCOPED_TRACE(name(type) + " tokens " + std::to_string(n_tok));
-    const std::vector<float> x = random_x(n_tok * n_cols, 9);
-    const size_t n = static_cast<size_t>(n_tok * 301);
-    std::vector<float> g(n), u(n), expected_g(n), expected_u(n);
-    const MatmulOutput plain[2] = {{&gate.view, expected_g.data()}, {&up.view, expected_u.data()}};
-    matmul_many(plain, x.data(), n_tok, nullptr);
-    const MatmulOutput repacked[2] = {{&gate_r.view, g.data()}, {&up_r.view, u.data()}};
-    matmul_many(repacked, x.data(), n_tok, &pool2);
-    EXPECT_EQ(g, expected_g);
-    EXPECT_EQ(u, expected_u);
-    swiglu(expected_g.data(), expected_u.data(), static_cast<int64_t>(n), expected_g.data());
-    std::vector<float> fused(n), scratch(n);
-    matmul_swiglu(gate_r.view, up_r.view, x.data(), n_tok, fused.data(), scratch.data(), &pool2);
-    EXPECT_EQ(fused, expected_g);
-  }
+    const TestMatrix gate = make_matrix(type, 301, n_cols, 7), up = make_matrix(type, 301, n_cols, 8);
+    Repacked gate_r(gate, 1), up_r(up, 2);
+    gate_r.poison();
+    up_r.poison();
+    for (const int64_t n_tok : {1, 5, 16, 33}) {
+      SCOPED_TRACE(name(type) + " tokens " + std::to_string(n_tok));
+      const std::vector<float> x = random_x(n_tok * n_cols, 9);
+      const size_t n = static_cast<size_t>(n_tok * 301);
+      std::vector<float> g(n), u(n), expected_g(n), expected_u(n);
+      const MatmulOutput plain[2] = {{&gate.view, expected_g.data()}, {&up.view, expected_u.data()}};
+      matmul_many(plain, x.data(), n_tok, nullptr);
+      const MatmulOutput repacked[2] = {{&gate_r.view, g.data()}, {&up_r.view, u.data()}};
+      matmul_many(repacked, x.data(), n_tok, &pool2);
+      EXPECT_EQ(g, expected_g);
+      EXPECT_EQ(u, expected_u);
+      swiglu(expected_g.data(), expected_u.data(), static_cast<int64_t>(n), expected_g.data());
+      std::vector<float> fused(n), scratch(n);
+      matmul_swiglu(gate_r.view, up_r.view, x.data(), n_tok, fused.data(), scratch.data(), &pool2);
+      EXPECT_EQ(fused, expected_g);
+    }
   }
 }
 

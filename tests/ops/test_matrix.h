@@ -29,8 +29,7 @@ inline TestMatrix make_matrix(TensorType type, int64_t n_rows, int64_t n_cols, u
     const float row_scale = 0.05f * static_cast<float>(1 + r % 5);
     for (float& v : row) v = row_scale * normal(rng);
     quantize_row(type, row.data(), m.bytes.data() + static_cast<size_t>(r) * stride, n_cols);
-    dequantize_row(type, m.bytes.data() + static_cast<size_t>(r) * stride, m.dequantized.data() + r * n_cols,
-                   n_cols);
+    dequantize_row(type, m.bytes.data() + static_cast<size_t>(r) * stride, m.dequantized.data() + r * n_cols, n_cols);
   }
   m.view = WeightMatrix{m.bytes.data(), type, n_rows, n_cols};
   return m;

@@ -23,8 +23,7 @@ TEST(ops_thread_pool, EveryTaskRunsExactlyOnce) {
         runs[task].fetch_add(1, std::memory_order_relaxed);
         if (worker >= pool.num_workers()) bad_worker = true;
       });
-      for (size_t t = 0; t < n_tasks; ++t)
-        ASSERT_EQ(runs[t].load(), 1) << "threads " << threads << " task " << t;
+      for (size_t t = 0; t < n_tasks; ++t) ASSERT_EQ(runs[t].load(), 1) << "threads " << threads << " task " << t;
       EXPECT_FALSE(bad_worker);
     }
   }

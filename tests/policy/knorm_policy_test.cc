@@ -67,7 +67,8 @@ TEST(Knorm, MatchesABruteForceOracleOnRandomKeys) {
   auto cache = KVCacheFactory::create(c, heads);
   std::vector<std::vector<double>> norms(heads);
   for (int t = 0; t < steps; ++t) {
-    const auto k = test::normal(size_t(heads * dim), 100 + uint64_t(t)), v = test::normal(size_t(heads * dim), 900 + uint64_t(t));
+    const auto k = test::normal(size_t(heads * dim), 100 + uint64_t(t)),
+               v = test::normal(size_t(heads * dim), 900 + uint64_t(t));
     for (int h = 0; h < heads; ++h) {
       double sum = 0;
       for (int d = 0; d < dim; ++d) sum += double(k[size_t(h * dim + d)]) * k[size_t(h * dim + d)];

@@ -31,7 +31,8 @@ KVCacheConfig method(const std::string& id, int budget, int n_sink, int dim = 8)
 void decode(LayerCache& cache, int n, uint64_t seed) {
   const int per = cache.n_heads() * cache.config().head_dim;
   for (int t = 0; t < n; ++t) {
-    const auto k = test::normal(size_t(per), seed + uint64_t(t)), v = test::normal(size_t(per), seed + 777 + uint64_t(t));
+    const auto k = test::normal(size_t(per), seed + uint64_t(t)),
+               v = test::normal(size_t(per), seed + 777 + uint64_t(t));
     cache.update(k.data(), v.data(), 1);
   }
 }
@@ -67,11 +68,8 @@ TEST(Streaming, EvictsInPositionOrder) {
 
 // Probabilities over 5 slots for a 5-token update: row q attends slots <= q.
 std::vector<float> hand_probs() {
-  return {1.0f, 0, 0, 0, 0,
-          0.6f, 0.4f, 0, 0, 0,
-          0.5f, 0.1f, 0.4f, 0, 0,
-          0.4f, 0.05f, 0.3f, 0.25f, 0,
-          0.3f, 0.05f, 0.1f, 0.15f, 0.4f};
+  return {1.0f, 0, 0,    0,     0,    0.6f,  0.4f, 0,    0,     0,    0.5f,  0.1f, 0.4f,
+          0,    0, 0.4f, 0.05f, 0.3f, 0.25f, 0,    0.3f, 0.05f, 0.1f, 0.15f, 0.4f};
 }
 
 TEST(H2O, AttentionSourceEvictsTheLowestCumulativeScore) {
@@ -111,7 +109,8 @@ TEST(H2O, DecodeEvictionIsTheLowestScoreTiesToTheOldest) {
     std::mt19937 rng(11);
     const int per = 2 * 8;
     for (int step = 0; step < 400; ++step) {
-      const auto k = test::normal(size_t(per), uint64_t(step) + 1), v = test::normal(size_t(per), uint64_t(step) + 5000);
+      const auto k = test::normal(size_t(per), uint64_t(step) + 1),
+                 v = test::normal(size_t(per), uint64_t(step) + 5000);
       cache->begin_update(k.data(), v.data(), 1);
       std::vector<std::vector<int64_t>> expected(2);
       for (int h = 0; h < 2; ++h) {
@@ -331,7 +330,8 @@ void feed_attention(LayerCache& cache, int n_new) {
       for (int s = 0; s < n_slots; ++s) {
         if (head.live(s) && head.positions()[s] <= first + q) {
           // Deterministic, uneven weights.
-          probs[size_t(q) * size_t(n_slots) + size_t(s)] = float((head.positions()[s] * 7 + q) % 5 + 1) / float(3 * visible);
+          probs[size_t(q) * size_t(n_slots) + size_t(s)] =
+              float((head.positions()[s] * 7 + q) % 5 + 1) / float(3 * visible);
         }
       }
     }

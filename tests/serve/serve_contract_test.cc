@@ -130,7 +130,9 @@ void wait_for(const Served& s, const char* metric, double value) {
   for (int i = 0; i < 500 && s.metric(metric) != value; ++i) std::this_thread::sleep_for(10ms);
 }
 
-const json kLong = {{"prompt", "Once upon a time"}, {"max_tokens", 60000}, {"ignore_eos", true},
+const json kLong = {{"prompt", "Once upon a time"},
+                    {"max_tokens", 60000},
+                    {"ignore_eos", true},
                     {"squeezekv", {{"method", "window"}, {"budget", 32}}}};
 
 TEST(ServeContract, EveryFailureHasItsOneStatusTypeAndField) {
@@ -152,13 +154,15 @@ TEST(ServeContract, EveryFailureHasItsOneStatusTypeAndField) {
   check(Failure::bad_head, "", ask(port, "GARBAGE\r\n\r\n"));
   check(Failure::bad_content_length, "Content-Length",
         ask(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}"));
-  check(Failure::length_required, "Transfer-Encoding",
-        ask(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
+  check(
+      Failure::length_required, "Transfer-Encoding",
+      ask(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
   check(Failure::body_too_large, "Content-Length",
         ask(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n{"));
   {
     Served tiny(1024, 8);
-    check(Failure::never_fits, "squeezekv", ask(tiny.port(), post("/v1/completions", R"({"prompt":"a","max_tokens":100})")));
+    check(Failure::never_fits, "squeezekv",
+          ask(tiny.port(), post("/v1/completions", R"({"prompt":"a","max_tokens":100})")));
   }
   {
     // One long session holds all the memory and the queue takes nobody.
@@ -180,7 +184,7 @@ TEST(ServeContract, EveryFailureHasItsOneStatusTypeAndField) {
     two.max_connections = 2;
     Served limited(size_t(64) << 20, 8, 200, 4096, two);
     Raw a(limited.port()), b(limited.port());  // idle: they hold their threads
-    std::this_thread::sleep_for(300ms);           // accepted by now
+    std::this_thread::sleep_for(300ms);        // accepted by now
     Raw c(limited.port());
     check(Failure::too_many_connections, "", read_answer(c, Clock::now()));
   }
@@ -218,8 +222,8 @@ TEST(ServeContract, ABodyLengthThatIsNotAByteCountIsRefusedAtOnce) {
   Served s(size_t(64) << 20, 8);
   for (const char* length : {"-5", "99999999999999999999", "12abc", "+3", "1, 2"}) {
     SCOPED_TRACE(length);
-    const Answer a = ask(s.port(), std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ") +
-                                            length + "\r\n\r\n{}");
+    const Answer a = ask(
+        s.port(), std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ") + length + "\r\n\r\n{}");
     EXPECT_EQ(a.status, 400);
     EXPECT_EQ(a.body["error"]["param"], "Content-Length");
     EXPECT_TRUE(a.closed);
@@ -240,7 +244,8 @@ TEST(ServeContract, PipelinedRequestsAreAllAnsweredInOrder) {
   Raw raw(s.port());
   const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
   const std::string models = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
-  raw.send(get + models + post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":3,"temperature":0})") + get);
+  raw.send(get + models + post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":3,"temperature":0})") +
+           get);
   // Four answers, each "HTTP/1.1 200", read within 5 s.
   const auto answers_in = [](const std::string& t) {
     size_t n = 0;
@@ -280,8 +285,8 @@ TEST(ServeContract, SlowClientsNeitherStarveTheOthersNorStayPastTheReadTimeout) 
   int closed_in_time = 0;
   for (auto& raw : slow) {
     bool closed = false;
-    raw->read(std::chrono::milliseconds(
-                  std::max<int64_t>(1, 8000 - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count())),
+    raw->read(std::chrono::milliseconds(std::max<int64_t>(
+                  1, 8000 - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count())),
               closed);
     closed_in_time += closed;
   }
@@ -313,8 +318,11 @@ TEST(ServeContract, EveryMethodAndStorageFormatStaysWithinTheLimitUnderLoad) {
       cache["method"] = std::string(m.id);
       cache["budget"] = 32;
       for (int k = 0; k < 2; ++k) {
-        bodies.push_back({{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"ignore_eos", true},
-                          {"seed", k}, {"squeezekv", cache}});
+        bodies.push_back({{"prompt", "Once upon a time"},
+                          {"max_tokens", 40},
+                          {"ignore_eos", true},
+                          {"seed", k},
+                          {"squeezekv", cache}});
       }
     }
     std::vector<int> statuses(bodies.size());
@@ -337,7 +345,9 @@ TEST(ServeContract, EveryMethodAndStorageFormatStaysWithinTheLimitUnderLoad) {
   EXPECT_EQ(s.metric("squeezekv_kv_promise_violations_total"), 0.0);
   // The issue's case: 60 requests of a KIVI cache with one 1024-row group and residual, at 1 MiB.
   std::vector<std::thread> threads;
-  const json kivi = {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"ignore_eos", true},
+  const json kivi = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 40},
+                     {"ignore_eos", true},
                      {"squeezekv", {{"method", "kivi"}, {"kivi_group", 1024}, {"kivi_residual", 1024}}}};
   for (int i = 0; i < 60; ++i) {
     threads.emplace_back([&] { (void)s.client().Post("/v1/completions", kivi.dump(), "application/json"); });

@@ -32,7 +32,6 @@ const char* const kBodies[] = {
     R"({"messages":[{"role":"user","content":"Tell me a story.","name":"x"}],"n":1,"logprobs":false,"user":"u"})",
 };
 
-
 TEST(ServeFuzz, MutatedBodiesParseOrFailWithAContractError) {
   const uint64_t seed = test::fuzz_seed(20261204);
   std::mt19937_64 rng(seed);
@@ -52,8 +51,8 @@ TEST(ServeFuzz, MutatedBodiesParseOrFailWithAContractError) {
       const auto answer = nlohmann::json::parse(error_json(e.failure, e.what(), e.param));  // serialises
       EXPECT_FALSE(answer["error"]["message"].get<std::string>().empty());
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "escaped: " << e.what() << " body: " << nlohmann::json(body).dump(-1, ' ', true,
-                                                                                         nlohmann::json::error_handler_t::replace);
+      ADD_FAILURE() << "escaped: " << e.what()
+                    << " body: " << nlohmann::json(body).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
     }
   }
   EXPECT_GT(parsed, 0);
@@ -68,8 +67,9 @@ TEST(ServeFuzz, MutatedRawRequestsAreAnsweredOrClosed) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < test::fuzz_count(400); ++i) {
     const std::string body = kBodies[rng() % 4];
-    std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+    std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     for (int k = 0, n = 1 + int(rng() % 4); k < n; ++k) test::mutate(request, rng);
     SCOPED_TRACE("seed " + std::to_string(seed) + " case " + std::to_string(i));
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -17,8 +17,8 @@ namespace squeezekv::serve {
 namespace {
 
 using nlohmann::json;
-using test::Served;
 using test::kChunk;
+using test::Served;
 using test::stories;
 
 const char* const kPrompts[] = {"Once upon a time", "The dog", "Lily and Ben went to the park. They saw",
@@ -104,17 +104,21 @@ TEST(ServeHttp, ThirtyTwoClientsAtOnceSomeLeavingMidStream) {
     sampler.temperature = i % 3 == 0 ? 0.8f : 0.0f;
     sampler.seed = uint64_t(i);
     const bool evicting = i % 2 == 1;
-    json body = {{"prompt", prompt}, {"max_tokens", kTokens}, {"temperature", sampler.temperature},
-                 {"seed", i}, {"top_k", sampler.top_k}, {"top_p", sampler.top_p}, {"stream", i % 4 != 0}};
+    json body = {{"prompt", prompt},    {"max_tokens", kTokens},  {"temperature", sampler.temperature},
+                 {"seed", i},           {"top_k", sampler.top_k}, {"top_p", sampler.top_p},
+                 {"stream", i % 4 != 0}};
     if (evicting) body["squeezekv"] = {{"method", "squeeze"}, {"budget", 16}};
     clients[size_t(i)] = {body, "", i % 8 == 5 ? 3 : 0};
-    if (clients[size_t(i)].leave_after > 0) clients[size_t(i)].body["max_tokens"] = 190;  // long: it is left, not finished
-    if (clients[size_t(i)].leave_after == 0) clients[size_t(i)].expected = alone(prompt, kTokens, evicting ? squeeze : full, sampler);
+    if (clients[size_t(i)].leave_after > 0)
+      clients[size_t(i)].body["max_tokens"] = 190;  // long: it is left, not finished
+    if (clients[size_t(i)].leave_after == 0)
+      clients[size_t(i)].expected = alone(prompt, kTokens, evicting ? squeeze : full, sampler);
   }
   // Room for about six full-cache sessions at once: the rest queue.
-  const size_t one_full = Scheduler(stories(), nullptr, {}).promise(
-      parse_request(clients[0].body.dump(), false, RequestLimits{"m", 200, 512, 512, full, ChatTemplate{}},
-                    stories().tokenizer()));
+  const size_t one_full =
+      Scheduler(stories(), nullptr, {})
+          .promise(parse_request(clients[0].body.dump(), false, RequestLimits{"m", 200, 512, 512, full, ChatTemplate{}},
+                                 stories().tokenizer()));
   const size_t limit = 6 * one_full;
   Served s(limit, 64);
   std::atomic<bool> running{true};
@@ -131,7 +135,8 @@ TEST(ServeHttp, ThirtyTwoClientsAtOnceSomeLeavingMidStream) {
   std::vector<Outcome> outcomes(kClients);
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
-    threads.emplace_back([&, i] { outcomes[size_t(i)] = post(s, clients[size_t(i)].body, clients[size_t(i)].leave_after); });
+    threads.emplace_back(
+        [&, i] { outcomes[size_t(i)] = post(s, clients[size_t(i)].body, clients[size_t(i)].leave_after); });
   }
   for (auto& t : threads) t.join();
   running = false;
@@ -176,9 +181,11 @@ TEST(ServeHttp, ThirtyTwoClientsAtOnceSomeLeavingMidStream) {
 
 TEST(ServeHttp, AFullQueueAnswers503WithRetryAfter) {
   const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 150}, {"temperature", 0}};
-  const size_t one = Scheduler(stories(), nullptr, {}).promise(parse_request(
-      body.dump(), false, RequestLimits{"m", 200, 512, 512, KVCacheConfig{.method = "full"}, ChatTemplate{}},
-      stories().tokenizer()));
+  const size_t one =
+      Scheduler(stories(), nullptr, {})
+          .promise(parse_request(body.dump(), false,
+                                 RequestLimits{"m", 200, 512, 512, KVCacheConfig{.method = "full"}, ChatTemplate{}},
+                                 stories().tokenizer()));
   Served s(one, 1);  // one session runs, one waits
   std::vector<int> statuses(4);
   std::vector<std::string> retry(4);
@@ -239,7 +246,8 @@ TEST(ServeHttp, BadInputGetsAJson4xxAndTheServerKeepsServing) {
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "squeezekv");
   // Still serving.
-  auto ok = c.Post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0})", "application/json");
+  auto ok =
+      c.Post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0})", "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   EXPECT_EQ(json::parse(ok->body)["usage"]["completion_tokens"], 4);

@@ -110,9 +110,9 @@ TEST(KeptCaches, AnEvictingConversationStaysWithinItsPromise) {
   EXPECT_GT(replies.back().prompt_tokens, 16 * 8);  // far past the budget: the cache has evicted
   RequestLimits limits = test::stories_limits();
   limits.max_prompt_tokens = limits.n_ctx = 512;
-  const size_t promise =
-      Scheduler(stories(), nullptr, {}).promise(parse_request(turn_body(std::string(400, 'a'), squeeze).dump(), false,
-                                                              limits, stories().tokenizer()));
+  const size_t promise = Scheduler(stories(), nullptr, {})
+                             .promise(parse_request(turn_body(std::string(400, 'a'), squeeze).dump(), false, limits,
+                                                    stories().tokenizer()));
   EXPECT_GT(s.metric("squeezekv_kept_cache_bytes"), 0.0);
   EXPECT_LE(s.metric("squeezekv_kept_cache_bytes"), double(promise));
   EXPECT_EQ(s.metric("squeezekv_kv_promise_violations_total"), 0.0);
@@ -175,10 +175,12 @@ TEST(KeptCaches, ATightLimitDropsTheLeastRecentlyUsedAndAnswersEveryRequest) {
 
 TEST(KeptCaches, EveryStorageFormatAndPolicyContinuesWithinItsPromise) {
   Served s(size_t(1) << 30, 64);
-  const json caches[] = {
-      {{"method", "full"}, {"kv_type", "q8_0"}},       {{"method", "squeeze"}, {"budget", 24}, {"kv_type", "q4_0"}},
-      {{"method", "kivi"}}, {{"method", "h2o"}, {"budget", 24}}, {{"method", "snapkv"}, {"budget", 48}},
-      {{"method", "streaming"}, {"budget", 24}, {"kv_type", "f32"}}};
+  const json caches[] = {{{"method", "full"}, {"kv_type", "q8_0"}},
+                         {{"method", "squeeze"}, {"budget", 24}, {"kv_type", "q4_0"}},
+                         {{"method", "kivi"}},
+                         {{"method", "h2o"}, {"budget", 24}},
+                         {{"method", "snapkv"}, {"budget", 48}},
+                         {{"method", "streaming"}, {"budget", 24}, {"kv_type", "f32"}}};
   for (const json& cache : caches) {
     SCOPED_TRACE(cache.dump());
     const std::vector<Reply> replies = converse(s, "One day, a little bird", 5, cache);
@@ -198,7 +200,8 @@ TEST(KeptCaches, ConcurrentConversationsEachContinueTheirOwn) {
   for (int i = 0; i < 4; ++i) {
     SCOPED_TRACE(starts[i]);
     ASSERT_EQ(replies[size_t(i)].size(), 6u);
-    for (size_t t = 1; t < 6; ++t) EXPECT_EQ(replies[size_t(i)][t].cached_tokens, seen_after(replies[size_t(i)][t - 1]));
+    for (size_t t = 1; t < 6; ++t)
+      EXPECT_EQ(replies[size_t(i)][t].cached_tokens, seen_after(replies[size_t(i)][t - 1]));
   }
   EXPECT_EQ(s.metric("squeezekv_kept_cache_hits_total"), 4 * 5.0);
   EXPECT_EQ(s.metric("squeezekv_kept_caches"), 4.0);

@@ -37,7 +37,8 @@ TEST(ParseRequest, AGoodRequest) {
 }
 
 TEST(ParseRequest, ChatUsesThePlainFallbackOnStories) {
-  const auto r = parse_request(R"({"messages":[{"role":"user","content":"Hi"}]})", true, limits(), stories().tokenizer());
+  const auto r =
+      parse_request(R"({"messages":[{"role":"user","content":"Hi"}]})", true, limits(), stories().tokenizer());
   EXPECT_EQ(r.prompt, "user: Hi\nassistant:");
   EXPECT_EQ(r.tokens, stories().tokenizer().encode("user: Hi\nassistant:", true));
 }
@@ -114,7 +115,9 @@ TEST(ParseRequest, EveryBadInputNamesItsField) {
       {"{\"prompt\":\"a\",\"stop\":[\"x\",\"\xfe\"]}", false, 400, "stop[1]"},
       {"{\"prompt\":\"a\",\"user\":\"\xed\xa0\x80\"}", false, 400, "user"},
       {"{\"prompt\":\"a\",\"model\":\"\x80\"}", false, 400, "model"},
-      {"{\"prompt\":\"a\",\"squeezekv\":{\"bu\xff" "dget\":1}}", false, 400, "squeezekv"},
+      {"{\"prompt\":\"a\",\"squeezekv\":{\"bu\xff"
+       "dget\":1}}",
+       false, 400, "squeezekv"},
       // Numbers beyond a double: a 400 naming the field, not a 500.
       {R"({"prompt":"a","temperature":1e999})", false, 400, "temperature"},
       {R"({"prompt":"a","squeezekv":{"budget":-1e400}})", false, 400, "squeezekv.budget"},
@@ -145,7 +148,8 @@ TEST(ParseRequest, EveryBadInputNamesItsField) {
 std::vector<int32_t> story_tokens() {
   return stories().tokenizer().encode(
       "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
-      "friends. One day she saw a big red ball under a tree and ran to get it.", true);
+      "friends. One day she saw a big red ball under a tree and ran to get it.",
+      true);
 }
 
 struct Held {
@@ -209,8 +213,10 @@ TEST(Admission, ThePromiseBoundsEveryStorageFormat) {
     const char* k_type = nullptr;
     const char* v_type = nullptr;
   };
-  const Storage storages[] = {{"f32", 32, 128},   {"q8_0", 32, 128},  {"q4_0", 32, 128},     {"kivi2", 32, 128},
-                              {"kivi4", 8, 16},   {"kivi2", 1024, 1024}, {"kivi2", 64, 64}, {"kivi4", 8, 0},
+  const Storage storages[] = {{"f32", 32, 128},        {"q8_0", 32, 128},
+                              {"q4_0", 32, 128},       {"kivi2", 32, 128},
+                              {"kivi4", 8, 16},        {"kivi2", 1024, 1024},
+                              {"kivi2", 64, 64},       {"kivi4", 8, 0},
                               {"f16", 8, 16, "kivi2"}, {"f16", 8, 16, nullptr, "kivi4"}};
   int checked = 0;
   for (const Storage& st : storages) {
@@ -276,7 +282,8 @@ TEST(Admission, ThePromiseBoundsAModelWithSlidingLayers) {
         size_t most = 0;
         auto feed = [&](int n, uint64_t seed) {
           for (int l = 0; l < model.n_layers; ++l) {
-            const std::vector<float> k = test::normal(size_t(model.n_kv_heads * n * model.head_dim), seed + uint64_t(l));
+            const std::vector<float> k =
+                test::normal(size_t(model.n_kv_heads * n * model.head_dim), seed + uint64_t(l));
             cache.layer(l).update(k.data(), k.data(), n);
           }
           most = std::max(most, cache.kept_bytes());

@@ -35,9 +35,10 @@ constexpr int kChunk = 8;  // prompt tokens per prefill step: prompts take sever
 
 class Served {
  public:
-  Served(size_t kv_limit, size_t queue, int max_tokens = 200, size_t max_body = 1 << 16, ConnectionLimits connections = {},
-         int kept_caches = 16)
-      : pool_(2), scheduler_(stories(), &pool_, options(kv_limit, queue, kept_caches)),
+  Served(size_t kv_limit, size_t queue, int max_tokens = 200, size_t max_body = 1 << 16,
+         ConnectionLimits connections = {}, int kept_caches = 16)
+      : pool_(2),
+        scheduler_(stories(), &pool_, options(kv_limit, queue, kept_caches)),
         server_(stories(), scheduler_, http(max_tokens, max_body, connections)) {
     server_.bind();
     thread_ = std::thread([this] { server_.listen(); });

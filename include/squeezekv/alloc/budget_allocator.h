@@ -38,8 +38,7 @@ class BudgetAllocator {
   // Per-layer budgets; `measurements` has one value per layer when source() != none, else empty.
   // max_rows > 0 is the longest sequence the cache will see (a budget beyond it is wasted);
   // allocators that redistribute may use it, the fixed ones ignore it.
-  virtual std::vector<int> allocate(int n_layers, std::span<const double> measurements,
-                                    int max_rows) const = 0;
+  virtual std::vector<int> allocate(int n_layers, std::span<const double> measurements, int max_rows) const = 0;
 };
 
 // A budget no eviction ever reaches (the `none` allocator, used by `full`).

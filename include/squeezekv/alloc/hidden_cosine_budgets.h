@@ -20,7 +20,7 @@ std::vector<int> kmeans_1d(std::span<const double> values, int k);
 // not hold more rows than tokens exist; the excess goes to the other layers while they have
 // room), and rounded so the budgets sum to exactly L * avg unless the clamp makes that impossible.
 // Throws InvalidArgument for fraction outside (0, 1], strength outside [0, 1], avg <= n_sink, NaN.
-std::vector<int> hidden_cosine_budgets(std::span<const double> cosines, int avg_budget, int n_sink,
-                                       double fraction, double strength = 1.0, int max_rows = 0);
+std::vector<int> hidden_cosine_budgets(std::span<const double> cosines, int avg_budget, int n_sink, double fraction,
+                                       double strength = 1.0, int max_rows = 0);
 
 }  // namespace squeezekv

@@ -11,8 +11,7 @@ namespace squeezekv {
 // floored at n_sink + 1 with the excess taken back from the other layers in proportion to their
 // headroom, then rounded by largest remainder so the budgets sum to exactly L * avg.
 // Throws InvalidArgument for strength outside [0, 1], avg <= n_sink, n_sink < 0 or NaN input.
-std::vector<int> squeeze_budgets(std::span<const double> concentrations, int avg_budget,
-                                 int n_sink, double strength);
+std::vector<int> squeeze_budgets(std::span<const double> concentrations, int avg_budget, int n_sink, double strength);
 
 // Shared by the allocators: clamp `values` to at least `floor`, take the excess back from the
 // unclamped entries in proportion to their headroom above the floor (total preserved), then round

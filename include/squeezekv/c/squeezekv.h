@@ -79,15 +79,15 @@ SQUEEZEKV_API void squeezekv_cache_params_free(squeezekv_cache_params* params);
  * number. The value is range-checked at once: SQUEEZEKV_STATUS_INVALID_ARGUMENT names the
  * parameter (an unknown name too) and leaves the configuration unchanged. */
 SQUEEZEKV_API squeezekv_status squeezekv_cache_params_set(squeezekv_cache_params* params, const char* name,
-                                                        const char* value);
+                                                          const char* value);
 SQUEEZEKV_API squeezekv_status squeezekv_cache_params_set_int(squeezekv_cache_params* params, const char* name,
-                                                            int64_t value);
-SQUEEZEKV_API squeezekv_status squeezekv_cache_params_set_double(squeezekv_cache_params* params,
-                                                               const char* name, double value);
+                                                              int64_t value);
+SQUEEZEKV_API squeezekv_status squeezekv_cache_params_set_double(squeezekv_cache_params* params, const char* name,
+                                                                 double value);
 /* The parameter's value as text into buf (NUL-terminated); returns its length without the NUL, the
  * negated length + 1 when `capacity` is too small, or INT32_MIN on an unknown name. */
-SQUEEZEKV_API int32_t squeezekv_cache_params_get(const squeezekv_cache_params* params, const char* name,
-                                                char* buf, int32_t capacity);
+SQUEEZEKV_API int32_t squeezekv_cache_params_get(const squeezekv_cache_params* params, const char* name, char* buf,
+                                                 int32_t capacity);
 
 /* Checks the parameters together (ranges and the rules between them) without building anything. */
 SQUEEZEKV_API squeezekv_status squeezekv_cache_params_validate(const squeezekv_cache_params* params);
@@ -110,19 +110,19 @@ typedef struct squeezekv_cache squeezekv_cache;
 /* A whole model's caches with one shared coordinator (KVCacheBuilder::for_model): the reference library's
  * reallocation happens only here. NULL on bad parameters (see squeezekv_last_error). */
 SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init(const squeezekv_cache_params* params, int32_t n_layers,
-                                                  int32_t n_kv_heads, int32_t n_batch);
+                                                    int32_t n_kv_heads, int32_t n_batch);
 /* The same for a model whose layers may slide (Gemma 2 and 3): sliding_windows[n_layers] holds 0
  * for a global layer (evicting, governed by the method) and W >= 1 for a layer that attends over
  * the newest W positions: that layer holds exactly those rows, no policy runs there and no
  * allocator schedules it (the budget is the average over the global layers, squeeze measures them
  * alone, pyramid tapers over them). NULL: every layer global, as squeezekv_cache_init. */
 SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init_sliding(const squeezekv_cache_params* params, int32_t n_layers,
-                                                          int32_t n_kv_heads, int32_t n_batch,
-                                                          const int32_t* sliding_windows);
+                                                            int32_t n_kv_heads, int32_t n_batch,
+                                                            const int32_t* sliding_windows);
 /* One layer without a coordinator (KVCacheFactory::create): a uniform layer with `budget`, or
  * `resolved_budget` when set. Its only layer is 0. */
-SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init_layer(const squeezekv_cache_params* params,
-                                                        int32_t n_kv_heads, int32_t n_batch);
+SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init_layer(const squeezekv_cache_params* params, int32_t n_kv_heads,
+                                                          int32_t n_batch);
 SQUEEZEKV_API void squeezekv_cache_free(squeezekv_cache* cache);
 
 SQUEEZEKV_API int32_t squeezekv_cache_n_layers(const squeezekv_cache* cache);
@@ -132,32 +132,29 @@ SQUEEZEKV_API int32_t squeezekv_cache_head_dim(const squeezekv_cache* cache);
 /* Appends n_tokens rows per head to `layer` and evicts down to its budget (key-proxy scoring).
  * keys, values: [n_batch, n_kv_heads, n_tokens, head_dim]. */
 SQUEEZEKV_API squeezekv_status squeezekv_cache_update(squeezekv_cache* cache, int32_t layer, const float* keys,
-                                                     const float* values, int32_t n_tokens);
+                                                      const float* values, int32_t n_tokens);
 
 /* The same in three steps, for an engine that computes attention itself and feeds it back
  * (score = SQUEEZEKV_SCORE_ATTENTION): begin_update stores the rows, then per head read the slots
  * (squeezekv_cache_read_slots), attend, and pass the probabilities, then end_update evicts.
  * probs: [n_queries, n_slots] over the head's slots, summed over the query heads sharing the KV
  * head, zero for masked or free slots. */
-SQUEEZEKV_API squeezekv_status squeezekv_cache_begin_update(squeezekv_cache* cache, int32_t layer,
-                                                           const float* keys, const float* values,
-                                                           int32_t n_tokens);
+SQUEEZEKV_API squeezekv_status squeezekv_cache_begin_update(squeezekv_cache* cache, int32_t layer, const float* keys,
+                                                            const float* values, int32_t n_tokens);
 SQUEEZEKV_API bool squeezekv_cache_wants_attention(const squeezekv_cache* cache, int32_t layer);
 SQUEEZEKV_API squeezekv_status squeezekv_cache_add_attention(squeezekv_cache* cache, int32_t layer, int32_t head,
-                                                            const float* probs, int32_t n_queries);
+                                                             const float* probs, int32_t n_queries);
 SQUEEZEKV_API squeezekv_status squeezekv_cache_end_update(squeezekv_cache* cache, int32_t layer);
 
 /* The kept rows of one head in position order: keys and values [n, head_dim], positions [n]
  * (each may be NULL). Returns n, or -n when capacity (in rows) is too small. */
-SQUEEZEKV_API int32_t squeezekv_cache_fetch(const squeezekv_cache* cache, int32_t layer, int32_t head,
-                                           float* keys, float* values, int64_t* positions,
-                                           int32_t capacity);
+SQUEEZEKV_API int32_t squeezekv_cache_fetch(const squeezekv_cache* cache, int32_t layer, int32_t head, float* keys,
+                                            float* values, int64_t* positions, int32_t capacity);
 
 /* One head's slots in storage order, as add_attention indexes them: free slots have position -1
  * and zero rows. Returns n_slots, or -n_slots when capacity is too small. */
-SQUEEZEKV_API int32_t squeezekv_cache_read_slots(const squeezekv_cache* cache, int32_t layer, int32_t head,
-                                                float* keys, float* values, int64_t* positions,
-                                                int32_t capacity);
+SQUEEZEKV_API int32_t squeezekv_cache_read_slots(const squeezekv_cache* cache, int32_t layer, int32_t head, float* keys,
+                                                 float* values, int64_t* positions, int32_t capacity);
 
 /* Per-layer budgets (rows per head). Returns n_layers, or -n_layers when capacity is too small. */
 SQUEEZEKV_API int32_t squeezekv_cache_budgets(const squeezekv_cache* cache, int32_t* budgets, int32_t capacity);
@@ -182,7 +179,7 @@ typedef struct squeezekv_layer_stats {
 } squeezekv_layer_stats;
 
 SQUEEZEKV_API squeezekv_status squeezekv_cache_layer_stats(const squeezekv_cache* cache, int32_t layer,
-                                                          squeezekv_layer_stats* stats);
+                                                           squeezekv_layer_stats* stats);
 /* Totals over the layers; kept = sliding_kept + evicting_kept. */
 SQUEEZEKV_API uint64_t squeezekv_cache_kept_bytes(const squeezekv_cache* cache);
 SQUEEZEKV_API uint64_t squeezekv_cache_sliding_kept_bytes(const squeezekv_cache* cache);
@@ -194,14 +191,14 @@ SQUEEZEKV_API double squeezekv_cache_compression_ratio(const squeezekv_cache* ca
 
 /* The squeeze schedule for n_layers measured concentrations; budgets[n_layers] out. */
 SQUEEZEKV_API squeezekv_status squeezekv_squeeze_budgets(const double* concentrations, int32_t n_layers,
-                                                        int32_t avg_budget, int32_t n_sink, double strength,
-                                                        int32_t* budgets);
+                                                         int32_t avg_budget, int32_t n_sink, double strength,
+                                                         int32_t* budgets);
 /* PyramidKV's fixed taper; budgets[n_layers] out. */
 SQUEEZEKV_API squeezekv_status squeezekv_pyramid_budgets(int32_t n_layers, int32_t avg_budget, int32_t n_sink,
-                                                        double beta, int32_t* budgets);
+                                                         double beta, int32_t* budgets);
 /* Mean off-diagonal cosine of keys [n_rows, head_dim] into *score. */
-SQUEEZEKV_API squeezekv_status squeezekv_concentration_score(const float* keys, int32_t n_rows,
-                                                            int32_t head_dim, double* score);
+SQUEEZEKV_API squeezekv_status squeezekv_concentration_score(const float* keys, int32_t n_rows, int32_t head_dim,
+                                                             double* score);
 
 /* ---- the engine: GGUF models, generation, perplexity ---- */
 
@@ -225,25 +222,25 @@ SQUEEZEKV_API squeezekv_model_info squeezekv_model_get_info(const squeezekv_mode
 
 /* A cache shaped for the model (its layers, KV heads, head_dim; params->head_dim is ignored). */
 SQUEEZEKV_API squeezekv_cache* squeezekv_cache_init_for_model(const squeezekv_model* model,
-                                                            const squeezekv_cache_params* params);
+                                                              const squeezekv_cache_params* params);
 
 /* Token ids of text[0, text_len) (text_len < 0: NUL-terminated); with add_bos, BOS first when the
  * model asks for one (tokenizer.ggml.add_bos_token), as llama_tokenize's add_special. Returns the count, or -count when n_max is too small. */
 SQUEEZEKV_API int32_t squeezekv_tokenize(const squeezekv_model* model, const char* text, int32_t text_len,
-                                        int32_t* tokens, int32_t n_max, bool add_bos);
+                                         int32_t* tokens, int32_t n_max, bool add_bos);
 /* UTF-8 text of tokens, NUL-terminated. Returns the length without the NUL, or -(length + 1)
  * when buf_size is too small. */
-SQUEEZEKV_API int32_t squeezekv_detokenize(const squeezekv_model* model, const int32_t* tokens,
-                                          int32_t n_tokens, char* buf, int32_t buf_size);
+SQUEEZEKV_API int32_t squeezekv_detokenize(const squeezekv_model* model, const int32_t* tokens, int32_t n_tokens,
+                                           char* buf, int32_t buf_size);
 
 typedef struct squeezekv_generate_params {
-  int32_t n_predict;   /* tokens to generate (stops early at EOS) */
-  int32_t n_batch;     /* prompt tokens per prefill update */
-  int32_t n_ctx;       /* 0 = the model's context length; prompt + output must fit */
-  int32_t n_threads;   /* 0 = every core */
-  float temperature;   /* 0 = greedy */
-  int32_t top_k;       /* 0 = every token */
-  float top_p;         /* 1 = off */
+  int32_t n_predict; /* tokens to generate (stops early at EOS) */
+  int32_t n_batch;   /* prompt tokens per prefill update */
+  int32_t n_ctx;     /* 0 = the model's context length; prompt + output must fit */
+  int32_t n_threads; /* 0 = every core */
+  float temperature; /* 0 = greedy */
+  int32_t top_k;     /* 0 = every token */
+  float top_p;       /* 1 = off */
   uint64_t seed;
   /* Called with each token as soon as it is sampled; may be NULL. */
   void (*on_token)(int32_t token, void* user_data);
@@ -256,7 +253,7 @@ SQUEEZEKV_API squeezekv_generate_params squeezekv_generate_default_params(void);
  * accounting stay readable afterwards) and writes the generated ids to tokens[0, n_max).
  * Returns the count, -n_predict when n_max < n_predict (nothing run), INT32_MIN on error. */
 SQUEEZEKV_API int32_t squeezekv_generate(const squeezekv_model* model, squeezekv_cache* cache, const char* prompt,
-                                        const squeezekv_generate_params* params, int32_t* tokens, int32_t n_max);
+                                         const squeezekv_generate_params* params, int32_t* tokens, int32_t n_max);
 
 typedef struct squeezekv_perplexity_params {
   int32_t n_ctx;      /* tokens per chunk; the second half of each chunk is scored */
@@ -269,11 +266,11 @@ SQUEEZEKV_API squeezekv_perplexity_params squeezekv_perplexity_default_params(vo
 
 typedef struct squeezekv_perplexity_result {
   int32_t chunks;
-  int64_t scored;           /* scored positions */
+  int64_t scored; /* scored positions */
   double mean_nll;
   double perplexity;
-  double mean_kl;           /* KL(full || this), nats per scored token */
-  double top1_agreement;    /* share of scored positions whose argmax equals the full cache's */
+  double mean_kl;        /* KL(full || this), nats per scored token */
+  double top1_agreement; /* share of scored positions whose argmax equals the full cache's */
   double mean_kept_bytes, peak_kept_bytes;
   double mean_full_bytes, peak_full_bytes;
   double seconds;
@@ -282,9 +279,9 @@ typedef struct squeezekv_perplexity_result {
 /* Perplexity of tokens (BOS first, as squeezekv_tokenize gives) under each of n_configs cache
  * configurations, all compared with one shared full-cache pass; results[n_configs] out. */
 SQUEEZEKV_API squeezekv_status squeezekv_perplexity(const squeezekv_model* model, const int32_t* tokens,
-                                                   int32_t n_tokens, const squeezekv_cache_params* const* configs,
-                                                   int32_t n_configs, const squeezekv_perplexity_params* params,
-                                                   squeezekv_perplexity_result* results);
+                                                    int32_t n_tokens, const squeezekv_cache_params* const* configs,
+                                                    int32_t n_configs, const squeezekv_perplexity_params* params,
+                                                    squeezekv_perplexity_result* results);
 
 #ifdef __cplusplus
 }

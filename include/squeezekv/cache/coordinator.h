@@ -15,12 +15,10 @@
 
 namespace squeezekv {
 
-
 class BudgetCoordinator {
  public:
   // scheduled: one flag per layer (empty: every layer); at least one must be set.
-  BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetAllocator> allocator,
-                    std::vector<bool> scheduled = {});
+  BudgetCoordinator(int n_layers, std::shared_ptr<const BudgetAllocator> allocator, std::vector<bool> scheduled = {});
 
   using Publish = std::function<void(int budget)>;
   void attach(int layer, Publish publish);

@@ -64,16 +64,16 @@ class LayerCache {
  public:
   // `budget` is the layer's rows per head until a coordinator publishes the final schedule;
   // with a coordinator the layer keeps every row until then.
-  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
-             int budget, std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator,
+  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, int budget,
+             std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator,
              std::atomic<bool>* shared_busy = nullptr);
   // A sliding layer (core/layer_kind.h): after every update each head holds exactly the newest
   // min(tokens_seen, window) positions. No policy runs and no coordinator schedules it; its
   // budget is the window, final from the start. During an update it also holds the update's rows
   // and the window before them: the engine masks each query to its own window (a key at position
   // p is seen by a query at q when q - window < p <= q).
-  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch,
-             LayerKind window_kind, std::atomic<bool>* shared_busy = nullptr);
+  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, LayerKind window_kind,
+             std::atomic<bool>* shared_busy = nullptr);
   LayerCache(const LayerCache&) = delete;
   LayerCache& operator=(const LayerCache&) = delete;
 
@@ -115,20 +115,20 @@ class LayerCache {
   // concentration); 0 when the layer's allocator measures nothing from keys.
   double concentration() const { return concentration_; }
   int64_t tokens_seen() const { return rows_.tokens_seen; }
-  int tokens_kept() const;          // rows held by the fullest head
+  int tokens_kept() const;  // rows held by the fullest head
   int tokens_kept(int h) const { return head(h).n_live(); }
-  size_t kept_bytes() const;        // K and V bytes resident (allocated slots)
-  size_t full_bytes() const;        // what an unevicted cache would hold (sliding: the window's rows)
-  double compression_ratio() const; // full / kept, 1 when nothing is kept
+  size_t kept_bytes() const;         // K and V bytes resident (allocated slots)
+  size_t full_bytes() const;         // what an unevicted cache would hold (sliding: the window's rows)
+  double compression_ratio() const;  // full / kept, 1 when nothing is kept
   const KVCacheConfig& config() const { return config_; }
   const TokenPolicy& policy() const { return *policy_; }
   const LayerRows& rows() const { return rows_; }
 
  private:
   friend class ModelCache;
-  void clear();   // reset without the single-writer check (ModelCache::reset holds it)
+  void clear();  // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;
-  void settle(ThreadPool* pool = nullptr);  // evict / finish the prompt once the budget is final
+  void settle(ThreadPool* pool = nullptr);             // evict / finish the prompt once the budget is final
   void settle_head(HeadStore& head, bool prompt_end);  // after the policy: shifts, capacity, KIVI
   // PositionRule::span: every non-sink row of `head` at a position below `before` goes.
   void evict_aged(HeadStore& head, int64_t before) const;
@@ -155,7 +155,7 @@ class LayerCache {
   bool explicit_prompt_ = false;  // begin_prompt() called and end_prompt() not yet
   bool prompt_pending_ = false;   // the prompt ended; finish_prompt not yet applied
   std::atomic<bool> own_busy_{false};
-  std::atomic<bool>* busy_;        // set while a call runs: own_busy_ or the model cache's flag
+  std::atomic<bool>* busy_;  // set while a call runs: own_busy_ or the model cache's flag
 };
 
 }  // namespace squeezekv

@@ -56,15 +56,14 @@ class ModelCache {
 // The reference library's KVCacheFactory.create: one layer, no coordinator — a uniform layer with the average
 // budget, or resolved_budget when set; or, given a sliding kind, a sliding layer over its window.
 struct KVCacheFactory {
-  static std::unique_ptr<LayerCache> create(const KVCacheConfig& config, int n_kv_heads = 1,
-                                            int n_batch = 1, LayerKind kind = {});
+  static std::unique_ptr<LayerCache> create(const KVCacheConfig& config, int n_kv_heads = 1, int n_batch = 1,
+                                            LayerKind kind = {});
 };
 
 // The reference library's KVCacheBuilder.for_model: a whole model's caches with one shared coordinator.
 struct KVCacheBuilder {
-  static std::unique_ptr<ModelCache> for_model(int n_layers, const KVCacheConfig& config,
-                                               int n_kv_heads = 1, int n_batch = 1,
-                                               std::vector<LayerKind> layer_kinds = {});
+  static std::unique_ptr<ModelCache> for_model(int n_layers, const KVCacheConfig& config, int n_kv_heads = 1,
+                                               int n_batch = 1, std::vector<LayerKind> layer_kinds = {});
 };
 
 }  // namespace squeezekv

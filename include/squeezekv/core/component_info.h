@@ -35,9 +35,9 @@ struct MethodInfo {
 struct PolicyInfo {
   std::string_view id;
   std::string_view summary;
-  std::span<const ParamSpec> params;          // the parameters it owns
-  std::span<const std::string_view> reads;    // the cache fields it reads besides the budget
-  bool scores_rows;                           // reads `score`: may want attention fed back
+  std::span<const ParamSpec> params;        // the parameters it owns
+  std::span<const std::string_view> reads;  // the cache fields it reads besides the budget
+  bool scores_rows;                         // reads `score`: may want attention fed back
   std::unique_ptr<TokenPolicy> (*make)(const ComponentParams& params);
   void (*validate)(const ComponentParams& params) = nullptr;  // rules across parameters
   // Method ids this policy's file defines (e.g. `knorm`: policy knorm, allocator uniform); the

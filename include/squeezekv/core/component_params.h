@@ -15,8 +15,8 @@
 namespace squeezekv {
 
 struct ComponentParams {
-  int budget = 0;    // average rows per layer and KV head
-  int n_sink = 0;    // first positions never evicted
+  int budget = 0;  // average rows per layer and KV head
+  int n_sink = 0;  // first positions never evicted
   int head_dim = 0;
   double recent = 0.0;  // share of (budget - n_sink) kept as the newest rows
   double decay = 1.0;   // cumulative score decay
@@ -27,7 +27,7 @@ struct ComponentParams {
   // By name; InvalidArgument naming the parameter when the component does not own it or it is
   // of another kind.
   int64_t get_int(std::string_view name) const;
-  double get_real(std::string_view name) const;  // integers widened
+  double get_real(std::string_view name) const;       // integers widened
   std::string get_text(std::string_view name) const;  // any kind, formatted
 };
 

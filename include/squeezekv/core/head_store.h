@@ -64,9 +64,7 @@ class HeadStore {
   int capacity() const { return capacity_; }
   // K/V bytes allocated: every slot up to the capacity (codes and block scales of the quantized
   // formats included; free slots count, as they stay allocated), and KIVI's fp16 pools.
-  size_t resident_bytes() const {
-    return keys_.size() + values_.size() + key_tail_.bytes() + value_tail_.bytes();
-  }
+  size_t resident_bytes() const { return keys_.size() + values_.size() + key_tail_.bytes() + value_tail_.bytes(); }
   // KIVI: rows evicted from quantized key groups and still held there (0 for the other formats).
   int held() const { return held_; }
   // The capacity that holds `rows` rows: KIVI keys are allocated in whole groups.
@@ -86,14 +84,13 @@ class HeadStore {
   void load_value(int slot, float* out) const;
   // query_probs (ops/kv_rows.h) over slots [0, n_rows): queries against the stored keys, patched
   // rows read through their patch keys, a masked softmax per query.
-  bool key_probs(const float* q, size_t n_q, size_t ld_q, size_t n_rows, const uint8_t* mask, float scale,
-                 float* probs, size_t ld, RowPatches patches = {}) const;
+  bool key_probs(const float* q, size_t n_q, size_t ld_q, size_t n_rows, const uint8_t* mask, float scale, float* probs,
+                 size_t ld, RowPatches patches = {}) const;
   // query_probs_rotated: each key turned back by its shift before the dot.
   bool key_probs_rotated(const float* q, size_t n_q, size_t ld_q, size_t n_rows, size_t n_rot, bool neox,
                          const float* turns, const uint8_t* mask, float scale, float* probs, size_t ld) const;
   // rows_weighted_sum_group over slots [0, n_rows): out[g * ld_out + i] += sum_j w[g * ld_w + j] * value j.
-  void add_weighted_values(const float* w, size_t n_w, size_t ld_w, size_t n_rows, float* out,
-                           size_t ld_out) const;
+  void add_weighted_values(const float* w, size_t n_w, size_t ld_w, size_t n_rows, float* out, size_t ld_out) const;
   // Keys of slots [first, first + count) as f32 [count, head_dim] (KIVI groups decoded channel
   // by channel, the same floats as load_key; the prompt's blocked attention, keys turned back).
   void load_keys(int first, int count, float* out) const;
@@ -172,16 +169,16 @@ class HeadStore {
   KVType key_type_;
   KVType value_type_;
   KiviLayout kivi_;
-  int key_bits_ = 0;    // KIVI code bits of the keys (0: a row format)
+  int key_bits_ = 0;  // KIVI code bits of the keys (0: a row format)
   int value_bits_ = 0;
-  Fp16Rows key_tail_;   // KIVI: keys of open groups and pinned rows, in fp16
-  Fp16Rows value_tail_;  // KIVI: the newest values and pinned ones, in fp16
-  std::vector<int32_t> key_tail_of_;    // per slot: its row in key_tail_, -1 none
-  std::vector<int32_t> value_tail_of_;  // per slot: its row in value_tail_, -1 none
-  std::vector<uint8_t> group_quantized_;  // per key group of G slots
-  std::vector<int32_t> group_live_;       // live rows per key group
-  std::vector<uint8_t> key_kept_;         // per slot: key kept in fp16 after its group reopened
-  int held_ = 0;                          // dead rows inside quantized key groups
+  Fp16Rows key_tail_;                                   // KIVI: keys of open groups and pinned rows, in fp16
+  Fp16Rows value_tail_;                                 // KIVI: the newest values and pinned ones, in fp16
+  std::vector<int32_t> key_tail_of_;                    // per slot: its row in key_tail_, -1 none
+  std::vector<int32_t> value_tail_of_;                  // per slot: its row in value_tail_, -1 none
+  std::vector<uint8_t> group_quantized_;                // per key group of G slots
+  std::vector<int32_t> group_live_;                     // live rows per key group
+  std::vector<uint8_t> key_kept_;                       // per slot: key kept in fp16 after its group reopened
+  int held_ = 0;                                        // dead rows inside quantized key groups
   std::vector<std::pair<int64_t, int>> flush_waiting_;  // settle_kivi's scratch (no allocation per step)
   std::vector<int> flush_groups_;
   int capacity_ = 0;
@@ -196,7 +193,7 @@ class HeadStore {
   int32_t max_shift_ = 0;
   int64_t origin_upto_ = -1;
   std::vector<float> turn_scratch_;  // one key row and its cos/sin table (rotate_keys_to_origin)
-  std::vector<int> free_;  // freed slots below n_slots_, reused last-freed first
+  std::vector<int> free_;            // freed slots below n_slots_, reused last-freed first
 };
 
 }  // namespace squeezekv

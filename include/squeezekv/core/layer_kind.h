@@ -47,7 +47,7 @@ std::vector<int> sliding_windows_of(std::span<const LayerKind> kinds);
 // others slide over `window` (Gemma 3: period 6, so layers 5, 11, 17, ... are global).
 std::vector<LayerKind> periodic_layer_kinds(int n_layers, int window, int period);
 
-std::string to_string(AttentionKind kind);  // "global" | "sliding"
+std::string to_string(AttentionKind kind);     // "global" | "sliding"
 std::string to_string(const LayerKind& kind);  // "global" | "sliding:512"
 
 }  // namespace squeezekv

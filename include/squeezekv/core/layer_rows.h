@@ -24,7 +24,7 @@ struct LayerRows {
 struct UpdateRows {
   const float* keys = nullptr;  // the update's keys, f32 [n_heads, n_new, head_dim]
   int n_new = 0;
-  int64_t first_pos = 0;        // position of the first new token
+  int64_t first_pos = 0;                // position of the first new token
   std::vector<std::vector<int>> slots;  // per head: the slots the new rows went to, in order
 };
 

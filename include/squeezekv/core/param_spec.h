@@ -23,16 +23,16 @@ using ParamValue = std::variant<int64_t, double, std::string>;
 
 struct ParamSpec {
  public:
-  std::string_view name;           // snake_case: the C++, C and Python name
+  std::string_view name;  // snake_case: the C++, C and Python name
   ParamKind kind;
   std::string_view default_value;  // as text, e.g. "8", "0.98", "key-proxy"
   std::string_view help;           // one line
   double min = 0.0, max = 0.0;     // integer and real: the accepted range
   bool min_open = false;           // (min, max] instead of [min, max]
   std::span<const std::string_view> choices = {};
-  std::string_view flag = {};      // command-line flag without "--" when not the name with '-'
-  bool on_command_line = true;     // false: a library-only parameter (e.g. resolved_budget)
-  bool optional = false;           // integer that may be unset ("none")
+  std::string_view flag = {};   // command-line flag without "--" when not the name with '-'
+  bool on_command_line = true;  // false: a library-only parameter (e.g. resolved_budget)
+  bool optional = false;        // integer that may be unset ("none")
   // A rule beyond the range (e.g. "odd"); throws InvalidArgument naming the parameter.
   void (*extra)(const ParamSpec& spec, const ParamValue& value) = nullptr;
   // In a sweep variant's label: "label=value" ("" = left out; a choice whose label is its name
@@ -41,8 +41,8 @@ struct ParamSpec {
   std::string_view label = {};
   std::string_view omit_if = {};
 
-  std::string cli_flag() const;        // "--chunk-size"
-  std::string range_text() const;      // "must lie in [0, 1]", "must be one of ..."
+  std::string cli_flag() const;    // "--chunk-size"
+  std::string range_text() const;  // "must lie in [0, 1]", "must be one of ..."
   // Parses text into this parameter's kind; throws InvalidArgument naming the parameter.
   ParamValue parse(std::string_view text) const;
   // Throws InvalidArgument("name = value: range") when the value is outside the range.

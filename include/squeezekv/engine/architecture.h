@@ -23,29 +23,31 @@ enum class Activation {
   gelu_tanh,  // GeGLU: gelu(gate) * up, GELU's tanh approximation
 };
 
-const char* activation_name(Activation activation);   // "silu", "gelu_tanh"
+const char* activation_name(Activation activation);  // "silu", "gelu_tanh"
 
 // How one layer computes, from the file's keys and its architecture's row.
 struct LayerConfig {
   // core/layer_kind.h's kinds, which the cache follows too (Engine::make_cache hands them over).
   AttentionKind attention = AttentionKind::global;
-  int window = 0;             // sliding: a query at p sees keys at p - window + 1 .. p; 0 when global
-  LayerKind kind() const { return attention == AttentionKind::sliding ? LayerKind::sliding(window) : LayerKind::global(); }
+  int window = 0;  // sliding: a query at p sees keys at p - window + 1 .. p; 0 when global
+  LayerKind kind() const {
+    return attention == AttentionKind::sliding ? LayerKind::sliding(window) : LayerKind::global();
+  }
   float rope_base = 10000.0f;
-  bool qk_norm = false;       // RMS norm of each query and key head before RoPE (weights [head_dim])
-  bool post_norms = false;    // RMS norm of the attention's and the MLP's outputs before each residual add
+  bool qk_norm = false;     // RMS norm of each query and key head before RoPE (weights [head_dim])
+  bool post_norms = false;  // RMS norm of the attention's and the MLP's outputs before each residual add
   Activation activation = Activation::silu;
   float attention_scale = 0;  // multiplies q . k before the softmax
 };
 
 // One block's tensors (f32 copies of the vectors, views of the matrices in the mapped file).
 struct LayerWeights {
-  std::vector<float> attn_norm, ffn_norm;      // [dim]
-  std::vector<float> bq, bk, bv;               // qkv_bias: [q_dim], [kv_dim] x2
-  std::vector<float> q_norm, k_norm;           // qk_norm: [head_dim]
+  std::vector<float> attn_norm, ffn_norm;            // [dim]
+  std::vector<float> bq, bk, bv;                     // qkv_bias: [q_dim], [kv_dim] x2
+  std::vector<float> q_norm, k_norm;                 // qk_norm: [head_dim]
   std::vector<float> post_attn_norm, post_ffn_norm;  // post_norms: [dim]
-  WeightMatrix wq, wk, wv, wo;                 // [q_dim, dim], [kv_dim, dim] x2, [dim, q_dim]
-  WeightMatrix w_gate, w_up, w_down;           // [ffn, dim] x2, [dim, ffn]
+  WeightMatrix wq, wk, wv, wo;                       // [q_dim, dim], [kv_dim, dim] x2, [dim, q_dim]
+  WeightMatrix w_gate, w_up, w_down;                 // [ffn, dim] x2, [dim, ffn]
 
   // The seven matrices, for code that treats them alike (repacking, byte counts).
   std::array<const WeightMatrix*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }

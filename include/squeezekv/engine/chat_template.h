@@ -20,8 +20,8 @@ namespace squeezekv {
 enum class ChatFormat {
   llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
   chatml,  // <|im_start|>role\ncontent<|im_end|>\n
-  gemma,   // <start_of_turn>user\ncontent<end_of_turn>\n (assistant is "model"; a system message opens the first user turn)
-  plain,   // "role: content\n" per message, then "assistant:"
+  gemma,  // <start_of_turn>user\ncontent<end_of_turn>\n (assistant is "model"; a system message opens the first user turn)
+  plain,  // "role: content\n" per message, then "assistant:"
 };
 
 struct ChatMessage {

@@ -31,8 +31,7 @@ enum class Logits { none, last, all };
 
 // Called per layer with the residual stream entering the layer (`before`) and after the
 // attention residual add (`after`), both [n_tokens, dim]: the paper's layer-importance signal.
-using ResidualObserver =
-    std::function<void(int layer, const float* before, const float* after, int n_tokens, int dim)>;
+using ResidualObserver = std::function<void(int layer, const float* before, const float* after, int n_tokens, int dim)>;
 
 // One sequence's share of a batched forward pass: its new tokens, its own cache (at the positions
 // that follow what the cache has seen) and where its logits go.
@@ -51,8 +50,7 @@ class Engine {
   // Runs `tokens` at the positions that follow what `cache` has seen. Writes logits ([vocab] for
   // Logits::last, [n, vocab] for Logits::all) into `logits` (resized). The cache must have the
   // model's layer count, KV heads and head dimension (InvalidArgument otherwise).
-  void forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
-               std::vector<float>& logits);
+  void forward(std::span<const int32_t> tokens, ModelCache& cache, Logits mode, std::vector<float>& logits);
 
   // Several sequences in one pass (continuous batching): norms, projections and the MLP run over
   // every sequence's rows together, so the weights are read once for all of them; RoPE and
@@ -89,9 +87,9 @@ class Engine {
   // sliding layers turn at different bases).
   struct RopeTable {
     float base = 10000.0f;
-    std::vector<float> by_token;   // cos/sin per token of the pass [n, n_rot]
-    std::vector<float> by_rank;    // cos/sin per rank [rank_rows, n_rot]
-    std::vector<float> turns;      // per shift: rotate_rows_back's table [rank_rows, 2 n_rot]
+    std::vector<float> by_token;  // cos/sin per token of the pass [n, n_rot]
+    std::vector<float> by_rank;   // cos/sin per rank [rank_rows, n_rot]
+    std::vector<float> turns;     // per shift: rotate_rows_back's table [rank_rows, 2 n_rot]
     int64_t rank_rows = 0;
   };
   // forward_batch, per sequence: its first row in the batch, its rows, the text position of its
@@ -108,8 +106,8 @@ class Engine {
   // The clamp of PositionRule::span for this cache (0: the rule does not apply).
   int64_t span_distance(const ModelCache& cache) const;
   // forward() over consecutive pieces of at most `piece` tokens.
-  void forward_in_pieces(std::span<const int32_t> tokens, ModelCache& cache, Logits mode,
-                         std::vector<float>& logits, int piece);
+  void forward_in_pieces(std::span<const int32_t> tokens, ModelCache& cache, Logits mode, std::vector<float>& logits,
+                         int piece);
   void reserve(int n);
   // Layer l's attention block over the batch's n rows of x_: norm, q/k/v, each sequence's RoPE and
   // attention over its cache, output projection (and its norm), residual add.
@@ -162,24 +160,24 @@ class Engine {
   // Activations, [n, ...] row-major.
   std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, before_;
   std::vector<float> k_heads_, v_heads_;  // [n_kv, n, hd]: the cache's update layout
-  std::vector<RopeTable> rope_tables_;     // one per distinct rope base, in layer order
-  std::vector<int> layer_rope_;            // per layer: its index in rope_tables_
-  std::vector<int64_t> head_rank0_;        // per KV head: rows held before the update
-  std::vector<float> rot_keys_;            // keys rotated back by their shifts (or clamped)
+  std::vector<RopeTable> rope_tables_;    // one per distinct rope base, in layer order
+  std::vector<int> layer_rope_;           // per layer: its index in rope_tables_
+  std::vector<int64_t> head_rank0_;       // per KV head: rows held before the update
+  std::vector<float> rot_keys_;           // keys rotated back by their shifts (or clamped)
   // PositionRule::span: per KV head, the rows read at the clamped position and their turned keys.
-  std::vector<float> clamp_keys_;          // [n_kv, clamp_stride_, hd]
-  std::vector<int32_t> clamp_slots_;       // [n_kv, clamp_stride_]
-  std::vector<size_t> clamp_counts_;       // [n_kv]
+  std::vector<float> clamp_keys_;     // [n_kv, clamp_stride_, hd]
+  std::vector<int32_t> clamp_slots_;  // [n_kv, clamp_stride_]
+  std::vector<size_t> clamp_counts_;  // [n_kv]
   size_t clamp_stride_ = 0;
   std::vector<float> clamp_cos_sin_;
-  std::vector<uint8_t> rotated_;           // per KV head: rot_keys_ holds its keys
+  std::vector<uint8_t> rotated_;             // per KV head: rot_keys_ holds its keys
   std::vector<std::vector<float>> scratch_;  // per worker: a GQA group's logits over slots, mask
-  std::vector<float> group_probs_;         // per KV head [n, slots] when attention is fed back
+  std::vector<float> group_probs_;           // per KV head [n, slots] when attention is fed back
   bool prompt_blocks_ = true;
-  bool any_measure_ = false;               // forward_batch: some sequence measures this pass
-  std::vector<float> keys_t_;              // attention_in_blocks: per KV head, keys [hd, ld] (transposed)
-  std::vector<SeqSpan> spans_;             // forward_batch: per sequence
-  std::vector<float> batch_logits_;        // forward_batch: every sequence's logits rows together
+  bool any_measure_ = false;         // forward_batch: some sequence measures this pass
+  std::vector<float> keys_t_;        // attention_in_blocks: per KV head, keys [hd, ld] (transposed)
+  std::vector<SeqSpan> spans_;       // forward_batch: per sequence
+  std::vector<float> batch_logits_;  // forward_batch: every sequence's logits rows together
 };
 
 }  // namespace squeezekv

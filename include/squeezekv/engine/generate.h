@@ -14,16 +14,16 @@
 namespace squeezekv {
 
 struct GenerateOptions {
-  int n_predict = 128;     // tokens to generate (stops early at EOS)
-  int n_batch = 512;       // prompt tokens per prefill update
+  int n_predict = 128;  // tokens to generate (stops early at EOS)
+  int n_batch = 512;    // prompt tokens per prefill update
   // A full cache only: 0 = the model's context length; prompt + output must fit. An evicting
   // cache holds a bounded number of rows whatever the length, so it takes any length.
   int n_ctx = 0;
   SamplerOptions sampler;
-  bool ignore_eos = false;   // keep generating past EOS (long streams)
+  bool ignore_eos = false;            // keep generating past EOS (long streams)
   std::optional<int32_t> stop_token;  // also ends generation, as EOS does (a chat's end of turn)
-  bool keep_tokens = true;   // false: result.tokens stays empty, memory stays constant
-  int64_t speed_window = 10000;  // tokens timed at the start and the end of the output
+  bool keep_tokens = true;            // false: result.tokens stays empty, memory stays constant
+  int64_t speed_window = 10000;       // tokens timed at the start and the end of the output
 };
 
 struct GenerateResult {
@@ -41,13 +41,11 @@ struct GenerateResult {
 
 // on_token is called with each generated token as soon as it is sampled (streaming). The prompt
 // is encoded with the model's special tokens (BOS where it asks for one).
-GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt,
-                        const GenerateOptions& options,
+GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt, const GenerateOptions& options,
                         const std::function<void(int32_t)>& on_token = {});
 // The same from prompt tokens (a chat rendered by chat_template.h, say).
 GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> prompt_tokens,
-                        const GenerateOptions& options,
-                        const std::function<void(int32_t)>& on_token = {});
+                        const GenerateOptions& options, const std::function<void(int32_t)>& on_token = {});
 
 // Share of 4-grams of `tokens` that repeat an earlier 4-gram (0 when fewer than 5 tokens):
 // importance eviction without a recent window is known to collapse into repetition.

@@ -56,14 +56,12 @@ class GgufWriter {
 
   // Tensors, written in the order added. ne is in GGUF order (ne[0] contiguous), 1..4 dims.
   // The byte count must equal the type's row bytes times the row count.
-  void add_tensor(std::string_view name, std::vector<int64_t> ne, TensorType type,
-                  std::vector<uint8_t> bytes);
+  void add_tensor(std::string_view name, std::vector<int64_t> ne, TensorType type, std::vector<uint8_t> bytes);
   void add_tensor(std::string_view name, std::vector<int64_t> ne, std::span<const float> values);
   // Produced while writing; rows are ne[0] elements (ne[1] * ne[2] * ne[3] rows).
   void add_tensor(std::string_view name, std::vector<int64_t> ne, TensorType type, RowFiller fill);
   // Any type id and any bytes, unchecked: lets tests write types squeezekv cannot compute on.
-  void add_raw_tensor(std::string_view name, std::vector<int64_t> ne, uint32_t type_id,
-                      std::vector<uint8_t> bytes);
+  void add_raw_tensor(std::string_view name, std::vector<int64_t> ne, uint32_t type_id, std::vector<uint8_t> bytes);
 
   size_t key_count() const { return n_kv_; }
   size_t tensor_count() const { return tensors_.size(); }

@@ -18,25 +18,25 @@
 namespace squeezekv {
 
 struct ModelConfig {
-  std::string arch;        // general.architecture
-  std::string name;        // general.name, if any
-  int dim = 0;             // embedding_length
-  int n_layers = 0;        // block_count
-  int n_heads = 0;         // attention.head_count
-  int n_kv_heads = 0;      // attention.head_count_kv (GQA when smaller)
-  int head_dim = 0;        // attention.key_length, else dim / n_heads
-  int ffn_dim = 0;         // feed_forward_length
-  int vocab = 0;           // rows of token_embd
-  int context_length = 0;  // context_length (what the file claims)
-  int n_rot = 0;           // rope.dimension_count, else head_dim
+  std::string arch;            // general.architecture
+  std::string name;            // general.name, if any
+  int dim = 0;                 // embedding_length
+  int n_layers = 0;            // block_count
+  int n_heads = 0;             // attention.head_count
+  int n_kv_heads = 0;          // attention.head_count_kv (GQA when smaller)
+  int head_dim = 0;            // attention.key_length, else dim / n_heads
+  int ffn_dim = 0;             // feed_forward_length
+  int vocab = 0;               // rows of token_embd
+  int context_length = 0;      // context_length (what the file claims)
+  int n_rot = 0;               // rope.dimension_count, else head_dim
   float rope_base = 10000.0f;  // rope.freq_base: the global layers' (each layer's in `layers`)
   float norm_eps = 1e-5f;
   RopeStyle rope_style = RopeStyle::normal;
-  bool tied_embeddings = false;  // output.weight absent: logits use token_embd
-  bool qkv_bias = false;         // qwen2
-  float embed_scale = 0;         // token embeddings are multiplied by it (0: left as they are)
-  const ArchitectureInfo* info = nullptr;  // the architecture's row of the table
-  std::vector<LayerConfig> layers;         // [n_layers]
+  bool tied_embeddings = false;                       // output.weight absent: logits use token_embd
+  bool qkv_bias = false;                              // qwen2
+  float embed_scale = 0;                              // token embeddings are multiplied by it (0: left as they are)
+  const ArchitectureInfo* info = nullptr;             // the architecture's row of the table
+  std::vector<LayerConfig> layers;                    // [n_layers]
   int group() const { return n_heads / n_kv_heads; }  // query heads per KV head
   // What the cache holds per layer (core/layer_kind.h): empty when every layer is global.
   std::vector<LayerKind> layer_kinds() const;
@@ -67,8 +67,8 @@ class Model {
 
   // Row `token` of the embedding, dequantised into out[0..dim).
   void embed(int32_t token, float* out) const;
-  uint64_t n_params() const;        // elements over all tensors
-  uint64_t weight_bytes() const;    // bytes of tensor data in the file
+  uint64_t n_params() const;      // elements over all tensors
+  uint64_t weight_bytes() const;  // bytes of tensor data in the file
   // Matrices repacked at load, and their bytes (0 when nothing was: LoadOptions, or the CPU).
   size_t repacked_matrices() const { return repacked_.size(); }
   uint64_t repacked_bytes() const;

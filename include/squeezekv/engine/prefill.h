@@ -18,11 +18,11 @@
 namespace squeezekv {
 
 struct PrefillOptions {
-  int n_batch = 512;            // tokens per forward call
-  int64_t max_rows = 0;         // the longest sequence the cache will see; 0 = unknown (a stream)
-  bool reset = true;            // clear the cache first (false: continue where it stands)
-  bool as_prompt = true;        // one prompt for the policies that act at its end (snapkv)
-  Logits logits = Logits::last; // what the last update returns (last or none; earlier ones: none)
+  int n_batch = 512;             // tokens per forward call
+  int64_t max_rows = 0;          // the longest sequence the cache will see; 0 = unknown (a stream)
+  bool reset = true;             // clear the cache first (false: continue where it stands)
+  bool as_prompt = true;         // one prompt for the policies that act at its end (snapkv)
+  Logits logits = Logits::last;  // what the last update returns (last or none; earlier ones: none)
 };
 
 // One prompt of n_tokens fed at the caller's pace: next() is the size of the next update, take()
@@ -49,17 +49,16 @@ class PromptFeed {
   ModelCache& cache_;
   int64_t n_tokens_;
   PrefillOptions options_;
-  int64_t clamp_;           // the span rule's distance (0: the rule does not apply)
+  int64_t clamp_;  // the span rule's distance (0: the rule does not apply)
   bool started_ = false;
   int64_t fed_ = 0;
-  int64_t chunk_end_ = 0;   // end of the n_batch chunk being fed
-  int64_t piece_ = 0;       // its pieces' size (0: the chunk is one update)
+  int64_t chunk_end_ = 0;  // end of the n_batch chunk being fed
+  int64_t piece_ = 0;      // its pieces' size (0: the chunk is one update)
 };
 
 // The whole prompt at once. `after_chunk(tokens_done)` is called after each n_batch chunk
 // (resident-memory statistics).
-void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens,
-             const PrefillOptions& options, std::vector<float>& logits,
-             const std::function<void(int64_t)>& after_chunk = {});
+void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, const PrefillOptions& options,
+             std::vector<float>& logits, const std::function<void(int64_t)>& after_chunk = {});
 
 }  // namespace squeezekv

@@ -16,16 +16,16 @@ struct RandomModelSpec {
   int64_t n_layers = 2;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 2;
-  int64_t head_dim = 0;  // 0: dim / n_heads (else written as attention.key_length, as gemma3's 256)
+  int64_t head_dim = 0;          // 0: dim / n_heads (else written as attention.key_length, as gemma3's 256)
   int64_t sliding_window = 512;  // architectures with sliding layers (gemma3): their window
   int64_t ffn_dim = 128;
-  int64_t vocab = 512;  // at least 259: <unk>, <s>, </s> and the 256 byte tokens
+  int64_t vocab = 512;                       // at least 259: <unk>, <s>, </s> and the 256 byte tokens
   TensorType weight_type = TensorType::f32;  // matrices and token_embd; norms/biases stay F32
   // llama.cpp's Q4_K_M recipe on top of weight_type: Q6_K for token_embd / output and for
   // attn_v and ffn_down in the layers it gives more bits (the first and last eighth, and every
   // third layer between), so a random model reads as many bytes per token as a real Q4_K_M file.
   bool k_quant_mix = false;
-  bool tied_embeddings = false;              // true: no output.weight
+  bool tied_embeddings = false;  // true: no output.weight
   uint64_t seed = 1;
   uint32_t context_length = 2048;
 };

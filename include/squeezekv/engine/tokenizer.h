@@ -98,7 +98,7 @@ class Tokenizer {
   std::array<int32_t, 256> byte_ids_;  // spm: <0xXX> tokens (-1 when absent)
   // bpe: (left id << 32 | right id) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
-  bool ignore_merges_ = false;  // bpe (llama3): a word that is a whole token is not merged
+  bool ignore_merges_ = false;                        // bpe (llama3): a word that is a whole token is not merged
   std::shared_ptr<const Pretokenizer> pretokenizer_;  // shared_ptr: fine with an incomplete type
 };
 

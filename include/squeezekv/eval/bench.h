@@ -31,10 +31,10 @@ struct BenchOptions {
   // cache is cleared before every repetition instead).
   std::vector<int> depths = {0};
   int repetitions = 5;
-  int n_batch = 512;                       // prompt tokens per forward call
-  std::vector<KVCacheConfig> caches;       // one result row per configuration (empty: full)
-  uint64_t seed = 1;                       // the token ids fed in (pseudo-random, deterministic)
-  bool warmup = true;                      // one untimed token before the first test
+  int n_batch = 512;                  // prompt tokens per forward call
+  std::vector<KVCacheConfig> caches;  // one result row per configuration (empty: full)
+  uint64_t seed = 1;                  // the token ids fed in (pseudo-random, deterministic)
+  bool warmup = true;                 // one untimed token before the first test
   // > 0: after every repetition of a generation test, streaming reads of this many bytes with
   // the same threads (the memory-bandwidth probe; the median of 5 reads), so each generation
   // row's share of the bandwidth is a ratio of two measurements taken moments apart.
@@ -49,7 +49,7 @@ struct Spread {
 };
 
 struct BenchRow {
-  std::string cache;        // label: method, budget, score source
+  std::string cache;  // label: method, budget, score source
   KVCacheConfig config;
   int threads = 1;
   int depth = 0;
@@ -61,9 +61,9 @@ struct BenchRow {
   // reads), and the weight bytes read per second in that repetition divided by it.
   Spread bandwidth;
   Spread bandwidth_share;
-  size_t kv_kept_bytes = 0;  // after the last repetition
+  size_t kv_kept_bytes = 0;                                      // after the last repetition
   size_t kv_sliding_kept_bytes = 0, kv_evicting_kept_bytes = 0;  // its two parts (core/layer_kind.h)
-  std::vector<int> layer_windows;  // per layer: 0 global (evicting), W sliding
+  std::vector<int> layer_windows;                                // per layer: 0 global (evicting), W sliding
   int64_t rows_per_layer = 0;  // average rows held per layer and KV head after the last repetition
   std::string test() const { return (generation ? "tg" : "pp") + std::to_string(n_tokens); }
 };
@@ -81,7 +81,7 @@ struct ModelFacts {
   // norms; one embedding row) and the multiply-adds of a prompt token's matmuls.
   uint64_t weight_bytes_per_token = 0;
   uint64_t matmul_macs_per_token = 0;
-  uint64_t output_macs = 0;  // the output projection's share, which a prompt computes for its last token only
+  uint64_t output_macs = 0;     // the output projection's share, which a prompt computes for its last token only
   uint64_t repacked_bytes = 0;  // matrices repacked at load (Model::repacked_bytes)
 };
 
@@ -90,7 +90,7 @@ ModelFacts model_facts(const Model& model, const std::string& path);
 struct BenchReport {
   std::vector<BenchRow> rows;
   std::vector<BandwidthResult> bandwidth;  // the probe's samples per thread count (when it ran)
-  uint64_t peak_rss_bytes = 0;  // this process's peak resident memory before the probe's buffer
+  uint64_t peak_rss_bytes = 0;             // this process's peak resident memory before the probe's buffer
 };
 
 // Measures every (threads, depth, test, cache) combination. progress (may be empty) receives one
@@ -102,7 +102,7 @@ BenchReport run_bench(const Model& model, const BenchOptions& options,
 // page-aligned chunks across a pool's workers) as often as asked.
 class BandwidthProbe {
  public:
-  explicit BandwidthProbe(size_t bytes);  // at least 4 KiB
+  explicit BandwidthProbe(size_t bytes);      // at least 4 KiB
   double bytes_per_second(ThreadPool* pool);  // one timed read; null pool: the calling thread
   size_t bytes() const { return buffer_.size(); }
 

@@ -46,13 +46,13 @@ struct NeedleSpec {
 };
 
 struct NeedleSample {
-  std::vector<int32_t> context;   // [BOS] intro, haystack and needles: what the cache sees first
-  std::vector<int32_t> question;  // the prompt's last tokens; context + question = length tokens
-  std::string key;                // the asked key ("" for passkey)
+  std::vector<int32_t> context;          // [BOS] intro, haystack and needles: what the cache sees first
+  std::vector<int32_t> question;         // the prompt's last tokens; context + question = length tokens
+  std::string key;                       // the asked key ("" for passkey)
   std::vector<std::string> answers;      // what must be recalled (multivalue: 4 values)
   std::vector<std::string> distractors;  // the other keys' values (multikey)
-  int64_t needle_token = 0;       // index in the prompt of the asked needle's first token
-  int64_t needle_tokens = 0;      // its length in tokens
+  int64_t needle_token = 0;              // index in the prompt of the asked needle's first token
+  int64_t needle_tokens = 0;             // its length in tokens
 };
 
 // One sample; identical input gives identical tokens. `haystack` is the real text of the tasks
@@ -72,8 +72,8 @@ bool contains_number(std::string_view text, std::string_view value);
 bool needle_correct(std::string_view text, const std::vector<std::string>& answers);
 
 struct NeedleRunOptions {
-  int n_batch = 512;   // prompt tokens per forward call, eviction between them
-  int n_predict = 0;   // tokens decoded; 0 = needle_answer_tokens(task)
+  int n_batch = 512;  // prompt tokens per forward call, eviction between them
+  int n_predict = 0;  // tokens decoded; 0 = needle_answer_tokens(task)
   // false (query-agnostic): the context is one prompt in n_batch chunks, its eviction done
   // (snapkv's included) before the question arrives as a chunk of its own. true (query-aware):
   // context and question are one prompt, so snapkv's observation window sees the question.
@@ -81,11 +81,11 @@ struct NeedleRunOptions {
 };
 
 struct NeedleOutcome {
-  std::string text;        // the greedy answer
+  std::string text;  // the greedy answer
   bool correct = false;
-  size_t kv_bytes = 0;     // resident K/V bytes when the answer starts
+  size_t kv_bytes = 0;       // resident K/V bytes when the answer starts
   size_t full_kv_bytes = 0;  // what a full cache of the same storage would hold there
-  double kv_rows = 0.0;    // rows per layer (its fullest head), averaged over layers
+  double kv_rows = 0.0;      // rows per layer (its fullest head), averaged over layers
   double seconds = 0.0;
 };
 
@@ -96,8 +96,8 @@ NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleS
 
 // One cell of a grid: every sample through one cache configuration.
 struct NeedleCell {
-  std::vector<NeedleOutcome> outcomes;  // per sample, in order
-  double accuracy = 0.0;                // share of correct samples
+  std::vector<NeedleOutcome> outcomes;                        // per sample, in order
+  double accuracy = 0.0;                                      // share of correct samples
   double kv_bytes = 0.0, full_kv_bytes = 0.0, kv_rows = 0.0;  // means over the samples
   double seconds = 0.0;
 };

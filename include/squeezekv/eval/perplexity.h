@@ -20,8 +20,8 @@ namespace squeezekv {
 
 struct PerplexityOptions {
   int n_ctx = 512;
-  int n_batch = 512;    // prompt tokens per prefill update
-  int max_chunks = 0;   // 0 = every whole chunk of the text
+  int n_batch = 512;   // prompt tokens per prefill update
+  int max_chunks = 0;  // 0 = every whole chunk of the text
 };
 
 struct PerplexityResult {
@@ -52,8 +52,9 @@ struct PerplexityResult {
 std::vector<int32_t> tokenize_text_file(const Tokenizer& tokenizer, const std::string& path);
 
 // `progress(done, total)` counts decoded chunk passes (the shared full pass included).
-std::vector<PerplexityResult> evaluate_perplexity(
-    Engine& engine, std::span<const int32_t> tokens, std::span<const KVCacheConfig> configs,
-    const PerplexityOptions& options, const std::function<void(int, int)>& progress = {});
+std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens,
+                                                  std::span<const KVCacheConfig> configs,
+                                                  const PerplexityOptions& options,
+                                                  const std::function<void(int, int)>& progress = {});
 
 }  // namespace squeezekv

@@ -16,14 +16,14 @@
 namespace squeezekv {
 
 struct StreamOptions {
-  int warmup = 512;       // tokens fed before scoring starts (>= 1)
-  int segment = 4096;     // scored tokens per reported segment (>= 1)
-  int n_batch = 512;      // warm-up tokens per forward call
-  int64_t max_tokens = 0; // 0 = the whole text, else its first max_tokens tokens
+  int warmup = 512;        // tokens fed before scoring starts (>= 1)
+  int segment = 4096;      // scored tokens per reported segment (>= 1)
+  int n_batch = 512;       // warm-up tokens per forward call
+  int64_t max_tokens = 0;  // 0 = the whole text, else its first max_tokens tokens
 };
 
 struct StreamSegment {
-  int64_t first = 0;   // text position of the segment's first scored token
+  int64_t first = 0;  // text position of the segment's first scored token
   int64_t scored = 0;
   double mean_nll = 0.0, perplexity = 0.0;
   double mean_kept_bytes = 0.0, peak_kept_bytes = 0.0;  // after each decode step
@@ -45,8 +45,9 @@ struct StreamResult {
 
 // One result per configuration, each on its own cache. `progress(done, total)` counts scored
 // tokens over all configurations.
-std::vector<StreamResult> evaluate_stream_perplexity(
-    Engine& engine, std::span<const int32_t> tokens, std::span<const KVCacheConfig> configs,
-    const StreamOptions& options, const std::function<void(int64_t, int64_t)>& progress = {});
+std::vector<StreamResult> evaluate_stream_perplexity(Engine& engine, std::span<const int32_t> tokens,
+                                                     std::span<const KVCacheConfig> configs,
+                                                     const StreamOptions& options,
+                                                     const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace squeezekv

@@ -55,7 +55,6 @@ struct SynthResult {
 
 // Runs the grid (layers x seq_len x budget x strength) in that order. `progress` (optional) is
 // called after each configuration with (done, total).
-std::vector<SynthResult> run_synth(const SynthOptions& options,
-                                   const std::function<void(int, int)>& progress = {});
+std::vector<SynthResult> run_synth(const SynthOptions& options, const std::function<void(int, int)>& progress = {});
 
 }  // namespace squeezekv

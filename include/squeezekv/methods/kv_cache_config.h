@@ -19,18 +19,18 @@
 namespace squeezekv {
 
 struct KVCacheConfig {
-  std::string method = "squeeze";  // a registered method id (`squeezekv methods`)
-  int head_dim = 128;              // must match every update's keys and values
-  int budget = 512;                // average rows per layer and KV head (squeeze_budget)
-  int n_sink = 4;                  // first positions never evicted; floor is n_sink + 1
+  std::string method = "squeeze";        // a registered method id (`squeezekv methods`)
+  int head_dim = 128;                    // must match every update's keys and values
+  int budget = 512;                      // average rows per layer and KV head (squeeze_budget)
+  int n_sink = 4;                        // first positions never evicted; floor is n_sink + 1
   std::optional<int> resolved_budget{};  // explicit per-layer budget for a lone cache
   // Defaults chosen from measurements (docs/results.md): without a recent window the cumulative
   // score freezes on the prompt; a slow decay lets scores follow the text.
-  double recent = 0.5;             // share of (budget - n_sink) kept as the newest rows
-  double decay = 0.98;             // scores = decay * scores + a; in (0, 1], 1 = off
+  double recent = 0.5;  // share of (budget - n_sink) kept as the newest rows
+  double decay = 0.98;  // scores = decay * scores + a; in (0, 1], 1 = off
   ScoreSource score = ScoreSource::key_proxy;
-  KVType kv_type = KVType::f16;          // keys and values, unless k_type / v_type say otherwise
-  std::optional<KVType> k_type{};       // unset ("auto"): kv_type
+  KVType kv_type = KVType::f16;    // keys and values, unless k_type / v_type say otherwise
+  std::optional<KVType> k_type{};  // unset ("auto"): kv_type
   std::optional<KVType> v_type{};
   // The stored formats: k_type / v_type when set, else kv_type; a method with a storage preset
   // (kivi, kivi_sink: kivi2) gives it when kv_type is left at f16.
@@ -67,8 +67,7 @@ struct KVCacheConfig {
   void set(std::string_view name, const ParamValue& value);
   void set(std::string_view name, double value) { set(name, ParamValue(value)); }
   template <typename T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  void set(std::string_view name, T value) {
+  requires(std::is_integral_v<T> && !std::is_same_v<T, bool>) void set(std::string_view name, T value) {
     set(name, ParamValue(int64_t(value)));
   }
   ParamValue get(std::string_view name) const;
@@ -92,8 +91,8 @@ size_t kv_token_bytes(const KVCacheConfig& config);
 std::string to_string(ScoreSource source);
 std::string to_string(KVType type);
 std::string to_string(PositionRule rule);
-ScoreSource parse_score_source(const std::string& text);  // "key-proxy" | "attention"
-KVType parse_kv_type(const std::string& text);  // "f16" | "f32" | "q8_0" | "q4_0" | "kivi2" | "kivi4"
-PositionRule parse_position_rule(const std::string& text); // "span" | "cache" | "text"
+ScoreSource parse_score_source(const std::string& text);    // "key-proxy" | "attention"
+KVType parse_kv_type(const std::string& text);              // "f16" | "f32" | "q8_0" | "q4_0" | "kivi2" | "kivi4"
+PositionRule parse_position_rule(const std::string& text);  // "span" | "cache" | "text"
 
 }  // namespace squeezekv

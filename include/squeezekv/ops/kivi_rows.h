@@ -42,11 +42,10 @@ const char* kivi_unfit(int bits, size_t group, size_t head_dim);
 
 // One key group from `group` rows of f32 keys (row j at rows + j * ld). Rows with include[j] == 0
 // (nullptr: every row is included) are left out of each channel's min and max and get code 0.
-void kivi_quantize_key_group(const float* rows, size_t ld, const uint8_t* include, int bits,
-                             size_t group, size_t head_dim, uint8_t* dst);
+void kivi_quantize_key_group(const float* rows, size_t ld, const uint8_t* include, int bits, size_t group,
+                             size_t head_dim, uint8_t* dst);
 // Row j of a key group decoded (f32 [head_dim]).
-void kivi_load_key(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t j,
-                   float* out);
+void kivi_load_key(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t j, float* out);
 // Rows [first, first + count) of a key group decoded channel by channel, transposed: out[d * ld +
 // j] = channel d of row first + j (the same values as kivi_load_key).
 void kivi_load_keys_transposed(const uint8_t* key_group, int bits, size_t group, size_t head_dim, size_t first,
@@ -61,10 +60,10 @@ void kivi_load_value_row(const uint8_t* row, int bits, size_t group, size_t head
 // out[g * ld_out + j] = dot(q + g * ld_q, key j of the group) for g < n_q, j < group, computed as
 // c_g + a_gj with c_g = sum_d q_d * m_d (fma, d ascending from 0) and
 // a_gj = sum_d (q_d * s_d) * code_dj (the product q_d * s_d rounded, then fma, d ascending).
-void kivi_key_group_dots(const float* q, size_t n_q, size_t ld_q, const uint8_t* key_group, int bits,
-                         size_t group, size_t head_dim, float* out, size_t ld_out);
-void kivi_key_group_dots_scalar(const float* q, size_t n_q, size_t ld_q, const uint8_t* key_group,
-                                int bits, size_t group, size_t head_dim, float* out, size_t ld_out);
+void kivi_key_group_dots(const float* q, size_t n_q, size_t ld_q, const uint8_t* key_group, int bits, size_t group,
+                         size_t head_dim, float* out, size_t ld_out);
+void kivi_key_group_dots_scalar(const float* q, size_t n_q, size_t ld_q, const uint8_t* key_group, int bits,
+                                size_t group, size_t head_dim, float* out, size_t ld_out);
 
 // out[g * ld_out + c] += sum_j w[g * ld_w + j] * value j [c] for g < n_w over n_rows value rows
 // (row j at rows + j * kivi_value_row_bytes), computed per query g and value group (row j: min
@@ -73,12 +72,9 @@ void kivi_key_group_dots_scalar(const float* q, size_t n_q, size_t ld_q, const u
 // and M = sum_j w_gj * m_j (fma, j ascending from 0): one fma per code. Rows whose n_w weights are
 // all zero are skipped (left out of both sums); when every row is skipped, out is not written. A
 // row with m = s = 0 adds exactly +0 to A and M (finite weights), so it changes nothing.
-void kivi_values_weighted_sum_group(const float* w, size_t n_w, size_t ld_w, const uint8_t* rows,
-                                    int bits, size_t group, size_t head_dim, size_t n_rows,
-                                    float* out, size_t ld_out);
-void kivi_values_weighted_sum_group_scalar(const float* w, size_t n_w, size_t ld_w,
-                                           const uint8_t* rows, int bits, size_t group,
-                                           size_t head_dim, size_t n_rows, float* out,
-                                           size_t ld_out);
+void kivi_values_weighted_sum_group(const float* w, size_t n_w, size_t ld_w, const uint8_t* rows, int bits,
+                                    size_t group, size_t head_dim, size_t n_rows, float* out, size_t ld_out);
+void kivi_values_weighted_sum_group_scalar(const float* w, size_t n_w, size_t ld_w, const uint8_t* rows, int bits,
+                                           size_t group, size_t head_dim, size_t n_rows, float* out, size_t ld_out);
 
 }  // namespace squeezekv

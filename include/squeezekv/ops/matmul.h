@@ -44,8 +44,8 @@ void matmul_many(std::span<const MatmulOutput> outputs, const float* x, int64_t 
 
 // The first half of a SwiGLU MLP in one parallel region: gate_out = silu(gate x) * (up x), with
 // up_out [n_tok, n_rows] as scratch. Bit-identical to two matmuls followed by swiglu().
-void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n_tok,
-                   float* gate_out, float* up_out, ThreadPool* pool = nullptr);
+void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n_tok, float* gate_out,
+                   float* up_out, ThreadPool* pool = nullptr);
 
 // Products with fewer multiply-adds than this (rows x cols x tokens) run on the calling thread:
 // below it a parallel region's hand-off costs more than it saves.

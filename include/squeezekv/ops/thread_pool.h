@@ -41,8 +41,7 @@ class ThreadPool {
   void parallel_for(size_t n_tasks, Fn&& fn) {
     using Callable = std::remove_reference_t<Fn>;
     run(
-        n_tasks,
-        [](void* context, size_t task, size_t worker) { (*static_cast<Callable*>(context))(task, worker); },
+        n_tasks, [](void* context, size_t task, size_t worker) { (*static_cast<Callable*>(context))(task, worker); },
         const_cast<void*>(static_cast<const void*>(&fn)));
   }
 

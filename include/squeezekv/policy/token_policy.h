@@ -29,8 +29,8 @@ class TokenPolicy {
   virtual void score_keys(LayerRows& /*layer*/, const UpdateRows& /*update*/) {}
   // probs: [n_queries, n_slots] attention of the update's queries over the head's slots, summed
   // over the query heads sharing this KV head; zero for masked or free slots.
-  virtual void score_attention(LayerRows& /*layer*/, int /*head*/, const float* /*probs*/,
-                               int /*n_queries*/, int /*n_slots*/) {}
+  virtual void score_attention(LayerRows& /*layer*/, int /*head*/, const float* /*probs*/, int /*n_queries*/,
+                               int /*n_slots*/) {}
 
   // At the end of an update: evict until every head holds at most `budget` rows.
   virtual void evict(LayerRows& layer, int budget) = 0;
