@@ -512,7 +512,8 @@ TEST(Cli, CacheOutputsSplitSlidingAndEvictingBytes) {
   const CliRun bench =
       run("bench " + kModel + " -p 8 -n 4 -r 1 -t 1 --method h2o --budget 8 --bandwidth-mib 0 -o json");
   ASSERT_EQ(bench.status, 0) << bench.out;
-  for (const auto& r : nlohmann::json::parse(bench.out)["results"]) {
+  const auto bench_json = nlohmann::json::parse(bench.out);  // named: a temporary's member dangles in a range-for
+  for (const auto& r : bench_json["results"]) {
     EXPECT_EQ(r["layer_windows"].get<std::vector<int>>(), globals);
     EXPECT_EQ(r["kv_sliding_kept_bytes"].get<size_t>(), 0u);
     EXPECT_EQ(r["kv_evicting_kept_bytes"].get<size_t>(), r["kv_kept_bytes"].get<size_t>());
@@ -521,7 +522,8 @@ TEST(Cli, CacheOutputsSplitSlidingAndEvictingBytes) {
   const CliRun sweep = run("sweep " + kModel + text + " --methods h2o,full --budgets 16 --json " + json_path);
   ASSERT_EQ(sweep.status, 0) << sweep.out;
   std::ifstream in(json_path);
-  for (const auto& r : nlohmann::json::parse(in)["results"]) {
+  const auto sweep_json = nlohmann::json::parse(in);
+  for (const auto& r : sweep_json["results"]) {
     EXPECT_EQ(r["layer_windows"].get<std::vector<int>>(), globals);
     EXPECT_EQ(r["mean_sliding_kept_bytes"].get<double>(), 0.0);
     EXPECT_EQ(r["mean_evicting_kept_bytes"].get<double>(), r["mean_kept_bytes"].get<double>());
