@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
+#include "cli/perplexity_json.h"
 #include "cli/progress.h"
 #include "cli/stream_report.h"
 #include "squeezekv/eval/perplexity.h"
@@ -25,28 +26,9 @@ struct PerplexityArgs {
 };
 
 nlohmann::json to_json(const PerplexityResult& r) {
-  return {{"method", r.config.method},
-          {"budget", r.config.budget},
-          {"positions", to_string(r.config.positions)},
-          {"chunks", r.chunks},
-          {"scored", r.scored},
-          {"perplexity", r.perplexity},
-          {"mean_nll", r.mean_nll},
-          {"mean_kl", r.mean_kl},
-          {"top1_agreement", r.top1_agreement},
-          {"mean_kept_bytes", r.mean_kept_bytes},
-          {"peak_kept_bytes", r.peak_kept_bytes},
-          {"mean_full_bytes", r.mean_full_bytes},
-          {"peak_full_bytes", r.peak_full_bytes},
-          {"layer_budgets", r.layer_budgets},
-          {"layer_mean_kept", r.layer_mean_kept},
-          {"layer_importance", r.layer_importance},
-          {"seconds", r.seconds},
-          {"layer_windows", r.layer_windows},
-          {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
-          {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes},
-          {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes},
-          {"peak_evicting_kept_bytes", r.peak_evicting_kept_bytes}};
+  nlohmann::json out = perplexity_metrics_json(r);
+  out.update({{"method", r.config.method}, {"budget", r.config.budget}, {"positions", to_string(r.config.positions)}});
+  return out;
 }
 
 void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& tokens, const KVCacheConfig& config) {

@@ -12,6 +12,7 @@
 #include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "cli/output_file.h"
+#include "cli/perplexity_json.h"
 #include "cli/progress.h"
 #include "cli/stream_report.h"
 #include "cli/sweep_axes.h"
@@ -42,26 +43,7 @@ nlohmann::json row(const PerplexityResult& r) {
     if (reported(*spec)) out[std::string(spec->name)] = to_json(c.get(spec->name));
   }
   out["budget"] = keeps_every_row(c) ? 0 : c.budget;
-  nlohmann::json metrics = {{"perplexity", r.perplexity},
-                            {"mean_nll", r.mean_nll},
-                            {"mean_kl", r.mean_kl},
-                            {"top1_agreement", r.top1_agreement},
-                            {"mean_kept_bytes", r.mean_kept_bytes},
-                            {"peak_kept_bytes", r.peak_kept_bytes},
-                            {"mean_full_bytes", r.mean_full_bytes},
-                            {"peak_full_bytes", r.peak_full_bytes},
-                            {"layer_budgets", r.layer_budgets},
-                            {"layer_mean_kept", r.layer_mean_kept},
-                            {"layer_importance", r.layer_importance},
-                            {"chunks", r.chunks},
-                            {"scored", r.scored},
-                            {"seconds", r.seconds},
-                            {"layer_windows", r.layer_windows},
-                            {"mean_sliding_kept_bytes", r.mean_sliding_kept_bytes},
-                            {"peak_sliding_kept_bytes", r.peak_sliding_kept_bytes},
-                            {"mean_evicting_kept_bytes", r.mean_evicting_kept_bytes},
-                            {"peak_evicting_kept_bytes", r.peak_evicting_kept_bytes}};
-  out.update(metrics);
+  out.update(perplexity_metrics_json(r));
   return out;
 }
 

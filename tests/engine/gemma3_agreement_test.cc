@@ -26,6 +26,7 @@
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/eval/perplexity.h"
 #include "squeezekv/ops/thread_pool.h"
+#include "engine/greedy_agreement.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -115,12 +116,7 @@ TEST(Gemma3Agreement, TokenIdsEqualLlamaTokenize) {
   for (const TokenCase& c : kPlain) EXPECT_EQ(t.decode(std::span(c.ids).subspan(1)), c.text);
 }
 
-struct GreedyCase {
-  const char* prompt;
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> ids;
-  std::vector<float> gaps;  // llama.cpp's best logit minus its second best, per step
-};
+using test::GreedyCase;
 
 const GreedyCase kGreedy[] = {
     {"Once upon a time",
@@ -150,35 +146,10 @@ const GreedyCase kGreedy[] = {
 // may part only at a step where the two best logits lie within kNearTie of each other on either
 // side (said when it happens).
 TEST(Gemma3Agreement, GreedyOnTheWeightsInF32EqualsLlamaCpp) {
-  constexpr float kNearTie = 1e-3f;
   const Model& model = gemma3_f32();
   ThreadPool pool(2);
   Engine engine(model, &pool);
-  const int vocab = model.config().vocab;
-  for (const GreedyCase& g : kGreedy) {
-    SCOPED_TRACE(g.prompt);
-    ASSERT_EQ(model.tokenizer().encode(g.prompt, true), g.prompt_ids);
-    KVCacheConfig config;
-    config.method = "full";
-    config.kv_type = KVType::f32;
-    auto cache = engine.make_cache(config);
-    std::vector<float> logits;
-    engine.forward(g.prompt_ids, *cache, Logits::last, logits);
-    for (size_t step = 0; step < g.ids.size(); ++step) {
-      std::vector<float> sorted(logits.begin(), logits.begin() + vocab);
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      const auto token = int32_t(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
-      if (token != g.ids[step]) {
-        const float ours = sorted[0] - sorted[1];
-        std::printf("%s: parts from llama.cpp at step %zu (%d against %d), gaps %.5f here and %.5f there\n", g.prompt,
-                    step, token, g.ids[step], ours, g.gaps[step]);
-        EXPECT_TRUE(ours < kNearTie || g.gaps[step] < kNearTie)
-            << "step " << step << ": " << token << " against " << g.ids[step];
-        break;
-      }
-      if (step + 1 < g.ids.size()) engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-    }
-  }
+  test::expect_greedy_agrees(engine, kGreedy);
 }
 
 // llama-perplexity's figure on the F32 weights at -c 2048 (four times the sliding window, so the

@@ -26,6 +26,7 @@
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/eval/perplexity.h"
 #include "squeezekv/ops/thread_pool.h"
+#include "engine/greedy_agreement.h"
 #include "test_util.h"
 
 namespace squeezekv {
@@ -92,12 +93,7 @@ TEST(SmolLM2Agreement, TokenIdsEqualLlamaTokenize) {
   for (const TokenCase& c : kPlain) EXPECT_EQ(t.decode(c.ids), c.text);
 }
 
-struct GreedyCase {
-  const char* prompt;
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> ids;
-  std::vector<float> gaps;  // llama.cpp's best logit minus its second best, per step
-};
+using test::GreedyCase;
 
 const GreedyCase kGreedy[] = {
     {"Once upon a time",
@@ -137,31 +133,7 @@ TEST(SmolLM2Agreement, GreedyOnTheWeightsInF32EqualsLlamaCpp) {
   std::filesystem::remove(path);  // the mapping stays valid
   ThreadPool pool(2);
   Engine engine(model, &pool);
-  const int vocab = model.config().vocab;
-  for (const GreedyCase& g : kGreedy) {
-    SCOPED_TRACE(g.prompt);
-    ASSERT_EQ(model.tokenizer().encode(g.prompt, true), g.prompt_ids);
-    KVCacheConfig config;
-    config.method = "full";
-    config.kv_type = KVType::f32;
-    auto cache = engine.make_cache(config);
-    std::vector<float> logits;
-    engine.forward(g.prompt_ids, *cache, Logits::last, logits);
-    for (size_t step = 0; step < g.ids.size(); ++step) {
-      std::vector<float> sorted(logits.begin(), logits.begin() + vocab);
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      const auto token = int32_t(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
-      if (token != g.ids[step]) {
-        const float ours = sorted[0] - sorted[1];
-        std::printf("%s: parts from llama.cpp at step %zu (%d against %d), gaps %.5f here and %.5f there\n", g.prompt,
-                    step, token, g.ids[step], ours, g.gaps[step]);
-        EXPECT_TRUE(ours < 1e-3f || g.gaps[step] < 1e-3f)
-            << "step " << step << ": " << token << " against " << g.ids[step];
-        break;
-      }
-      if (step + 1 < g.ids.size()) engine.forward(std::span(&token, 1), *cache, Logits::last, logits);
-    }
-  }
+  test::expect_greedy_agrees(engine, kGreedy);
 }
 
 // llama-perplexity's figure at -c 1024 over 4 chunks (first half of each chunk unscored), within
