@@ -39,6 +39,8 @@ struct NeedleArgs {
   std::string task = "passkey";
   std::vector<int64_t> lengths = {1024, 2048};
   std::vector<double> depths = {0.1, 0.5, 0.9};
+  std::vector<double> budget_shares;  // budgets as shares of each length's rows (instead of --budgets)
+  CLI::Option* budgets_option = nullptr;
   int samples = 5;
   uint64_t seed = 0;
   std::string haystack = kDefaultHaystack;
@@ -145,8 +147,43 @@ void print_table(const std::vector<nlohmann::json>& rows) {
   }
 }
 
+void check_shares(const NeedleArgs& a) {
+  if (a.budget_shares.empty()) return;
+  if (a.budgets_option->count() > 0) {
+    throw InvalidArgument(invalid_value("--budget-shares", a.budget_shares.front(),
+                                        "and --budgets are two ways to give the budgets: give one"));
+  }
+  std::set<double> seen;
+  for (double share : a.budget_shares) {
+    require(share > 0.0 && share < 1.0, "--budget-shares", share, "must lie in (0, 1) (a share of the prompt's rows)");
+    require(seen.insert(share).second, "--budget-shares", share, "is given twice");
+  }
+}
+
+// The cache configurations of one length, the full cache first in each (length, depth) so that the
+// other cells can name its accuracy. With --budget-shares a budget is its share of the length's
+// rows (at least one row more than the sinks, so that every method can hold a recent row).
+std::vector<KVCacheConfig> length_configs(const NeedleArgs& a, int64_t length) {
+  SweepSpec spec = a.spec;
+  if (!a.budget_shares.empty()) {
+    spec.budgets.clear();
+    const int64_t floor = spec.base.n_sink + 1;
+    for (double share : a.budget_shares) {
+      const int64_t budget = std::max<int64_t>(floor, std::llround(share * double(length)));
+      require(budget <= (int64_t(1) << 30), "--budget-shares", share, "gives too large a budget");
+      if (std::find(spec.budgets.begin(), spec.budgets.end(), int(budget)) == spec.budgets.end()) {
+        spec.budgets.push_back(int(budget));
+      }
+    }
+  }
+  std::vector<KVCacheConfig> configs = expand_sweep(spec);
+  std::stable_partition(configs.begin(), configs.end(), [](const KVCacheConfig& c) { return keeps_every_row(c); });
+  return configs;
+}
+
 void check_grid(const NeedleArgs& a, int context_length) {
   require(a.samples >= 1, "--samples", a.samples, "must be >= 1");
+  require(!a.lengths.empty(), "--lengths", "(none)", "needs at least one length");
   std::set<int64_t> lengths;
   for (int64_t n : a.lengths) {
     require(n >= 1 && n <= context_length, "--lengths", n,
@@ -175,14 +212,14 @@ void run(NeedleArgs& a) {
   const NeedleTask task = parse_task(a.task);
   a.axes.apply(a.spec);
   a.spec.base = a.cache.resolve();
-  std::vector<KVCacheConfig> configs = expand_sweep(a.spec);
-  // The full cache first in each (length, depth), so that the other cells can name its accuracy.
-  std::stable_partition(configs.begin(), configs.end(), [](const KVCacheConfig& c) { return keeps_every_row(c); });
+  check_shares(a);
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   check_grid(a, model.config().context_length);
   const std::string haystack = task == NeedleTask::passkey ? std::string() : read_text_file(a.haystack, "--haystack");
   const std::string model_name = std::filesystem::path(a.model.model_path).filename().string();
   const nlohmann::json identity = run_identity(a, model_name);
+  std::map<int64_t, std::vector<KVCacheConfig>> configs;  // per length (budget shares differ)
+  for (int64_t length : a.lengths) configs[length] = length_configs(a, length);
 
   // Every length must fit the task's needles; checked before any model work.
   for (int64_t length : a.lengths) {
@@ -213,7 +250,7 @@ void run(NeedleArgs& a) {
   int64_t total = 0;
   for (int64_t length : a.lengths) {
     for (double depth : a.depths) {
-      for (const KVCacheConfig& c : configs) {
+      for (const KVCacheConfig& c : configs[length]) {
         const int64_t budget = keeps_every_row(c) ? 0 : c.budget;
         total += done.contains(cell_key(sweep_variant(c), budget, length, depth)) ? 0 : a.samples;
       }
@@ -221,7 +258,7 @@ void run(NeedleArgs& a) {
   }
   std::fprintf(stderr,
                "needle %s: %zu configurations x %zu lengths x %zu depths, %d samples each; %lld samples to run%s\n",
-               a.task.c_str(), configs.size(), a.lengths.size(), a.depths.size(), a.samples,
+               a.task.c_str(), configs.begin()->second.size(), a.lengths.size(), a.depths.size(), a.samples,
                static_cast<long long>(total), done.empty() ? "" : " (the rest resumed)");
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
@@ -234,7 +271,7 @@ void run(NeedleArgs& a) {
   for (int64_t length : a.lengths) {
     for (double depth : a.depths) {
       std::vector<NeedleSample> samples;
-      for (const KVCacheConfig& c : configs) {
+      for (const KVCacheConfig& c : configs[length]) {
         const std::string variant = sweep_variant(c);
         const int64_t budget = keeps_every_row(c) ? 0 : c.budget;
         const std::string key = cell_key(variant, budget, length, depth);
@@ -263,6 +300,7 @@ void run(NeedleArgs& a) {
         row.update({{"method", c.method},
                     {"variant", variant},
                     {"budget", budget},
+                    {"budget_share", double(budget) / double(length)},
                     {"kv_type", kv_type},
                     {"length", length},
                     {"depth", depth},
@@ -347,9 +385,13 @@ void register_needle(CLI::App& app) {
   s.methods = {"full", "squeeze", "h2o", "snapkv", "window"};
   s.budgets = {128, 256};
   cmd->add_option("--methods", s.methods, "method ids (`squeezekv methods`)")->delimiter(',')->capture_default_str();
-  cmd->add_option("--budgets", s.budgets, "average budgets (rows per layer and KV head)")
-      ->delimiter(',')
-      ->capture_default_str();
+  args->budgets_option = cmd->add_option("--budgets", s.budgets, "average budgets (rows per layer and KV head)")
+                             ->delimiter(',')
+                             ->capture_default_str();
+  cmd->add_option("--budget-shares", args->budget_shares,
+                  "budgets as shares of each prompt length's rows, e.g. 0.02,0.1,0.4 (instead of --budgets: "
+                  "the same share of the context at every length)")
+      ->delimiter(',');
   add_sweep_axis_options(*cmd, args->axes);
   cmd->add_option("--json", args->json_path, "write one JSON object per cell, a line each, as each cell ends");
   cmd->add_flag("--resume", args->resume, "skip the cells already in the --json file (same run) and append the rest");

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Reproduces docs/results.md's long-context section on SmolLM2-135M-Instruct: needle retrieval
+# (RULER's single needle in real text) over lengths 1k-8k, 5 depths, every method at 5 shares of
+# the prompt's rows, query-agnostic and query-aware; K/V storage alone and with eviction; the
+# books' perplexity and KL at n_ctx 4096 and 8192; and a whole book streamed through an evicting
+# cache. The grid is hours long on 2 cores, so it runs in resumable pieces of under 2 hours each:
+#
+#   scripts/long_context.sh                 # every piece not yet done, then the tables and plots
+#   scripts/long_context.sh PIECE ...       # those pieces only (names below), then the report
+#   scripts/long_context.sh --list          # the pieces, their state and measured run time
+#
+# A piece interrupted part-way resumes where it stopped (the needle grids append to their JSON
+# lines and skip the cells already there); a piece done is not run again. Output: build/long/
+# (JSON, CSV, tables.md, plots). Set MODEL to another GGUF file to measure another model, SAMPLES
+# to change the samples per needle cell (2 by default), THREADS (every core by default).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-build/long}
+model=${MODEL:-$HOME/.cache/squeezekv/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+samples=${SAMPLES:-2}
+threads=${THREADS:-0}
+books=${SQUEEZEKV_BOOKS:-$HOME/.cache/squeezekv/books}
+mkdir -p "$out"
+
+methods_all=full,window,streaming,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv,knorm
+# Query-aware differs from query-agnostic only for policies that score rows: the window,
+# StreamingLLM and key norm choose the same rows wherever the question is.
+methods_scoring=full,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv
+shares=0.02,0.05,0.1,0.2,0.4
+depths=0,0.25,0.5,0.75,1
+needle=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
+  --depths "$depths" --budget-shares "$shares" --importances key-dispersion,hidden-cosine --resume)
+
+pieces=(qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192 stream)
+
+run_piece() {
+  case "$1" in
+    qag-short) "${needle[@]}" --lengths 1024,2048,4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-8k-a) "${needle[@]}" --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-8k-b) "${needle[@]}" --lengths 8192 --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qaw-short)
+      "${needle[@]}" --question-in-prompt --lengths 1024,2048,4096 --methods "$methods_scoring" \
+        --json "$out/needle_qaw.jsonl"
+      ;;
+    qaw-8k-a)
+      "${needle[@]}" --question-in-prompt --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_scoring" \
+        --json "$out/needle_qaw.jsonl"
+      ;;
+    qaw-8k-b)
+      "${needle[@]}" --question-in-prompt --lengths 8192 --depths 0.75,1 --methods "$methods_scoring" \
+        --json "$out/needle_qaw.jsonl"
+      ;;
+    storage)
+      # K/V storage alone (the full cache's rows in fewer bits) and with eviction, at 4096 tokens.
+      "${needle[@]}" --lengths 4096 --methods full,h2o,squeeze,snapkv --budget-shares 0.1,0.2,0.4 \
+        --importances key-dispersion --kv-types q8_0,q4_0,kivi2,kivi4 --json "$out/needle_storage.jsonl"
+      ;;
+    books-4096 | books-8192)
+      local ctx=${1#books-}
+      scripts/fetch_books.py kjv austen-emma > /dev/null
+      for book in austen-emma kjv; do
+        local budgets
+        budgets=$(python3 -c "import sys; c=int(sys.argv[1]); print(','.join(str(round(s*c)) for s in (0.02,0.05,0.1,0.2,0.4)))" "$ctx")
+        build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c "$ctx" --chunks 1 -t "$threads" \
+          --methods "$methods_all" --budgets "$budgets" --importances key-dispersion,hidden-cosine \
+          --json "$out/books_${ctx}_$book.json" > "$out/books_${ctx}_$book.txt"
+      done
+      ;;
+    stream)
+      scripts/fetch_books.py austen-emma > /dev/null
+      for method in squeeze h2o; do
+        build/squeezekv perplexity -m "$model" -f "$books/austen-emma.txt" -t "$threads" --stream \
+          --method "$method" --budget 819 --json --csv "$out/stream_emma_$method.csv" > "$out/stream_emma_$method.json"
+      done
+      ;;
+    *)
+      echo "long_context.sh: unknown piece '$1' (pieces: ${pieces[*]})" >&2
+      exit 2
+      ;;
+  esac
+}
+
+if [[ ${1:-} == --list ]]; then
+  for p in "${pieces[@]}"; do
+    if [[ -f $out/done.$p ]]; then echo "$p: done in $(cat "$out/done.$p") s"; else echo "$p: to run"; fi
+  done
+  exit 0
+fi
+[[ -f $model ]] || {
+  echo "long_context.sh: model file '$model' not found: run scripts/fetch_models.sh (or set MODEL)" >&2
+  exit 2
+}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build build --target squeezekv > /dev/null
+todo=("$@")
+[[ ${#todo[@]} -gt 0 ]] || todo=("${pieces[@]}")
+for p in "${todo[@]}"; do
+  [[ -f $out/done.$p ]] && continue
+  echo "long_context.sh: piece $p" >&2
+  start=$(date +%s)
+  run_piece "$p"
+  echo $(($(date +%s) - start)) > "$out/done.$p"
+done
+python3 scripts/long_context_report.py "$out" > "$out/tables.md"
+echo "long_context.sh: tables in $out/tables.md, plots in $out/plots" >&2
