@@ -69,6 +69,7 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
   d["stopped_at_eos"] = r.stopped_at_eos;
   d["prompt_tokens_per_second"] = r.prompt_tokens_per_second();
   d["decode_tokens_per_second"] = r.decode_tokens_per_second();
+  d["layer_schedule"] = cache->scheduled_budgets();  // the allocator's; layer_budgets: conserved
   d["layer_budgets"] = cache->budgets();
   d["layer_kept"] = kept;
   d["kept_bytes"] = cache->kept_bytes();

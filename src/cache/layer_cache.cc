@@ -21,6 +21,7 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
       layer_index_(layer_index),
       initial_budget_(budget),
       budget_(budget),
+      budget_now_(budget),
       budget_final_(coordinator == nullptr),
       policy_(std::move(policy)),
       coordinator_(coordinator),
@@ -41,7 +42,12 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
   rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads),
                      HeadStore(config.head_dim, config.key_type(), config.value_type(), kivi));
   update_.slots.resize(rows_.heads.size());
-  if (coordinator_) coordinator_->attach(layer_index, [this](int b) { set_budget(b); });
+  if (coordinator_) {
+    coordinator_->attach(layer_index, [this](int b) {
+      schedule_ = &coordinator_->conserved();
+      apply_budget(b, true);
+    });
+  }
 }
 
 namespace {
@@ -115,7 +121,7 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   }
   // Until the budget is final the layer keeps everything, so it grows without a cap; after that
   // its slots stop at budget + 1 (room for one append before the eviction).
-  const int growth_cap = budget_final_ && policy_->bounded() ? budget_ + 1 : 0;
+  const int growth_cap = budget_final_ && policy_->bounded() ? budget_at(rows_.tokens_seen + n_tokens) + 1 : 0;
   update_.keys = keys;
   update_.n_new = n_tokens;
   update_.first_pos = rows_.tokens_seen;
@@ -228,21 +234,42 @@ void LayerCache::end_prompt() {
   settle();
 }
 
-void LayerCache::set_budget(int budget) {
+void LayerCache::set_budget(int budget) { apply_budget(budget, false); }
+
+void LayerCache::apply_budget(int budget, bool scheduled) {
   require(budget >= 1, "budget", budget, "must be at least 1");
-  budget_ = budget;
+  budget_ = budget_now_ = budget;
   budget_final_ = true;
+  follows_schedule_ = scheduled;
   if (!in_update_) settle();
+}
+
+bool LayerCache::ages_rows() const {
+  // A sliding layer holds its window whatever the rule (the model reads no row beyond it).
+  return config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded() && !sliding();
+}
+
+void LayerCache::follow_schedule(ConservedSchedule* schedule) {
+  schedule_ = schedule;
+  follows_schedule_ = true;
+}
+
+int LayerCache::budget_at(int64_t tokens) {
+  // A layer that has seen nothing holds nothing: its budget is the schedule's.
+  if (!follows_schedule_ || schedule_ == nullptr || schedule_->empty() || tokens <= 0) return budget_;
+  // What this layer can hold: every row it has seen, or, when rows age out, its span and sinks.
+  int64_t cap = tokens;
+  if (ages_rows()) cap = std::min(cap, int64_t(config_.max_distance) + config_.n_sink);
+  return schedule_->budget(layer_index_, cap);
 }
 
 void LayerCache::settle(ThreadPool* pool) {
   if (!budget_final_) return;  // keep the whole prompt until the schedule is known
   const bool prompt_end = prompt_pending_;
   prompt_pending_ = false;
+  budget_now_ = budget_at(rows_.tokens_seen);
   // Rows older than the span go first, so the policy fills its budget from rows within it.
-  // A sliding layer holds its window whatever the rule (the model reads no row beyond it).
-  const bool age =
-      config_.positions == PositionRule::span && config_.max_distance > 0 && policy_->bounded() && !sliding();
+  const bool age = ages_rows();
   const int64_t before = rows_.tokens_seen - config_.max_distance;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
@@ -251,7 +278,7 @@ void LayerCache::settle(ThreadPool* pool) {
     // Each head alone, the same steps in the same order as below (the heads share nothing).
     for_each_head(pool, worth_it, [&](size_t h) {
       if (age) evict_aged(rows_.heads[h], before);
-      policy_->evict_head(rows_, int(h), budget_);
+      policy_->evict_head(rows_, int(h), budget_now_);
       settle_head(rows_.heads[h], prompt_end);
     });
     return;
@@ -260,9 +287,9 @@ void LayerCache::settle(ThreadPool* pool) {
     for (HeadStore& head : rows_.heads) evict_aged(head, before);
   }
   if (prompt_end) {
-    policy_->finish_prompt(rows_, budget_);
+    policy_->finish_prompt(rows_, budget_now_);
   } else {
-    policy_->evict(rows_, budget_);
+    policy_->evict(rows_, budget_now_);
   }
   for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end); });
 }
@@ -271,7 +298,7 @@ void LayerCache::settle_head(HeadStore& head, bool prompt_end) {
   head.apply_evictions();  // shifts current before the next query reads them
   // KIVI's held rows (dead rows inside quantized key groups) and whole groups count as needed.
   if (policy_->bounded()) {
-    const int target = head.capacity_for(std::max(budget_ + 1, head.n_live()) + head.held());
+    const int target = head.capacity_for(std::max(budget_now_ + 1, head.n_live()) + head.held());
     if (head.capacity() > target) head.compact(target);
   } else if (prompt_end && head.capacity() > head.capacity_for(head.rows_needed())) {
     head.compact(head.rows_needed());
@@ -304,8 +331,8 @@ void LayerCache::clear() {
     // One layer's reset keeps a published schedule (its next report is ignored, so clearing it
     // would leave the layer without a budget forever); ModelCache::reset clears the coordinator
     // first, so there every layer falls back and measures again.
-    budget_final_ = coordinator_->is_final();
-    budget_ = budget_final_ ? coordinator_->budgets()[size_t(layer_index_)] : initial_budget_;
+    budget_final_ = follows_schedule_ = coordinator_->is_final();
+    budget_ = budget_now_ = budget_final_ ? coordinator_->budgets()[size_t(layer_index_)] : initial_budget_;
   }
 }
 

@@ -53,6 +53,13 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
                                                      make_token_policy(config), coordinator_.get(), &busy_));
     }
   }
+  // A fixed schedule (uniform, pyramid) is conserved as the layers fill, as a measured one is.
+  if (n_evicting > 0 && !coordinator_) {
+    fixed_schedule_.set(budgets, evicting);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (evicting[i]) layers_[i]->follow_schedule(&fixed_schedule_);
+    }
+  }
 }
 
 int ModelCache::n_sliding() const {
@@ -78,6 +85,12 @@ void ModelCache::reset() {
 std::vector<int> ModelCache::budgets() const {
   std::vector<int> out;
   for (const auto& layer : layers_) out.push_back(layer->layer_budget());
+  return out;
+}
+
+std::vector<int> ModelCache::scheduled_budgets() const {
+  std::vector<int> out;
+  for (const auto& layer : layers_) out.push_back(layer->scheduled_budget());
   return out;
 }
 

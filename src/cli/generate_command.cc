@@ -91,6 +91,7 @@ void run(GenerateArgs& a) {
                           {"prompt_tokens_per_second", r.prompt_tokens_per_second()},
                           {"decode_tokens_per_second", r.decode_tokens_per_second()},
                           {"method", config.method},
+                          {"layer_schedule", cache->scheduled_budgets()},
                           {"layer_budgets", cache->budgets()},
                           {"layer_kept", kept},
                           {"kv_kept_bytes", cache->kept_bytes()},

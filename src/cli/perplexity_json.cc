@@ -11,6 +11,7 @@ nlohmann::json perplexity_metrics_json(const PerplexityResult& r) {
           {"peak_kept_bytes", r.peak_kept_bytes},
           {"mean_full_bytes", r.mean_full_bytes},
           {"peak_full_bytes", r.peak_full_bytes},
+          {"layer_schedule", r.layer_schedule},
           {"layer_budgets", r.layer_budgets},
           {"layer_mean_kept", r.layer_mean_kept},
           {"layer_importance", r.layer_importance},

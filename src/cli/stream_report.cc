@@ -56,6 +56,7 @@ nlohmann::json stream_json(const StreamResult& r) {
           {"mean_nll", r.mean_nll},
           {"mean_kept_bytes", r.mean_kept_bytes},
           {"peak_kept_bytes", r.peak_kept_bytes},
+          {"layer_schedule", r.layer_schedule},
           {"layer_budgets", r.layer_budgets},
           {"seconds", r.seconds},
           {"segments", segments},

@@ -157,11 +157,13 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
     for (size_t c = 0; c < configs.size(); ++c) {
       if (is_reference(configs[c], reference_config)) {
         results[c].layer_budgets = reference->budgets();
+        results[c].layer_schedule = reference->scheduled_budgets();
         continue;
       }
       run_chunk(*caches[c], &acc[c], [&](int k, const float* row) { score_into(acc[c], k, row); });
       if (progress) progress(++done, chunks * passes_per_chunk);
       results[c].layer_budgets = caches[c]->budgets();
+      results[c].layer_schedule = caches[c]->scheduled_budgets();
       if (const BudgetCoordinator* coordinator = caches[c]->coordinator()) {
         results[c].layer_importance = coordinator->measurements();
       }

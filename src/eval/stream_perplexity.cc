@@ -89,6 +89,7 @@ std::vector<StreamResult> evaluate_stream_perplexity(Engine& engine, std::span<c
     r.mean_evicting_kept_bytes = (all.kept - sliding) / double(all.scored);
     r.layer_windows = sliding_windows_of(cache->layer_kinds());
     r.layer_budgets = cache->budgets();
+    r.layer_schedule = cache->scheduled_budgets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     results.push_back(std::move(r));
   }

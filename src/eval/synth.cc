@@ -36,7 +36,8 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point, const
   std::vector<float> keys(per_layer), values(per_layer);
   double seconds = 0.0;
   std::vector<double> concentrations;
-  std::vector<int> schedule;
+  std::vector<int> schedule, held_budgets;
+  int64_t scheduled_rows = 0, held_rows = 0, wasted_rows = 0;
   auto make = [&](int layer) {
     // Each layer reads its own window of the shared pool (a prime stride keeps windows apart).
     const size_t offset = (size_t(layer) * 7919u * step) % (pool.size() - 2 * per_layer + 1);
@@ -58,7 +59,15 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point, const
     model->layer(l).update(keys.data(), values.data(), point.seq_len);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  schedule = model->budgets();
+  schedule = model->scheduled_budgets();
+  held_budgets = model->budgets();
+  int64_t usable_rows = 0;  // a layer cannot hold more rows than the prompt has
+  for (int l = 0; l < L; ++l) {
+    scheduled_rows += schedule[size_t(l)];
+    usable_rows += std::min(schedule[size_t(l)], point.seq_len);
+    held_rows += model->layer(l).tokens_kept();
+  }
+  wasted_rows = usable_rows - held_rows;
   for (int t = 0; t < options.decode_tokens; ++t) {
     for (int l = 0; l < L; ++l) {
       const float* k = decode_keys[size_t(l)].data() + size_t(t) * step;
@@ -76,6 +85,10 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point, const
   r.strength = point.strength;
   r.concentrations = std::move(concentrations);
   r.schedule = std::move(schedule);
+  r.held_budgets = std::move(held_budgets);
+  r.scheduled_rows = scheduled_rows;
+  r.held_rows = held_rows;
+  r.wasted_rows = wasted_rows;
   for (int l = 0; l < L; ++l) r.kept.push_back(model->layer(l).tokens_kept());
   r.kept_bytes = model->kept_bytes();
   r.full_bytes = model->full_bytes();

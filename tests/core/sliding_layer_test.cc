@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/mock_model.h"
+#include "squeezekv/alloc/conserve_budgets.h"
 #include "squeezekv/alloc/pyramid_budgets.h"
 #include "squeezekv/alloc/squeeze_budgets.h"
 #include "squeezekv/base/errors.h"
@@ -203,13 +204,15 @@ TEST(SlidingLayer, ALoneSlidingLayerFromTheFactory) {
 // 9 layers, layers 2, 5 and 8 global.
 std::vector<LayerKind> every_third_global(int window) { return periodic_layer_kinds(9, window, 3); }
 
-std::vector<int> global_budgets(const ModelCache& cache) {
+std::vector<int> global_budgets(const std::vector<int>& budgets, const ModelCache& cache) {
   std::vector<int> out;
   for (int l = 0; l < cache.n_layers(); ++l) {
-    if (!cache.layer(l).sliding()) out.push_back(cache.layer(l).layer_budget());
+    if (!cache.layer(l).sliding()) out.push_back(budgets[size_t(l)]);
   }
   return out;
 }
+
+std::vector<int> global_budgets(const ModelCache& cache) { return global_budgets(cache.budgets(), cache); }
 
 TEST(SlidingSchedule, UniformGivesEachGlobalLayerTheBudget) {
   ModelCache cache(config_for("h2o", 24), 9, kHeads, 1, every_third_global(64));
@@ -281,8 +284,12 @@ TEST(SlidingSchedule, SqueezeMeasuresAndReallocatesAmongTheGlobalLayers) {
       }
       ASSERT_TRUE(coordinator->is_final());
       const std::vector<int> expected = squeeze_budgets(measured, 32, 2, 1.0);
-      EXPECT_EQ(global_budgets(cache), expected);
+      EXPECT_EQ(global_budgets(cache.scheduled_budgets(), cache), expected);
       EXPECT_EQ(std::accumulate(expected.begin(), expected.end(), 0), 3 * 32);  // the average over the global layers
+      // Each global layer has seen 64 tokens: a budget past that is conserved, handed to the others.
+      const std::vector<int> held = global_budgets(cache);
+      EXPECT_EQ(held, conserve_budgets(expected, 64));
+      EXPECT_EQ(std::accumulate(held.begin(), held.end(), 0), 3 * 32);
       for (int l = 0; l < 9; ++l) {
         if (cache.layer(l).sliding()) {
           EXPECT_EQ(coordinator->measurements()[size_t(l)], 0.0);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "squeezekv/alloc/budget_allocator.h"
+#include "squeezekv/cache/conserved_schedule.h"
 
 namespace squeezekv {
 
@@ -33,6 +34,8 @@ class BudgetCoordinator {
   // layer: 0 for a layer that is not scheduled. The allocator saw the scheduled layers' alone, in
   // layer order.
   const std::vector<int>& budgets() const { return budgets_; }
+  // The published schedule, conserved as the layers fill (empty until final).
+  ConservedSchedule& conserved() { return conserved_; }
   std::vector<double> measurements() const;
   const BudgetAllocator& allocator() const { return *allocator_; }
   // The longest sequence the cache will see (0 = unknown): no layer needs more rows than that.
@@ -46,6 +49,7 @@ class BudgetCoordinator {
   std::vector<bool> scheduled_;
   int n_scheduled_ = 0;
   std::vector<int> budgets_;
+  ConservedSchedule conserved_;
   int max_rows_ = 0;
 };
 

@@ -30,6 +30,7 @@
 namespace squeezekv {
 
 class BudgetCoordinator;
+class ConservedSchedule;
 class ThreadPool;
 
 // Far beyond any GGUF model (the largest have ~128 layers and heads), low enough that a wrong
@@ -101,7 +102,8 @@ class LayerCache {
   void begin_prompt();
   void end_prompt();
 
-  // Sets this layer's budget and trims to it now (the coordinator's publish step).
+  // Sets this layer's budget and trims to it now. A coordinator's schedule is conserved as the
+  // layer fills (budget_at); a budget set here is the layer's own, kept as given.
   void set_budget(int budget);
   void reset();
 
@@ -109,7 +111,11 @@ class LayerCache {
   int layer_index() const { return layer_index_; }
   const LayerKind& kind() const { return kind_; }
   bool sliding() const { return kind_.is_sliding(); }
-  int layer_budget() const { return budget_; }
+  // The rows per head this layer trims to now: its scheduled budget conserved to what the layers
+  // can hold (alloc/conserve_budgets.h), the schedule itself once the layers have seen enough.
+  int layer_budget() const { return budget_now_; }
+  // What the allocator scheduled (or set_budget set) for this layer.
+  int scheduled_budget() const { return budget_; }
   bool budget_final() const { return budget_final_; }
   // The key measurement of a measuring allocator that reads keys (the squeeze allocator's key
   // concentration); 0 when the layer's allocator measures nothing from keys.
@@ -129,6 +135,10 @@ class LayerCache {
   void clear();  // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;
   void settle(ThreadPool* pool = nullptr);             // evict / finish the prompt once the budget is final
+  void apply_budget(int budget, bool scheduled);       // set_budget, or the coordinator's publish
+  bool ages_rows() const;                              // rows past max_distance go (span rule)
+  int budget_at(int64_t tokens);                       // the conserved budget after `tokens` tokens
+  void follow_schedule(ConservedSchedule* schedule);   // a model cache's fixed schedule
   void settle_head(HeadStore& head, bool prompt_end);  // after the policy: shifts, capacity, KIVI
   // PositionRule::span: every non-sink row of `head` at a position below `before` goes.
   void evict_aged(HeadStore& head, int64_t before) const;
@@ -142,8 +152,11 @@ class LayerCache {
   int layer_index_;
   LayerKind kind_{};
   int initial_budget_;  // the fallback budget until a coordinator publishes
-  int budget_;
+  int budget_;          // scheduled
+  int budget_now_;      // conserved: what settle trims to
   bool budget_final_;
+  bool follows_schedule_ = false;          // the budget is the schedule's (conserved), not set_budget's
+  ConservedSchedule* schedule_ = nullptr;  // the coordinator's or the model cache's
   std::unique_ptr<TokenPolicy> policy_;
   BudgetCoordinator* coordinator_;
   LayerRows rows_;

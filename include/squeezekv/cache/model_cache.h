@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "squeezekv/cache/coordinator.h"
+#include "squeezekv/cache/conserved_schedule.h"
 #include "squeezekv/cache/layer_cache.h"
 
 namespace squeezekv {
@@ -38,7 +39,10 @@ class ModelCache {
   void reset();
 
   // Rows per head each layer may keep now: a sliding layer's is its window.
+  // Per layer: the rows per head it trims to now (conserved) and what its allocator scheduled;
+  // they differ while some layer is scheduled more rows than it can hold.
   std::vector<int> budgets() const;
+  std::vector<int> scheduled_budgets() const;
   size_t kept_bytes() const;  // sliding_kept_bytes() + evicting_kept_bytes()
   size_t sliding_kept_bytes() const;
   size_t evicting_kept_bytes() const;
@@ -49,6 +53,7 @@ class ModelCache {
   KVCacheConfig config_;
   std::vector<LayerKind> kinds_;
   std::unique_ptr<BudgetCoordinator> coordinator_;
+  ConservedSchedule fixed_schedule_;  // a schedule fixed at build (no coordinator), conserved as layers fill
   std::vector<std::unique_ptr<LayerCache>> layers_;
   std::atomic<bool> busy_{false};  // the single-writer flag every layer shares (layer_cache.h)
 };

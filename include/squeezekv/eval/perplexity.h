@@ -40,7 +40,8 @@ struct PerplexityResult {
   double mean_sliding_kept_bytes = 0.0, peak_sliding_kept_bytes = 0.0;
   double mean_evicting_kept_bytes = 0.0, peak_evicting_kept_bytes = 0.0;
   std::vector<int> layer_windows;       // per layer: 0 global (evicting), W sliding
-  std::vector<int> layer_budgets;       // per layer, at the end of the last chunk (sliding: W)
+  std::vector<int> layer_budgets;       // per layer, at the end of the last chunk (sliding: W), conserved
+  std::vector<int> layer_schedule;      // what the allocator scheduled (layer_budgets before conservation)
   std::vector<double> layer_mean_kept;  // rows per layer (fullest head), mean over decode steps
   // What a measuring allocator read per layer in the last chunk: the key concentration
   // (key-dispersion) or the hidden-state cosine (hidden-cosine); empty for fixed schedules.

@@ -39,7 +39,8 @@ struct StreamResult {
   double mean_sliding_kept_bytes = 0.0, mean_evicting_kept_bytes = 0.0;
   std::vector<int> layer_windows;  // per layer: 0 global (evicting), W sliding
   std::vector<StreamSegment> segments;
-  std::vector<int> layer_budgets;  // at the end of the stream
+  std::vector<int> layer_budgets;   // at the end of the stream (conserved)
+  std::vector<int> layer_schedule;  // what the allocator scheduled
   double seconds = 0.0;
 };
 

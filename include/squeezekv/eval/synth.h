@@ -46,8 +46,12 @@ struct SynthResult {
   int n_layers = 0, seq_len = 0, budget = 0;
   double strength = 0.0;
   std::vector<double> concentrations;  // per layer, measured from the prompt
-  std::vector<int> schedule;           // per-layer budgets after the prompt
+  std::vector<int> schedule;           // per-layer budgets the allocator scheduled after the prompt
+  std::vector<int> held_budgets;       // after the prompt: the schedule conserved to what each layer can hold
   std::vector<int> kept;               // rows held per layer (fullest head) after decoding
+  // Rows: the schedule's total, what the layers held after the prompt, and what they could have
+  // held of the promise but did not (min(scheduled, layers x tokens) - held; 0 when conserved).
+  int64_t scheduled_rows = 0, held_rows = 0, wasted_rows = 0;
   size_t kept_bytes = 0, full_bytes = 0;
   double compression_ratio = 1.0;
   double seconds = 0.0;  // wall time of the cache updates (prefill + decode), data excluded
