@@ -400,8 +400,8 @@ void KVCacheConfig::validate() const {
       if (q->splits_heads) able += (able.empty() ? "" : ", ") + std::string(q->id);
     }
     require(p.splits_heads, "head_split", "adakv",
-            "policy " + std::string(p.id) + " has no row scores to split a layer's rows by (policies that do: " +
-                able + ")");
+            "policy " + std::string(p.id) + " has no row scores to split a layer's rows by (policies that do: " + able +
+                ")");
   }
   // The fields every cache has: their ranges, then the rules between them.
   for (const Field& f : kFields) {

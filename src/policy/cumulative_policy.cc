@@ -7,7 +7,9 @@ namespace squeezekv {
 namespace {
 
 constexpr MethodInfo kMethods[] = {
-    {"h2o_adakv", "cumulative", "uniform",
+    {"h2o_adakv",
+     "cumulative",
+     "uniform",
      "h2o scores with Ada-KV's split: the layer's best heads x budget rows over its KV heads, a floor each",
      "Constant-memory importance eviction where heads differ in how many rows they need",
      {},

@@ -35,7 +35,8 @@ class ScorerPolicy : public PerHeadPolicy {
     const Protection protect = protection(layer, budget);
     out.assign(store.scores(), store.scores() + store.n_slots());
     for (int s = 0; s < store.n_slots(); ++s) {
-      if (store.live(s) && protect.covers(store.positions()[s])) out[size_t(s)] = std::numeric_limits<float>::infinity();
+      if (store.live(s) && protect.covers(store.positions()[s]))
+        out[size_t(s)] = std::numeric_limits<float>::infinity();
     }
     return true;
   }

@@ -183,7 +183,9 @@ const ParamSpec kParams[] = {
 constexpr std::string_view kSnapReads[] = {"n_sink", "score"};
 
 constexpr MethodInfo kMethods[] = {
-    {"adakv", "snapkv", "uniform",
+    {"adakv",
+     "snapkv",
+     "uniform",
      "Ada-KV over SnapKV (kvpress's AdaKVPress): the layer's best heads x budget rows by the observation "
      "window's scores, shared unevenly among its KV heads, each keeping at least head_floor of the budget",
      "Hard cap per layer where some heads need more rows than others (Feng et al. 2024, arXiv:2407.11550)",
@@ -194,7 +196,9 @@ constexpr MethodInfo kMethods[] = {
     {"squeeze_snapkv", "snapkv", "squeeze",
      "SnapKV at prefill end with SqueezeAttention's per-layer budgets measured from the prompt",
      "Hard cap on tokens, evict at prefill only, with a data-driven depth-adaptive budget"},
-    {"squeeze_adakv", "snapkv", "squeeze",
+    {"squeeze_adakv",
+     "snapkv",
+     "squeeze",
      "SnapKV with per-layer budgets (SqueezeAttention) and per-head shares (Ada-KV) of each layer's rows",
      "Hard cap on tokens, adaptive across layers and across heads",
      {},

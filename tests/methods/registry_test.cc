@@ -106,15 +106,15 @@ TEST(Registry, AMethodReadsWhatItsPolicyAndAllocatorRead) {
   EXPECT_EQ(names(find_method("window")), (std::set<std::string>{"budget", "positions", "max_distance"}));
   // A policy that scores rows may share them among its heads (head_split); the floor is read
   // under the adakv split alone.
-  EXPECT_EQ(names(find_method("chunkkv")), (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score",
-                                                                  "positions", "max_distance", "chunk_size",
-                                                                  "head_split"}));
+  EXPECT_EQ(names(find_method("chunkkv")),
+            (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "positions", "max_distance",
+                                   "chunk_size", "head_split"}));
   EXPECT_EQ(names(find_method("squeeze")),
             (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "positions", "max_distance",
                                    "strength", "importance", "squeeze_fraction", "head_split"}));
-  EXPECT_EQ(names(find_method("adakv")), (std::set<std::string>{"budget", "n_sink", "score", "positions",
-                                                                "max_distance", "window", "kernel", "head_split",
-                                                                "head_floor"}));
+  EXPECT_EQ(names(find_method("adakv")),
+            (std::set<std::string>{"budget", "n_sink", "score", "positions", "max_distance", "window", "kernel",
+                                   "head_split", "head_floor"}));
   KVCacheConfig c;
   EXPECT_TRUE(reads_param(c, "max_distance"));  // the span rule, the default
   c.positions = PositionRule::cache;

@@ -129,7 +129,7 @@ class LayerCache {
   friend class ModelCache;
   void clear();  // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;
-  void settle(ThreadPool* pool = nullptr);             // evict / finish the prompt once the budget is final
+  void settle(ThreadPool* pool = nullptr);  // evict / finish the prompt once the budget is final
   // The head split's eviction (head_split adakv): each sequence's rows shared among its heads by
   // the policy's keep priorities (alloc/head_split.h), else each head to the count it holds.
   void settle_split(ThreadPool* pool, bool prompt_end, bool worth_it);
@@ -153,7 +153,7 @@ class LayerCache {
   bool budget_final_;
   std::unique_ptr<TokenPolicy> policy_;
   HeadSplitRule split_ = HeadSplitRule::uniform;
-  std::vector<int> head_budgets_;              // per head, from the last split (empty: none yet)
+  std::vector<int> head_budgets_;               // per head, from the last split (empty: none yet)
   std::vector<std::vector<float>> priorities_;  // per head: the split's scratch
   BudgetCoordinator* coordinator_;
   LayerRows rows_;

@@ -28,8 +28,8 @@ struct MethodInfo {
   std::string_view summary;      // one line
   std::string_view when_to_use;  // the reference library's "when to use it" line
   std::span<const ParamOverride> overrides = {};
-  std::string_view kv_type = {};  // storage preset used when kv_type is left at f16 ("" = none)
-  bool fp16_sinks = false;        // KIVI keeps the first n_sink positions in fp16 (kivi_sink)
+  std::string_view kv_type = {};     // storage preset used when kv_type is left at f16 ("" = none)
+  bool fp16_sinks = false;           // KIVI keeps the first n_sink positions in fp16 (kivi_sink)
   std::string_view head_split = {};  // the head split when head_split is left at auto ("" = uniform)
 };
 
