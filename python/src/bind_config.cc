@@ -56,6 +56,7 @@ void bind_config(py::module_& m) {
       .def("validate", &KVCacheConfig::validate)
       .def_property_readonly("resolved_policy", [](const KVCacheConfig& c) { return resolved_policy(c); })
       .def_property_readonly("resolved_allocator", [](const KVCacheConfig& c) { return resolved_allocator(c); })
+      .def_property_readonly("resolved_head_split", [](const KVCacheConfig& c) { return resolved_head_split(c); })
       .def_property_readonly("schedule_waits_for_measurement",
                              [](const KVCacheConfig& c) { return schedule_waits_for_measurement(c); });
 
@@ -88,6 +89,7 @@ void bind_config(py::module_& m) {
           d["id"] = std::string(info.id);
           d["policy"] = std::string(info.policy);
           d["allocator"] = std::string(info.allocator);
+          d["head_split"] = info.head_split.empty() ? std::string("uniform") : std::string(info.head_split);
           d["summary"] = std::string(info.summary);
           std::string params;
           py::dict defaults;

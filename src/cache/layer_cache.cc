@@ -6,8 +6,10 @@
 #include <string>
 
 #include "squeezekv/alloc/budget_allocator.h"
+#include "squeezekv/alloc/head_split.h"
 #include "squeezekv/cache/coordinator.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/thread_pool.h"
 #include "cache/exclusive.h"
 #include "cache/sliding_window.h"
@@ -42,6 +44,8 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
   rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads),
                      HeadStore(config.head_dim, config.key_type(), config.value_type(), kivi));
   update_.slots.resize(rows_.heads.size());
+  // A config without a known method (a layer built from parts) splits only when told to.
+  if (config.head_split != "auto" || method_or_null(config.method) != nullptr) split_ = head_split_rule(config);
   if (coordinator_) {
     coordinator_->attach(layer_index, [this](int b) {
       schedule_ = &coordinator_->conserved();
@@ -67,6 +71,7 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
     : LayerCache(config, layer_index, n_kv_heads, n_batch, sliding_window(window_kind), make_sliding_window_rows(),
                  nullptr, shared_busy) {
   kind_ = window_kind;
+  split_ = HeadSplitRule::uniform;  // a window holds the same newest rows in every head
 }
 
 void LayerCache::check_finite(const float* data, size_t n, const char* what) const {
@@ -121,7 +126,9 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   }
   // Until the budget is final the layer keeps everything, so it grows without a cap; after that
   // its slots stop at budget + 1 (room for one append before the eviction).
-  const int growth_cap = budget_final_ && policy_->bounded() ? budget_at(rows_.tokens_seen + n_tokens) + 1 : 0;
+  // Under a head split, each head stops at its own share + 1 (a head may hold more than the
+  // layer's budget), else at the conserved budget once this update is in.
+  const int growth = budget_final_ && policy_->bounded() ? budget_at(rows_.tokens_seen + n_tokens) : 0;
   update_.keys = keys;
   update_.n_new = n_tokens;
   update_.first_pos = rows_.tokens_seen;
@@ -131,8 +138,8 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   const bool worth_it = int64_t(n) >= kParallelHeadValues || (kivi_storage_ && total_slots() >= kParallelHeadSlots);
   for_each_head(pool, worth_it, [&](size_t h) {
     update_.slots[h].clear();
-    rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens, rows_.tokens_seen, growth_cap,
-                          update_.slots[h]);
+    rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens, rows_.tokens_seen,
+                          growth > 0 ? std::max(growth, head_budget(h)) + 1 : 0, update_.slots[h]);
   });
   rows_.tokens_seen += n_tokens;
   policy_->score_keys(rows_, update_);
@@ -241,6 +248,7 @@ void LayerCache::apply_budget(int budget, bool scheduled) {
   budget_ = budget_now_ = budget;
   budget_final_ = true;
   follows_schedule_ = scheduled;
+  head_budgets_.clear();  // shares of the old budget: the next split shares the new one
   if (!in_update_) settle();
 }
 
@@ -267,19 +275,28 @@ void LayerCache::settle(ThreadPool* pool) {
   if (!budget_final_) return;  // keep the whole prompt until the schedule is known
   const bool prompt_end = prompt_pending_;
   prompt_pending_ = false;
-  budget_now_ = budget_at(rows_.tokens_seen);
+  const int now = budget_at(rows_.tokens_seen);
+  if (now != budget_now_) head_budgets_.clear();  // the last split shared another budget
+  budget_now_ = now;
   // Rows older than the span go first, so the policy fills its budget from rows within it.
   const bool age = ages_rows();
   const int64_t before = rows_.tokens_seen - config_.max_distance;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
   const bool worth_it = (policy_->bounded() || kivi_storage_ || prompt_end) && total_slots() >= kParallelHeadSlots;
+  if (split_ != HeadSplitRule::uniform && (policy_->bounded() || prompt_end)) {
+    if (age) {
+      for (HeadStore& head : rows_.heads) evict_aged(head, before);
+    }
+    settle_split(pool, prompt_end, worth_it);
+    return;
+  }
   if (!prompt_end && policy_->heads_independent()) {
     // Each head alone, the same steps in the same order as below (the heads share nothing).
     for_each_head(pool, worth_it, [&](size_t h) {
       if (age) evict_aged(rows_.heads[h], before);
       policy_->evict_head(rows_, int(h), budget_now_);
-      settle_head(rows_.heads[h], prompt_end);
+      settle_head(rows_.heads[h], prompt_end, budget_now_);
     });
     return;
   }
@@ -291,14 +308,56 @@ void LayerCache::settle(ThreadPool* pool) {
   } else {
     policy_->evict(rows_, budget_now_);
   }
-  for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end); });
+  for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end, budget_); });
 }
 
-void LayerCache::settle_head(HeadStore& head, bool prompt_end) {
+void LayerCache::settle_split(ThreadPool* pool, bool prompt_end, bool worth_it) {
+  // The split evicts the rows it leaves out itself rather than handing each head's count to the
+  // policy's own selection: the kept set is then exactly the layer's top rows by priority, and a
+  // policy that evicts in blocks (chunked) cannot undershoot the count the split gave a head.
+  const auto n_kv = size_t(rows_.n_kv_heads);
+  const int64_t layer_rows = int64_t(budget_now_) * rows_.n_kv_heads;
+  const int floor_rows = head_floor_rows(config_.head_floor, budget_now_);
+  priorities_.resize(rows_.heads.size());
+  std::vector<HeadPriorities> views(n_kv);
+  for (size_t first = 0; first < rows_.heads.size(); first += n_kv) {  // one sequence (batch item) at a time
+    int64_t live = 0;
+    for (size_t h = first; h < first + n_kv; ++h) live += rows_.heads[h].n_live();
+    if (live <= layer_rows) continue;  // the sequence holds no more than its heads' rows together
+    bool scored = true;
+    for (size_t h = first; h < first + n_kv && scored; ++h) {
+      scored = policy_->keep_priorities(rows_, int(h), budget_now_, prompt_end, priorities_[h]);
+    }
+    if (!scored) {  // nothing to split by now (snapkv after its prompt): each head keeps its count
+      for (size_t h = first; h < first + n_kv; ++h) policy_->evict_head(rows_, int(h), head_budget(h));
+      continue;
+    }
+    for (size_t i = 0; i < n_kv; ++i) {
+      const HeadStore& head = rows_.heads[first + i];
+      views[i] = {head.positions(), priorities_[first + i].data(), head.n_slots()};
+    }
+    const HeadSplit split = split_heads(views, layer_rows, floor_rows);
+    if (head_budgets_.empty()) head_budgets_.assign(rows_.heads.size(), budget_now_);
+    for (size_t i = 0; i < n_kv; ++i) {
+      for (const int s : split.evict[i]) rows_.heads[first + i].evict(s);
+      head_budgets_[first + i] = split.kept[i];
+    }
+  }
+  if (prompt_end) {
+    // The policy's own end of the prompt (snapkv turns to its decode rule), with a budget no head
+    // exceeds: the split has chosen the rows.
+    int most = 1;
+    for (const HeadStore& head : rows_.heads) most = std::max(most, head.n_live());
+    policy_->finish_prompt(rows_, most);
+  }
+  for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end, head_budget(h)); });
+}
+
+void LayerCache::settle_head(HeadStore& head, bool prompt_end, int budget) {
   head.apply_evictions();  // shifts current before the next query reads them
   // KIVI's held rows (dead rows inside quantized key groups) and whole groups count as needed.
   if (policy_->bounded()) {
-    const int target = head.capacity_for(std::max(budget_now_ + 1, head.n_live()) + head.held());
+    const int target = head.capacity_for(std::max(budget + 1, head.n_live()) + head.held());
     if (head.capacity() > target) head.compact(target);
   } else if (prompt_end && head.capacity() > head.capacity_for(head.rows_needed())) {
     head.compact(head.rows_needed());
@@ -326,6 +385,7 @@ void LayerCache::clear() {
   rows_.tokens_seen = 0;
   policy_->reset();
   in_update_ = first_update_done_ = explicit_prompt_ = prompt_pending_ = false;
+  head_budgets_.clear();
   concentration_ = 0.0;
   if (coordinator_) {
     // One layer's reset keeps a published schedule (its next report is ignored, so clearing it

@@ -51,6 +51,7 @@ void print_json() {
     methods.push_back({{"id", m.id},
                        {"policy", m.policy},
                        {"allocator", m.allocator},
+                       {"head_split", m.head_split.empty() ? std::string_view("uniform") : m.head_split},
                        {"summary", m.summary},
                        {"parameters", defaults_text(m)},
                        {"defaults", defaults},
@@ -59,6 +60,7 @@ void print_json() {
   for (const PolicyInfo* p : all_policies()) {
     nlohmann::json j = component_json(*p);
     j["scores_rows"] = p->scores_rows;
+    j["splits_heads"] = p->splits_heads;
     policies.push_back(j);
   }
   for (const AllocatorInfo* a : all_allocators()) {
@@ -85,15 +87,16 @@ void print_json() {
 void print_text() {
   for (const MethodInfo& m : all_methods()) {
     std::printf("%-10s %s\n", std::string(m.id).c_str(), std::string(m.summary).c_str());
-    std::printf("           policy %s, allocator %s\n", std::string(m.policy).c_str(),
-                std::string(m.allocator).c_str());
+    std::printf("           policy %s, allocator %s%s%s\n", std::string(m.policy).c_str(),
+                std::string(m.allocator).c_str(), m.head_split.empty() ? "" : ", head split ",
+                std::string(m.head_split).c_str());
     std::printf("           parameters: %s\n", defaults_text(m).c_str());
     std::printf("           when to use: %s\n\n", std::string(m.when_to_use).c_str());
   }
   std::printf("Token policies (--policy):\n");
   for (const PolicyInfo* p : all_policies()) {
-    std::printf("  %-11s %s%s\n", std::string(p->id).c_str(), std::string(p->summary).c_str(),
-                p->scores_rows ? " (reads --score)" : "");
+    std::printf("  %-11s %s%s%s\n", std::string(p->id).c_str(), std::string(p->summary).c_str(),
+                p->scores_rows ? " (reads --score)" : "", p->splits_heads ? " (--head-split adakv)" : "");
   }
   std::printf("\nLayer allocators (--allocator):\n");
   for (const AllocatorInfo* a : all_allocators()) {

@@ -25,6 +25,7 @@ constexpr auto kPartTypes = [] {
   return names;
 }();
 constexpr std::string_view kOnOff[] = {"auto", "off", "on"};
+constexpr std::string_view kHeadSplits[] = {"auto", "uniform", "adakv"};
 
 void multiple_of_8(const ParamSpec& spec, const ParamValue& value) {
   const int64_t v = std::get<int64_t>(value);
@@ -58,6 +59,39 @@ const Field kFields[] = {
     {{"allocator", ParamKind::text, "", "override the method's layer allocator"},
      [](const Config& c) -> Value { return c.allocator; },
      [](Config& c, const Value& v) { c.allocator = as_text(v); }},
+    {{"head_split",
+      ParamKind::choice,
+      "auto",
+      "how a layer's rows are shared among its KV heads: uniform (each its budget) or adakv (the layer's "
+      "best rows over all heads, a floor each; auto: the method's)",
+      0,
+      0,
+      false,
+      kHeadSplits,
+      {},
+      true,
+      false,
+      {},
+      /*label=*/"head_split",
+      /*omit_if=*/"auto"},
+     [](const Config& c) -> Value { return c.head_split; },
+     [](Config& c, const Value& v) { c.head_split = as_text(v); }},
+    {{"head_floor",
+      ParamKind::real,
+      "0.2",
+      "head_split adakv: share of the layer's budget every head keeps at least (1 = the uniform split)",
+      0,
+      1,
+      false,
+      {},
+      {},
+      true,
+      false,
+      {},
+      /*label=*/"floor",
+      /*omit_if=*/"0.2"},
+     [](const Config& c) -> Value { return c.head_floor; },
+     [](Config& c, const Value& v) { c.head_floor = as_real(v); }},
     {{"head_dim",
       ParamKind::integer,
       "128",
@@ -360,6 +394,15 @@ void KVCacheConfig::validate() const {
           "policy " + std::string(p.id) +
               (p.keeps_every_row ? " keeps every row and takes an unbounded allocator (none)"
                                  : " evicts and needs a budget allocator (uniform, pyramid, squeeze)"));
+  if (head_split_rule(*this) == HeadSplitRule::adakv) {
+    std::string able;
+    for (const PolicyInfo* q : all_policies()) {
+      if (q->splits_heads) able += (able.empty() ? "" : ", ") + std::string(q->id);
+    }
+    require(p.splits_heads, "head_split", "adakv",
+            "policy " + std::string(p.id) + " has no row scores to split a layer's rows by (policies that do: " + able +
+                ")");
+  }
   // The fields every cache has: their ranges, then the rules between them.
   for (const Field& f : kFields) {
     const ParamSpec& spec = f.spec;
@@ -433,6 +476,8 @@ int KVCacheConfig::kivi_sinks() const {
   const MethodInfo* m = method_or_null(method);
   return m && m->fp16_sinks ? n_sink : 0;
 }
+
+std::string to_string(HeadSplitRule rule) { return rule == HeadSplitRule::adakv ? "adakv" : "uniform"; }
 
 std::string to_string(ScoreSource source) { return source == ScoreSource::key_proxy ? "key-proxy" : "attention"; }
 

@@ -149,6 +149,23 @@ std::string resolved_allocator(const KVCacheConfig& config) { return std::string
 
 namespace {
 
+HeadSplitRule parse_head_split(std::string_view text) {
+  if (text == "adakv") return HeadSplitRule::adakv;
+  if (text.empty() || text == "uniform") return HeadSplitRule::uniform;
+  throw InvalidArgument(invalid_value("head_split", std::string(text), "expected auto, uniform or adakv"));
+}
+
+}  // namespace
+
+HeadSplitRule head_split_rule(const KVCacheConfig& config) {
+  if (config.head_split != "auto") return parse_head_split(config.head_split);
+  return parse_head_split(find_method(config.method).head_split);
+}
+
+std::string resolved_head_split(const KVCacheConfig& config) { return to_string(head_split_rule(config)); }
+
+namespace {
+
 bool is_kivi_param(std::string_view name) {
   return name == "kivi_group" || name == "kivi_residual" || name == "kivi_fp16_sinks";
 }
@@ -156,6 +173,10 @@ bool is_kivi_param(std::string_view name) {
 bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
   // The engine applies the position rule to every cache that evicts; the full cache never shifts.
   if (name == "positions" || name == "max_distance") return !p.keeps_every_row;
+  // Any policy that scores its rows can have them split among its heads; the floor matters only
+  // under the adakv split (reads_param, method_params).
+  if (name == "head_split") return p.splits_heads;
+  if (name == "head_floor") return false;
   return owns(p.params, name) || owns(a.params, name) || contains(p.reads, name) || contains(a.reads, name) ||
          (name == "score" && p.scores_rows);
 }
@@ -178,6 +199,7 @@ bool reads_param(const KVCacheConfig& config, std::string_view name) {
   const AllocatorInfo& a = resolved_allocator_info(config);
   if (a.uses && owns(a.params, name) && !a.uses(component_params(config, a.params), name)) return false;
   if (name == "max_distance" && config.positions != PositionRule::span) return false;
+  if (name == "head_floor") return head_split_rule(config) == HeadSplitRule::adakv;
   return component_reads(resolved_policy_info(config), a, name);
 }
 
@@ -188,7 +210,8 @@ std::vector<const ParamSpec*> method_params(const MethodInfo& method) {
   for (const ParamSpec* spec : all_params()) {
     const bool storage =
         !method.kv_type.empty() && (is_kivi_param(spec->name) || (method.fp16_sinks && spec->name == "n_sink"));
-    if (component_reads(p, a, spec->name) || storage) out.push_back(spec);
+    const bool floor = spec->name == "head_floor" && parse_head_split(method.head_split) == HeadSplitRule::adakv;
+    if (component_reads(p, a, spec->name) || storage || floor) out.push_back(spec);
   }
   return out;
 }

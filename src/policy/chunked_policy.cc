@@ -4,6 +4,7 @@
 // (when such chunks alone exceed the budget, their other rows go one by one). chunk_size 1 is
 // exactly h2o.
 #include <algorithm>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,41 @@ class ChunkedPolicy final : public CumulativePolicy {
 
   void evict_head(LayerRows& layer, int h, int budget) override {
     evict_chunks(layer.heads[size_t(h)], budget, protection(layer, budget));
+  }
+
+  // Each row's chunk mean (what evict_chunks orders by: whole chunks go together, the older on
+  // equal means); in a chunk that holds a protected row, which is never evicted whole, a row's own
+  // score (evict_chunks' last resort), the protected rows themselves +inf. Under the split a
+  // layer then holds exactly its rows, where evict_chunks may drop a whole chunk for one row.
+  bool keep_priorities(const LayerRows& layer, int h, int budget, bool /*prompt_end*/,
+                       std::vector<float>& out) const override {
+    const HeadStore& head = layer.heads[size_t(h)];
+    const Protection protect = protection(layer, budget);
+    const int64_t* pos = head.positions();
+    std::vector<std::pair<int64_t, int>> rows;
+    for (int s = 0; s < head.n_slots(); ++s) {
+      if (pos[s] != HeadStore::kFree) rows.push_back({pos[s] / chunk_size_, s});
+    }
+    std::sort(rows.begin(), rows.end());
+    out.assign(size_t(head.n_slots()), 0.0f);
+    for (size_t begin = 0; begin < rows.size();) {
+      size_t end = begin;
+      double sum = 0.0;
+      bool protected_chunk = false;
+      for (; end < rows.size() && rows[end].first == rows[begin].first; ++end) {
+        sum += head.scores()[rows[end].second];
+        protected_chunk |= protect.covers(pos[rows[end].second]);
+      }
+      const auto mean = float(sum / double(end - begin));
+      for (size_t i = begin; i < end; ++i) {
+        const int s = rows[i].second;
+        out[size_t(s)] = protect.covers(pos[s]) ? std::numeric_limits<float>::infinity()
+                         : protected_chunk      ? head.scores()[s]
+                                                : mean;
+      }
+      begin = end;
+    }
+    return true;
   }
 
  private:
@@ -96,6 +132,11 @@ extern const PolicyInfo chunked_policy_info = {
     kParams,
     kCumulativeReads,
     /*scores_rows=*/true,
-    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<ChunkedPolicy>(c); }};
+    [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<ChunkedPolicy>(c); },
+    /*validate=*/nullptr,
+    /*methods=*/{},
+    /*keeps_every_row=*/false,
+    /*holds_prompt_until_end=*/false,
+    /*splits_heads=*/true};
 
 }  // namespace squeezekv

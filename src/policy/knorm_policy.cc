@@ -49,6 +49,9 @@ extern const PolicyInfo knorm_policy_info = {
     /*scores_rows=*/false,
     [](const ComponentParams& c) -> std::unique_ptr<TokenPolicy> { return std::make_unique<KnormPolicy>(c); },
     nullptr,
-    kMethods};
+    kMethods,
+    /*keeps_every_row=*/false,
+    /*holds_prompt_until_end=*/false,
+    /*splits_heads=*/true};
 
 }  // namespace squeezekv

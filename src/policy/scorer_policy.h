@@ -6,6 +6,9 @@
 // scores as H2O but evicts whole chunks, so it overrides evict_head and keeps the protection.
 #pragma once
 
+#include <limits>
+#include <vector>
+
 #include "policy/eviction.h"
 #include "policy/per_head_policy.h"
 #include "squeezekv/core/component_params.h"
@@ -22,6 +25,20 @@ class ScorerPolicy : public PerHeadPolicy {
   void evict_head(LayerRows& layer, int head, int budget) override {
     HeadStore& store = layer.heads[size_t(head)];
     evict_lowest(store, budget, protection(layer, budget), store.scores());
+  }
+
+  // The scores the eviction reads, +inf for the sinks and the recent window at the layer's budget:
+  // the split then keeps what evict_head would, each head to its own count.
+  bool keep_priorities(const LayerRows& layer, int head, int budget, bool /*prompt_end*/,
+                       std::vector<float>& out) const override {
+    const HeadStore& store = layer.heads[size_t(head)];
+    const Protection protect = protection(layer, budget);
+    out.assign(store.scores(), store.scores() + store.n_slots());
+    for (int s = 0; s < store.n_slots(); ++s) {
+      if (store.live(s) && protect.covers(store.positions()[s]))
+        out[size_t(s)] = std::numeric_limits<float>::infinity();
+    }
+    return true;
   }
 
  protected:

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 
 #include "policy/eviction.h"
 #include "squeezekv/base/errors.h"
@@ -44,8 +45,33 @@ class SnapKVPolicy final : public TokenPolicy {
   }
 
   void evict(LayerRows& layer, int budget) override {
-    if (!done_) return;
-    for (HeadStore& head : layer.heads) evict_lowest(head, budget, Protection{n_sink_}, nullptr);
+    for (int h = 0; h < int(layer.heads.size()); ++h) evict_head(layer, h, budget);
+  }
+
+  // After the prompt: the oldest non-sink rows of this head alone past its budget (under a head
+  // split, the count the split gave it at the prompt's end).
+  void evict_head(LayerRows& layer, int head, int budget) override {
+    if (done_) evict_lowest(layer.heads[size_t(head)], budget, Protection{n_sink_}, nullptr);
+  }
+
+  // At the prompt's end: the pooled observation-window scores of the rows before the window, the
+  // window and the sinks +inf (what compress keeps regardless). After it: none (the decode rule
+  // evicts by age, each head to its own count).
+  bool keep_priorities(const LayerRows& layer, int h, int budget, bool prompt_end,
+                       std::vector<float>& out) const override {
+    if (done_ || !prompt_end) return false;
+    const HeadStore& head = layer.heads[size_t(h)];
+    const int window = std::max(1, std::min(window_, budget - n_sink_));
+    out.assign(size_t(head.n_slots()), std::numeric_limits<float>::infinity());
+    if (head.n_live() <= window) return true;  // the window alone: nothing to score
+    const std::vector<float> score = observed_.size() == layer.heads.size() && !observed_[size_t(h)].empty()
+                                         ? observed_sum(size_t(h), head.n_slots())
+                                         : key_proxy_window(head, window);
+    const Protection protect = prefix_scores(head, window, score, out);
+    for (int s = 0; s < head.n_slots(); ++s) {
+      if (head.live(s) && protect.covers(head.positions()[s])) out[size_t(s)] = std::numeric_limits<float>::infinity();
+    }
+    return true;
   }
 
   void finish_prompt(LayerRows& layer, int budget) override {
@@ -98,6 +124,15 @@ class SnapKVPolicy final : public TokenPolicy {
   }
 
   void compress(HeadStore& head, int budget, int window, const std::vector<float>& slot_score) {
+    std::vector<float> by_slot;
+    const Protection protect = prefix_scores(head, window, slot_score, by_slot);
+    evict_slots(head, select_lowest(head, budget, protect, by_slot.data()));
+  }
+
+  // The pooled score of each row before the window into by_slot (slot-indexed, resized; 0 for
+  // the others), and the rows kept regardless: the sinks and the window.
+  Protection prefix_scores(const HeadStore& head, int window, const std::vector<float>& slot_score,
+                           std::vector<float>& by_slot) const {
     const std::vector<int> order = head.slots_by_position();
     const size_t n_prefix = order.size() - size_t(window);  // rows before the window
     // Pool over the prefix in position order; the window and sinks are kept regardless.
@@ -111,10 +146,9 @@ class SnapKVPolicy final : public TokenPolicy {
       }
       pooled[i] = acc / float(kernel_);
     }
-    std::vector<float> by_slot(size_t(head.n_slots()), 0.0f);
+    by_slot.assign(size_t(head.n_slots()), 0.0f);
     for (size_t i = 0; i < n_prefix; ++i) by_slot[size_t(order[i])] = pooled[i];
-    const int64_t window_from = head.positions()[order[n_prefix]];
-    evict_slots(head, select_lowest(head, budget, Protection{n_sink_, window_from}, by_slot.data()));
+    return Protection{n_sink_, head.positions()[order[n_prefix]]};
   }
 
   int n_sink_;
@@ -148,6 +182,31 @@ const ParamSpec kParams[] = {
 
 constexpr std::string_view kSnapReads[] = {"n_sink", "score"};
 
+constexpr MethodInfo kMethods[] = {
+    {"adakv",
+     "snapkv",
+     "uniform",
+     "Ada-KV over SnapKV (kvpress's AdaKVPress): the layer's best heads x budget rows by the observation "
+     "window's scores, shared unevenly among its KV heads, each keeping at least head_floor of the budget",
+     "Hard cap per layer where some heads need more rows than others (Feng et al. 2024, arXiv:2407.11550)",
+     {},
+     {},
+     false,
+     "adakv"},
+    {"squeeze_snapkv", "snapkv", "squeeze",
+     "SnapKV at prefill end with SqueezeAttention's per-layer budgets measured from the prompt",
+     "Hard cap on tokens, evict at prefill only, with a data-driven depth-adaptive budget"},
+    {"squeeze_adakv",
+     "snapkv",
+     "squeeze",
+     "SnapKV with per-layer budgets (SqueezeAttention) and per-head shares (Ada-KV) of each layer's rows",
+     "Hard cap on tokens, adaptive across layers and across heads",
+     {},
+     {},
+     false,
+     "adakv"},
+};
+
 }  // namespace
 
 extern const PolicyInfo snapkv_policy_info = {
@@ -161,8 +220,9 @@ extern const PolicyInfo snapkv_policy_info = {
       const int64_t window = c.get_int("window");
       require(window < c.budget, "window", window, "must be smaller than budget = " + std::to_string(c.budget));
     },
-    /*methods=*/{},
+    kMethods,
     /*keeps_every_row=*/false,
-    /*holds_prompt_until_end=*/true};
+    /*holds_prompt_until_end=*/true,
+    /*splits_heads=*/true};
 
 }  // namespace squeezekv

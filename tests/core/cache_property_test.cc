@@ -44,7 +44,9 @@ void check_layer(const LayerCache& layer, int64_t seen, const std::string& polic
     ASSERT_TRUE(std::is_sorted(rows.positions.begin(), rows.positions.end()));
     ASSERT_EQ(std::set<int64_t>(rows.positions.begin(), rows.positions.end()).size(), rows.positions.size());
     for (int64_t p : rows.positions) ASSERT_TRUE(p >= 0 && p < seen) << p;
-    if (layer.budget_final() && layer.policy().bounded()) {
+    // Under the adakv head split a head may hold more than the budget; its sequence's heads
+    // together never more than heads x budget (checked below).
+    if (layer.budget_final() && layer.policy().bounded() && layer.head_split() == HeadSplitRule::uniform) {
       ASSERT_LE(live, layer.layer_budget()) << "head " << h;
     }
     if (layer.budget_final() && keeps_sinks(policy)) {
@@ -57,6 +59,14 @@ void check_layer(const LayerCache& layer, int64_t seen, const std::string& polic
     }
   }
   ASSERT_EQ(layer.tokens_kept(), most);
+  if (layer.budget_final() && layer.policy().bounded() && layer.head_split() != HeadSplitRule::uniform) {
+    const int n_kv = layer.rows().n_kv_heads;
+    for (int first = 0; first < layer.n_heads(); first += n_kv) {
+      int64_t held = 0;
+      for (int h = first; h < first + n_kv; ++h) held += layer.tokens_kept(h);
+      ASSERT_LE(held, int64_t(n_kv) * layer.layer_budget()) << "sequence from head " << first;
+    }
+  }
   // Resident bytes are exactly what the heads allocated: capacity rows of each format (KIVI: whole
   // key groups of codes, per-row value codes, and the fp16 pools).
   const KVCacheConfig& c = layer.config();

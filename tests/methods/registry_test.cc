@@ -104,11 +104,17 @@ TEST(Registry, AMethodReadsWhatItsPolicyAndAllocatorRead) {
   // Every evicting cache reads the position rule and its distance (the engine and the cache apply
   // them); the full cache always uses text positions.
   EXPECT_EQ(names(find_method("window")), (std::set<std::string>{"budget", "positions", "max_distance"}));
-  EXPECT_EQ(names(find_method("chunkkv")), (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score",
-                                                                  "positions", "max_distance", "chunk_size"}));
+  // A policy that scores rows may share them among its heads (head_split); the floor is read
+  // under the adakv split alone.
+  EXPECT_EQ(names(find_method("chunkkv")),
+            (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "positions", "max_distance",
+                                   "chunk_size", "head_split"}));
   EXPECT_EQ(names(find_method("squeeze")),
             (std::set<std::string>{"budget", "n_sink", "recent", "decay", "score", "positions", "max_distance",
-                                   "strength", "importance", "squeeze_fraction"}));
+                                   "strength", "importance", "squeeze_fraction", "head_split"}));
+  EXPECT_EQ(names(find_method("adakv")),
+            (std::set<std::string>{"budget", "n_sink", "score", "positions", "max_distance", "window", "kernel",
+                                   "head_split", "head_floor"}));
   KVCacheConfig c;
   EXPECT_TRUE(reads_param(c, "max_distance"));  // the span rule, the default
   c.positions = PositionRule::cache;
@@ -119,6 +125,13 @@ TEST(Registry, AMethodReadsWhatItsPolicyAndAllocatorRead) {
   c.set("importance", "hidden-cosine");
   EXPECT_TRUE(reads_param(c, "squeeze_fraction"));
   EXPECT_FALSE(reads_param(c, "chunk_size"));
+  EXPECT_TRUE(reads_param(c, "head_split"));
+  EXPECT_FALSE(reads_param(c, "head_floor"));
+  c.head_split = "adakv";
+  EXPECT_TRUE(reads_param(c, "head_floor"));
+  c.method = "window";
+  c.head_split = "auto";
+  EXPECT_FALSE(reads_param(c, "head_split"));  // rows without scores
 }
 
 TEST(Registry, EveryPolicyBuildsWithEveryAllocator) {
@@ -158,6 +171,52 @@ TEST(Registry, UnknownNamesAndBadTextFailByName) {
   EXPECT_EQ(message([&] { c.set("budget", int64_t(1) << 31); }).rfind("budget = 2147483648", 0), 0u);
   EXPECT_EQ(message([&] { find_policy("lru"); }).rfind("policy = lru", 0), 0u);
   EXPECT_EQ(c.get_int("chunk_size"), 8);  // nothing was changed by the refused values
+}
+
+TEST(Registry, HeadSplitResolvesFromTheMethodAndNeedsAScoringPolicy) {
+  KVCacheConfig c;
+  c.head_dim = 8;
+  c.budget = 64;
+  EXPECT_EQ(resolved_head_split(c), "uniform");  // squeeze
+  for (const std::string method : {"adakv", "squeeze_adakv", "h2o_adakv"}) {
+    c.method = method;
+    EXPECT_EQ(resolved_head_split(c), "adakv") << method;
+    EXPECT_NO_THROW(c.validate()) << method;
+  }
+  c.head_split = "uniform";
+  EXPECT_EQ(resolved_head_split(c), "uniform");
+  c.method = "squeeze_snapkv";
+  c.head_split = "auto";
+  EXPECT_EQ(resolved_head_split(c), "uniform");
+  EXPECT_EQ(resolved_policy(c), "snapkv");
+  EXPECT_EQ(resolved_allocator(c), "squeeze");
+  // Every policy with scores splits with every budget allocator; the others are refused by name.
+  for (const PolicyInfo* p : all_policies()) {
+    if (p->keeps_every_row) continue;
+    c.method = "h2o";
+    c.policy = std::string(p->id);
+    c.set("head_split", "adakv");
+    if (p->splits_heads) {
+      EXPECT_NO_THROW(c.validate()) << p->id;
+      continue;
+    }
+    try {
+      c.validate();
+      ADD_FAILURE() << p->id << " was accepted with head_split adakv";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("head_split = adakv: policy " + std::string(p->id), 0), 0u) << e.what();
+    }
+  }
+  c.policy = "window";
+  EXPECT_THROW(c.validate(), InvalidArgument);
+  c.policy = "full";
+  c.allocator = "none";
+  EXPECT_THROW(c.validate(), InvalidArgument);
+  EXPECT_THROW(c.set("head_floor", 1.5), InvalidArgument);
+  EXPECT_THROW(c.set("head_floor", -0.1), InvalidArgument);
+  EXPECT_THROW(c.set("head_split", "greedy"), InvalidArgument);
+  c.set("head_floor", 1.0);
+  EXPECT_EQ(c.head_floor, 1.0);
 }
 
 }  // namespace

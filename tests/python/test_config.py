@@ -94,3 +94,18 @@ def test_kivi_takes_the_reference_librarys_names():
     # Without a width the method's preset (kivi2) applies; any policy takes KIVI storage too.
     assert squeezekv.KVCacheConfig(method="kivi_sink").to_native().resolved_policy == "full"
     assert squeezekv.KVCacheConfig(method="h2o", kv_type="kivi4", head_dim=64).to_native().get("kv_type") == "kivi4"
+
+
+def test_head_split():
+    c = squeezekv.KVCacheConfig(method="h2o", head_split="adakv", head_floor=0.5, head_dim=8, squeeze_budget=32)
+    native = c.to_native()
+    assert native.resolved_head_split == "adakv"
+    assert native.get("head_floor") == 0.5
+    assert squeezekv.KVCacheConfig(method="adakv", head_dim=8, squeeze_budget=64).to_native().resolved_head_split == "adakv"
+    by_id = {m["id"]: m for m in squeezekv.methods()}
+    assert by_id["squeeze_adakv"]["head_split"] == "adakv" and by_id["squeeze_adakv"]["allocator"] == "squeeze"
+    assert by_id["h2o"]["head_split"] == "uniform"
+    with pytest.raises(ValueError, match="head_split"):
+        squeezekv.KVCacheConfig(method="window", head_split="adakv", head_dim=8).to_native().validate()
+    with pytest.raises(ValueError, match="head_floor"):
+        squeezekv.KVCacheConfig(method="h2o", head_floor=1.5, head_dim=8)

@@ -123,6 +123,7 @@ class LayerCache {
   int64_t tokens_seen() const { return rows_.tokens_seen; }
   int tokens_kept() const;  // rows held by the fullest head
   int tokens_kept(int h) const { return head(h).n_live(); }
+  HeadSplitRule head_split() const { return split_; }
   size_t kept_bytes() const;         // K and V bytes resident (allocated slots)
   size_t full_bytes() const;         // what an unevicted cache would hold (sliding: the window's rows)
   double compression_ratio() const;  // full / kept, 1 when nothing is kept
@@ -134,12 +135,18 @@ class LayerCache {
   friend class ModelCache;
   void clear();  // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;
-  void settle(ThreadPool* pool = nullptr);             // evict / finish the prompt once the budget is final
-  void apply_budget(int budget, bool scheduled);       // set_budget, or the coordinator's publish
-  bool ages_rows() const;                              // rows past max_distance go (span rule)
-  int budget_at(int64_t tokens);                       // the conserved budget after `tokens` tokens
-  void follow_schedule(ConservedSchedule* schedule);   // a model cache's fixed schedule
-  void settle_head(HeadStore& head, bool prompt_end);  // after the policy: shifts, capacity, KIVI
+  void settle(ThreadPool* pool = nullptr);            // evict / finish the prompt once the budget is final
+  void apply_budget(int budget, bool scheduled);      // set_budget, or the coordinator's publish
+  bool ages_rows() const;                             // rows past max_distance go (span rule)
+  int budget_at(int64_t tokens);                      // the conserved budget after `tokens` tokens
+  void follow_schedule(ConservedSchedule* schedule);  // a model cache's fixed schedule
+  // The head split's eviction (head_split adakv): each sequence's rows shared among its heads by
+  // the policy's keep priorities (alloc/head_split.h), else each head to the count it holds.
+  void settle_split(ThreadPool* pool, bool prompt_end, bool worth_it);
+  // After the policy: shifts, capacity (for `budget` rows, the head's own), KIVI.
+  void settle_head(HeadStore& head, bool prompt_end, int budget);
+  // Head h's rows: its share from the last split, else the layer's (conserved) budget.
+  int head_budget(size_t h) const { return head_budgets_.empty() ? budget_now_ : head_budgets_[h]; }
   // PositionRule::span: every non-sink row of `head` at a position below `before` goes.
   void evict_aged(HeadStore& head, int64_t before) const;
   // fn(h) for every head: on the pool when one is given and the work is worth a hand-off, else
@@ -158,6 +165,9 @@ class LayerCache {
   bool follows_schedule_ = false;          // the budget is the schedule's (conserved), not set_budget's
   ConservedSchedule* schedule_ = nullptr;  // the coordinator's or the model cache's
   std::unique_ptr<TokenPolicy> policy_;
+  HeadSplitRule split_ = HeadSplitRule::uniform;
+  std::vector<int> head_budgets_;               // per head, from the last split (empty: none yet)
+  std::vector<std::vector<float>> priorities_;  // per head: the split's scratch
   BudgetCoordinator* coordinator_;
   LayerRows rows_;
   UpdateRows update_;

@@ -21,4 +21,10 @@ enum class PositionRule : uint8_t {
   text,   // the position in the original text
 };
 
+// How a layer's rows are shared among its KV heads (alloc/head_split.h).
+enum class HeadSplitRule : uint8_t {
+  uniform,  // every head holds the layer's budget
+  adakv,    // Ada-KV: the layer's best H x budget rows over all heads, a floor per head
+};
+
 }  // namespace squeezekv

@@ -28,8 +28,9 @@ struct MethodInfo {
   std::string_view summary;      // one line
   std::string_view when_to_use;  // the reference library's "when to use it" line
   std::span<const ParamOverride> overrides = {};
-  std::string_view kv_type = {};  // storage preset used when kv_type is left at f16 ("" = none)
-  bool fp16_sinks = false;        // KIVI keeps the first n_sink positions in fp16 (kivi_sink)
+  std::string_view kv_type = {};     // storage preset used when kv_type is left at f16 ("" = none)
+  bool fp16_sinks = false;           // KIVI keeps the first n_sink positions in fp16 (kivi_sink)
+  std::string_view head_split = {};  // the head split when head_split is left at auto ("" = uniform)
 };
 
 struct PolicyInfo {
@@ -46,6 +47,9 @@ struct PolicyInfo {
   // What callers ask instead of comparing ids (admission, prefill, the sweep, the command line):
   bool keeps_every_row = false;         // never evicts: no budget, rows grow with the text
   bool holds_prompt_until_end = false;  // chooses once when the prompt ends, holding all of it until then
+  // Gives each row a keep priority (TokenPolicy::keep_priorities), so that a head split other than
+  // uniform (head_split adakv) can share the layer's rows among its heads by it.
+  bool splits_heads = false;
 };
 
 struct AllocatorInfo {

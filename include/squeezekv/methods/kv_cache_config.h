@@ -55,6 +55,12 @@ struct KVCacheConfig {
   // The method's preset pair can be overridden: any policy with any allocator.
   std::string policy{};     // "" = the method's token policy
   std::string allocator{};  // "" = the method's layer allocator
+  // How a layer's rows are shared among its KV heads: "auto" (the method's split, uniform unless
+  // it names one), "uniform" (every head the layer's budget) or "adakv" (Ada-KV: the layer's top
+  // heads x budget rows by the policy's scores, each head keeping at least ceil(head_floor x
+  // budget)); alloc/head_split.h.
+  std::string head_split = "auto";
+  double head_floor = 0.2;
 
   // Component parameters set explicitly (by name); the rest read their registered defaults.
   std::map<std::string, ParamValue, std::less<>> params{};
@@ -89,6 +95,7 @@ struct KVCacheConfig {
 size_t kv_token_bytes(const KVCacheConfig& config);
 
 std::string to_string(ScoreSource source);
+std::string to_string(HeadSplitRule rule);
 std::string to_string(KVType type);
 std::string to_string(PositionRule rule);
 ScoreSource parse_score_source(const std::string& text);    // "key-proxy" | "attention"

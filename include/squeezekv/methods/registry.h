@@ -51,6 +51,9 @@ std::string resolved_allocator(const KVCacheConfig& config);
 // evicted); it holds the whole prompt until the prompt ends and chooses then.
 bool keeps_every_row(const KVCacheConfig& config);
 bool holds_prompt_until_end(const KVCacheConfig& config);
+// The head split a config resolves to: its head_split, else the method's (uniform unless it names one).
+HeadSplitRule head_split_rule(const KVCacheConfig& config);
+std::string resolved_head_split(const KVCacheConfig& config);
 // The resolved allocator's schedule waits for a measurement of the prompt (AllocatorInfo::measures).
 bool schedule_waits_for_measurement(const KVCacheConfig& config);
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "squeezekv/core/component_params.h"
 #include "squeezekv/core/layer_rows.h"
@@ -44,6 +45,16 @@ class TokenPolicy {
   virtual void evict_head(LayerRows& layer, int /*head*/, int budget) { evict(layer, budget); }
   // Once, when the prompt has ended (default: the same as any update).
   virtual void finish_prompt(LayerRows& layer, int budget) { evict(layer, budget); }
+  // The head split (alloc/head_split.h), for a policy whose PolicyInfo says splits_heads: head
+  // `head`'s keep priority per slot into `out` (resized to the head's n_slots; higher = kept
+  // longer; +inf for the rows the policy protects at the layer's `budget`), for the eviction
+  // about to run (prompt_end: the one at the end of the prompt). False when the policy chooses
+  // nothing by score at this eviction (snapkv after its prompt): each head then keeps the count
+  // the last split gave it, through evict_head, which such a policy applies to that head alone.
+  virtual bool keep_priorities(const LayerRows& /*layer*/, int /*head*/, int /*budget*/, bool /*prompt_end*/,
+                               std::vector<float>& /*out*/) const {
+    return false;
+  }
   // Forget per-sequence state (the rows themselves are cleared by the cache).
   virtual void reset() {}
 };
