@@ -61,13 +61,12 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point, const
   }
   schedule = model->scheduled_budgets();
   held_budgets = model->budgets();
-  int64_t usable_rows = 0;  // a layer cannot hold more rows than the prompt has
   for (int l = 0; l < L; ++l) {
     scheduled_rows += schedule[size_t(l)];
-    usable_rows += std::min(schedule[size_t(l)], point.seq_len);
     held_rows += model->layer(l).tokens_kept();
   }
-  wasted_rows = usable_rows - held_rows;
+  // The promise: the schedule's total, or every row when the layers together cannot hold it.
+  wasted_rows = std::min<int64_t>(scheduled_rows, int64_t(L) * point.seq_len) - held_rows;
   for (int t = 0; t < options.decode_tokens; ++t) {
     for (int l = 0; l < L; ++l) {
       const float* k = decode_keys[size_t(l)].data() + size_t(t) * step;
