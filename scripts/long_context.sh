@@ -2,8 +2,9 @@
 # Reproduces docs/results.md's long-context section on SmolLM2-135M-Instruct: needle retrieval
 # (RULER's single needle in real text) over lengths 1k-8k, 5 depths, every method at 5 shares of
 # the prompt's rows, query-agnostic and query-aware; K/V storage alone and with eviction; the
-# books' perplexity and KL at n_ctx 4096 and 8192; and a whole book streamed through an evicting
-# cache. The grid is hours long on 2 cores, so it runs in resumable pieces of under 2 hours each:
+# books' perplexity and KL at n_ctx 4096 and 8192; a whole book streamed through an evicting cache;
+# and the layer x head x scorer combinations at 4096 tokens (pieces combos-*). The grid is hours
+# long on 2 cores, so it runs in resumable pieces of under 2 hours each:
 #
 #   scripts/long_context.sh                 # every piece not yet done, then the tables and plots
 #   scripts/long_context.sh PIECE ...       # those pieces only (names below), then the report
@@ -12,7 +13,8 @@
 # A piece interrupted part-way resumes where it stopped (the needle grids append to their JSON
 # lines and skip the cells already there); a piece done is not run again. Output: build/long/
 # (JSON, CSV, tables.md, plots). Set MODEL to another GGUF file to measure another model, SAMPLES
-# to change the samples per needle cell (2 by default), THREADS (every core by default).
+# to change the samples per needle cell (2 by default), DEPTHS the needle depths (0,0.25,0.5,0.75,1
+# by default; the 8k pieces keep their halves), THREADS (every core by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build/long}
@@ -27,14 +29,22 @@ methods_all=full,window,streaming,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv,knor
 # StreamingLLM and key norm choose the same rows wherever the question is.
 methods_scoring=full,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv
 shares=0.02,0.05,0.1,0.2,0.4
-depths=0,0.25,0.5,0.75,1
+depths=${DEPTHS:-0,0.25,0.5,0.75,1}
 needle=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
   --depths "$depths" --budget-shares "$shares" --importances key-dispersion,hidden-cosine --resume)
+# The layer x head x scorer combinations (squeeze_snapkv, squeeze_adakv, h2o_adakv) against their
+# parts and the single-axis anchors, at 4096 tokens and the shares where retrieval is in play.
+methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_adakv,h2o_adakv
+combos=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
+  --depths "$depths" --lengths 4096 --budget-shares 0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
 
-pieces=(qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192 stream)
+pieces=(combos-qaw combos-qag qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
+  stream)
 
 run_piece() {
   case "$1" in
+    combos-qaw) "${combos[@]}" --question-in-prompt --json "$out/combos_qaw.jsonl" ;;
+    combos-qag) "${combos[@]}" --json "$out/combos_qag.jsonl" ;;
     qag-short) "${needle[@]}" --lengths 1024,2048,4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-8k-a) "${needle[@]}" --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-8k-b) "${needle[@]}" --lengths 8192 --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
@@ -101,5 +111,5 @@ for p in "${todo[@]}"; do
   run_piece "$p"
   echo $(($(date +%s) - start)) > "$out/done.$p"
 done
-python3 scripts/long_context_report.py "$out" > "$out/tables.md"
+scripts/long_context_report.py "$out" > "$out/tables.md"
 echo "long_context.sh: tables in $out/tables.md, plots in $out/plots" >&2

@@ -34,28 +34,15 @@ class ChunkedPolicy final : public CumulativePolicy {
     const Protection protect = protection(layer, budget);
     const int64_t* pos = head.positions();
     std::vector<std::pair<int64_t, int>> rows;
-    for (int s = 0; s < head.n_slots(); ++s) {
-      if (pos[s] != HeadStore::kFree) rows.push_back({pos[s] / chunk_size_, s});
-    }
-    std::sort(rows.begin(), rows.end());
     out.assign(size_t(head.n_slots()), 0.0f);
-    for (size_t begin = 0; begin < rows.size();) {
-      size_t end = begin;
-      double sum = 0.0;
-      bool protected_chunk = false;
-      for (; end < rows.size() && rows[end].first == rows[begin].first; ++end) {
-        sum += head.scores()[rows[end].second];
-        protected_chunk |= protect.covers(pos[rows[end].second]);
-      }
-      const auto mean = float(sum / double(end - begin));
+    for_each_chunk(head, protect, rows, [&](size_t begin, size_t end, float mean, bool protected_chunk) {
       for (size_t i = begin; i < end; ++i) {
         const int s = rows[i].second;
         out[size_t(s)] = protect.covers(pos[s]) ? std::numeric_limits<float>::infinity()
                          : protected_chunk      ? head.scores()[s]
                                                 : mean;
       }
-      begin = end;
-    }
+    });
     return true;
   }
 
@@ -67,21 +54,19 @@ class ChunkedPolicy final : public CumulativePolicy {
     size_t begin, end;
   };
 
-  // Allocation-free after a thread's first call: its rows and chunks keep their capacity across
-  // steps (per thread, since heads may be evicted at once on several threads).
-  void evict_chunks(HeadStore& head, int budget, Protection protect) {
-    if (head.n_live() <= budget) return;
-    // (chunk index, slot) of the live rows; the evictable chunks.
-    thread_local std::vector<std::pair<int64_t, int>> rows;
-    thread_local std::vector<Chunk> chunks;
+  // Groups the live rows into `rows` as (chunk index, slot), by chunk (oldest first) then slot, the
+  // order the score sum is taken in, and calls fn(begin, end, mean, protected_chunk) for each
+  // chunk's range of `rows`. The mean is taken in float so that a one-row chunk compares exactly
+  // like its row (h2o).
+  template <class Fn>
+  void for_each_chunk(const HeadStore& head, Protection protect, std::vector<std::pair<int64_t, int>>& rows,
+                      Fn fn) const {
     const int64_t* pos = head.positions();
     rows.clear();
     for (int s = 0; s < head.n_slots(); ++s) {
       if (pos[s] != HeadStore::kFree) rows.push_back({pos[s] / chunk_size_, s});
     }
-    // By chunk (oldest first), then slot: the order the score sum is taken in.
     std::sort(rows.begin(), rows.end());
-    chunks.clear();
     for (size_t begin = 0; begin < rows.size();) {
       size_t end = begin;
       double sum = 0.0;
@@ -90,10 +75,22 @@ class ChunkedPolicy final : public CumulativePolicy {
         sum += head.scores()[rows[end].second];
         protected_chunk |= protect.covers(pos[rows[end].second]);
       }
-      // The mean is taken in float so that a one-row chunk compares exactly like its row (h2o).
-      if (!protected_chunk) chunks.push_back({float(sum / double(end - begin)), rows[begin].first, begin, end});
+      fn(begin, end, float(sum / double(end - begin)), protected_chunk);
       begin = end;
     }
+  }
+
+  // Allocation-free after a thread's first call: its rows and chunks keep their capacity across
+  // steps (per thread, since heads may be evicted at once on several threads).
+  void evict_chunks(HeadStore& head, int budget, Protection protect) {
+    if (head.n_live() <= budget) return;
+    // (chunk index, slot) of the live rows; the evictable chunks.
+    thread_local std::vector<std::pair<int64_t, int>> rows;
+    thread_local std::vector<Chunk> chunks;
+    chunks.clear();
+    for_each_chunk(head, protect, rows, [&](size_t begin, size_t end, float mean, bool protected_chunk) {
+      if (!protected_chunk) chunks.push_back({mean, rows[begin].first, begin, end});
+    });
     std::sort(chunks.begin(), chunks.end(),
               [](const Chunk& a, const Chunk& b) { return a.mean != b.mean ? a.mean < b.mean : a.index < b.index; });
     for (const Chunk& chunk : chunks) {

@@ -12,30 +12,14 @@
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/methods/registry.h"
 #include "policy/kept_rows.h"
+#include "policy/policy_test_configs.h"
 #include "test_util.h"
 
 namespace squeezekv {
 namespace {
 
-KVCacheConfig method(const std::string& id, int budget, int n_sink, int dim = 8) {
-  KVCacheConfig c;
-  c.method = id;
-  c.budget = budget;
-  c.n_sink = n_sink;
-  c.head_dim = dim;
-  c.decay = 1.0;  // hand-checked sums below are undecayed
-  return c;
-}
-
-// Feeds n single-token updates of random keys.
-void decode(LayerCache& cache, int n, uint64_t seed) {
-  const int per = cache.n_heads() * cache.config().head_dim;
-  for (int t = 0; t < n; ++t) {
-    const auto k = test::normal(size_t(per), seed + uint64_t(t)),
-               v = test::normal(size_t(per), seed + 777 + uint64_t(t));
-    cache.update(k.data(), v.data(), 1);
-  }
-}
+using test::decode;
+using test::method;
 
 // ---- exact rules on hand-checked inputs ----
 

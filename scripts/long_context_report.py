@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""Tables (Markdown, on stdout) and plots (OUT_DIR/plots) of scripts/long_context.sh's results.
+
+usage: scripts/long_context_report.py OUT_DIR
+
+Reads whatever of the pieces' files OUT_DIR holds (a piece not yet run is left out and named):
+needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl
+(squeezekv needle --json),
+books_CTX_BOOK.json (squeezekv sweep --json) and stream_emma_METHOD.json (perplexity --stream
+--json). Every needle figure is the exact-match accuracy over all samples of the cells averaged,
+beside the mean resident K/V bytes as a share of the full cache's at the same lengths, so that
+methods are compared at equal memory.
+"""
+import glob
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot_needle  # noqa: E402  (the heatmaps and the memory plot)
+
+
+def pct(x):
+    return f"{100 * x:.0f} %"
+
+
+def needle_tables(cells, title):
+    """Accuracy by variant (rows) and budget share (columns), over every length and depth, then
+    one table per length; each cell `accuracy (K/V bytes as a share of the full cache's)`."""
+    full_bytes = {}  # (kv_type, length) -> the full cache's mean resident bytes
+    for c in cells:
+        if c["budget"] == 0:
+            full_bytes.setdefault((c["kv_type"], c["length"]), []).append(c["full_kv_bytes"])
+    shares = sorted({plot_needle.budget_key(c) for c in cells if c["budget"] != 0})
+    lengths = sorted({c["length"] for c in cells})
+    out = [f"### {title}", ""]
+    scopes = [("all lengths", lengths)] + [(f"{n} tokens", [n]) for n in lengths] if len(lengths) > 1 else [
+        (f"{lengths[0]} tokens", lengths)
+    ]
+    for scope, scope_lengths in scopes:
+        groups = defaultdict(list)
+        for c in cells:
+            if c["length"] in scope_lengths:
+                key = plot_needle.budget_key(c)
+                variant = c["variant"] if c["kv_type"] == "f16" else f'{c["variant"]} {c["kv_type"]}'
+                groups[(variant, key)].append(c)
+        variants = sorted({v for v, _ in groups}, key=lambda v: (not v.startswith("full"), v))
+        out.append(f"{scope}: exact-match accuracy (mean resident K/V as a share of the full f16 cache's)")
+        out.append("")
+        out.append("| variant | " + " | ".join(pct(s) for s in shares) + " | no eviction |")
+        out.append("| --- |" + " ---: |" * (len(shares) + 1))
+        for variant in variants:
+            row = [variant]
+            for key in shares + [0]:
+                group = groups.get((variant, key))
+                if not group:
+                    row.append("")
+                    continue
+                samples = sum(c["samples"] for c in group)
+                accuracy = sum(c["accuracy"] * c["samples"] for c in group) / samples
+                full = [b for c in group for b in full_bytes.get(("f16", c["length"]), [c["full_kv_bytes"]])]
+                share = sum(c["kv_bytes"] for c in group) / len(group) / (sum(full) / len(full))
+                row.append(f"{pct(accuracy)} ({pct(share)})")
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    return out
+
+
+def books_tables(out_dir):
+    out = []
+    for path in sorted(glob.glob(os.path.join(out_dir, "books_*.json"))):
+        match = re.match(r"books_(\d+)_(.+)\.json", os.path.basename(path))
+        if not match:
+            continue
+        with open(path) as f:
+            doc = json.load(f)
+        ctx, book = int(match.group(1)), match.group(2)
+        rows = doc["results"]
+        budgets = sorted({r["budget"] for r in rows if r["budget"] != 0})
+        out += [f"### {book}, n_ctx {ctx} ({doc['text_tokens']} tokens in the book)", ""]
+        out.append("KL from the full cache (perplexity), per budget as a share of n_ctx")
+        out.append("")
+        out.append("| variant | " + " | ".join(f"{b} ({pct(b / ctx)})" for b in budgets) + " |")
+        out.append("| --- |" + " ---: |" * len(budgets))
+        full = [r for r in rows if r["budget"] == 0 and r["method"] == "full"]
+        if full:
+            out.append(f"| full | perplexity {full[0]['perplexity']:.3f} |" + " |" * (len(budgets) - 1))
+        by_variant = defaultdict(dict)
+        for r in rows:
+            if r["budget"] != 0:
+                by_variant[r["variant"]][r["budget"]] = r
+        for variant in sorted(by_variant):
+            cells = []
+            for b in budgets:
+                r = by_variant[variant].get(b)
+                cells.append(f"{r['mean_kl']:.4f} ({r['perplexity']:.2f})" if r else "")
+            out.append(f"| {variant} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def stream_tables(out_dir):
+    paths = sorted(glob.glob(os.path.join(out_dir, "stream_*.json")))
+    if not paths:
+        return []
+    out = ["### A whole book streamed through an evicting cache", ""]
+    out.append("| file | variant | budget | tokens | perplexity | peak resident K/V (KiB) | seconds |")
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        for r in doc.get("results", [doc]):
+            out.append(
+                f"| {os.path.basename(path)} | {r['variant']} | {r['budget']} | {r['tokens']} | "
+                f"{r['perplexity']:.3f} | {r['peak_kept_bytes'] / 1024:.0f} | {r['seconds']:.0f} |"
+            )
+    out.append("")
+    return out
+
+
+def plots(cells, plot_dir, prefix, title):
+    """The memory plot of every variant, and one heatmap figure per budget share (with the full
+    cache beside it) so that each figure stays readable."""
+    os.makedirs(plot_dir, exist_ok=True)
+    plot_needle.memory(cells, plot_dir, title, prefix)
+    full = [c for c in cells if c["budget"] == 0]
+    for share in sorted({plot_needle.budget_key(c) for c in cells if c["budget"] != 0}):
+        subset = full + [c for c in cells if c["budget"] != 0 and plot_needle.budget_key(c) == share]
+        name = f"{prefix}_{round(100 * share)}pct" if isinstance(share, float) else f"{prefix}_{share}"
+        plot_needle.heatmaps(subset, plot_dir, f"{title}, {plot_needle.budget_label(share)}", name)
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    out_dir = sys.argv[1]
+    lines = ["# Long-context results", ""]
+    missing = []
+    for name, title in [
+        ("needle_qag", "Needle retrieval, query-agnostic (the question after the evicting prefill)"),
+        ("needle_qaw", "Needle retrieval, query-aware (the question in the prefilled prompt)"),
+        ("needle_storage", "K/V storage alone and with eviction, 4096 tokens, query-agnostic"),
+        ("combos_qaw", "Layer x head x scorer combinations, 4096 tokens, query-aware"),
+        ("combos_qag", "Layer x head x scorer combinations, 4096 tokens, query-agnostic"),
+    ]:
+        path = os.path.join(out_dir, f"{name}.jsonl")
+        cells = plot_needle.read_cells(path) if os.path.exists(path) else []
+        if not cells:
+            missing.append(name)
+            continue
+        lines += needle_tables(cells, title)
+        plots(cells, os.path.join(out_dir, "plots"), name, title)
+    books = books_tables(out_dir)
+    stream = stream_tables(out_dir)
+    if not books:
+        missing.append("books")
+    if not stream:
+        missing.append("stream")
+    lines += books + stream
+    if missing:
+        lines += [f"Not run yet: {', '.join(missing)}.", ""]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
