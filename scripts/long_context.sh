@@ -38,13 +38,23 @@ methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_ad
 combos=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
   --depths "$depths" --lengths 4096 --budget-shares 0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
 
-pieces=(combos-qaw combos-qag qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
+pieces=(combos-qaw combos-qag combos-books-emma combos-books-kjv qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
 
 run_piece() {
   case "$1" in
     combos-qaw) "${combos[@]}" --question-in-prompt --json "$out/combos_qaw.jsonl" ;;
     combos-qag) "${combos[@]}" --json "$out/combos_qag.jsonl" ;;
+    combos-books-emma | combos-books-kjv)
+      # The combinations' KL from the full cache on a book at n_ctx 4096 (first half the prompt,
+      # the second half decoded against the evicting cache), at 5-40 % of the rows.
+      local book=${1#combos-books-}
+      [[ $book == emma ]] && book=austen-emma
+      scripts/fetch_books.py "$book" > /dev/null
+      build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c 4096 --chunks 1 -t "$threads" \
+        --methods "$methods_combos" --budgets 205,410,819,1638 \
+        --json "$out/books_4096_combos_$book.json" > "$out/books_4096_combos_$book.txt"
+      ;;
     qag-short) "${needle[@]}" --lengths 1024,2048,4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-8k-a) "${needle[@]}" --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-8k-b) "${needle[@]}" --lengths 8192 --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;

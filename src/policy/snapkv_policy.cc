@@ -163,9 +163,23 @@ void require_odd(const ParamSpec& spec, const ParamValue& value) {
   if (const auto* v = std::get_if<int64_t>(&value)) require(*v % 2 == 1, spec.name, *v, "must be an odd number >= 1");
 }
 
+// Labelled where they differ from the default, so that a sweep of them (--windows, --kernels)
+// gives one variant per value instead of collapsing them into one.
 const ParamSpec kParams[] = {
-    {"window", ParamKind::integer, "32", "snapkv: observation window (last prompt queries), < budget", 1,
-     double(1 << 30)},
+    {"window",
+     ParamKind::integer,
+     "32",
+     "snapkv: observation window (last prompt queries), < budget",
+     1,
+     double(1 << 30),
+     false,
+     {},
+     {},
+     true,
+     false,
+     nullptr,
+     /*label=*/"window",
+     /*omit_if=*/"32"},
     {"kernel",
      ParamKind::integer,
      "5",
@@ -177,7 +191,9 @@ const ParamSpec kParams[] = {
      {},
      true,
      false,
-     require_odd},
+     require_odd,
+     /*label=*/"kernel",
+     /*omit_if=*/"5"},
 };
 
 constexpr std::string_view kSnapReads[] = {"n_sink", "score"};

@@ -8,6 +8,7 @@
 
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/base/errors.h"
+#include "squeezekv/core/param_spec.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/methods/registry.h"
 #include "test_util.h"
@@ -91,6 +92,26 @@ TEST(Sweep, ExpandsEachAxisOnlyWhereTheMethodReadsIt) {
   EXPECT_THROW(expand_sweep(spec), InvalidArgument);
   spec.budgets = {4};
   EXPECT_THROW(expand_sweep(spec), InvalidArgument);  // at or below the sinks
+}
+
+TEST(Sweep, EverySweepableParameterShowsInTheVariant) {
+  // Variants are told apart by their labels: a parameter without one would collapse a sweep of
+  // its values (--kernels 5,15) into one configuration.
+  for (const ParamSpec* p : all_params()) {
+    if (!p->on_command_line || p->kind == ParamKind::text || p->name == "budget") continue;
+    EXPECT_FALSE(p->label.empty()) << p->name;
+  }
+  SweepSpec spec;
+  spec.methods = {"snapkv"};
+  spec.budgets = {128};
+  spec.axes = {{"window", {"16", "32"}}, {"kernel", {"5", "15"}}};
+  const std::vector<KVCacheConfig> configs = expand_sweep(spec);
+  ASSERT_EQ(configs.size(), 4u);
+  std::set<std::string> labels;
+  for (const KVCacheConfig& c : configs) labels.insert(sweep_variant(c));
+  EXPECT_EQ(labels.size(), 4u);
+  EXPECT_EQ(labels.count("snapkv window=16 kernel=15 key-proxy sinks=4"), 1u);
+  EXPECT_EQ(labels.count("snapkv key-proxy sinks=4"), 1u);  // the defaults stay out of the label
 }
 
 TEST(SweepOnStories, FiguresAreSane) {
