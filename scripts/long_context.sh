@@ -12,9 +12,10 @@
 #
 # A piece interrupted part-way resumes where it stopped (the needle grids append to their JSON
 # lines and skip the cells already there); a piece done is not run again. Output: build/long/
-# (JSON, CSV, tables.md, plots). Set MODEL to another GGUF file to measure another model, SAMPLES
-# to change the samples per needle cell (2 by default), DEPTHS the needle depths (0,0.25,0.5,0.75,1
-# by default; the 8k pieces keep their halves), THREADS (every core by default).
+# (JSON, CSV, tables.md, plots). Set MODEL to another GGUF file to measure another model, GEMMA
+# the Gemma 3 file of combos-gemma3, SAMPLES to change the samples per needle cell (2 by default),
+# DEPTHS the needle depths (0,0.25,0.5,0.75,1 by default; the 8k pieces keep their halves),
+# THREADS (every core by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build/long}
@@ -38,13 +39,36 @@ methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_ad
 combos=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
   --depths "$depths" --lengths 4096 --budget-shares 0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
 
-pieces=(combos-qaw combos-qag combos-books-emma combos-books-kjv qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
+pieces=(combos-qaw combos-qag combos-kernel combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
 
 run_piece() {
   case "$1" in
     combos-qaw) "${combos[@]}" --question-in-prompt --json "$out/combos_qaw.jsonl" ;;
     combos-qag) "${combos[@]}" --json "$out/combos_qag.jsonl" ;;
+    combos-kernel)
+      # snapkv's pooling width: 31 positions instead of 5 keeps whole 7-digit values (query-aware).
+      build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0 \
+        --depths "$depths" --lengths 4096 --budget-shares 0.1,0.4 --methods snapkv,squeeze_snapkv --kernels 31 \
+        --question-in-prompt --resume --json "$out/combos_qaw.jsonl"
+      ;;
+    combos-kernel-books)
+      # snapkv's wider kernel on the book: does what keeps whole needles cost KL?
+      scripts/fetch_books.py austen-emma > /dev/null
+      build/squeezekv sweep -m "$model" -f "$books/austen-emma.txt" -c 4096 --chunks 1 -t "$threads" \
+        --methods snapkv,squeeze_snapkv --kernels 31 --budgets 205,410,819,1638 \
+        --json "$out/books_4096_kernel31_austen-emma.json" > "$out/books_4096_kernel31_austen-emma.txt"
+      ;;
+    combos-gemma3)
+      # The defaults chosen on SmolLM2, checked unchanged on Gemma 3 270M (its global layers evict;
+      # its sliding layers hold their window), query-aware at 4096 tokens; and snapkv's wider kernel.
+      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
+      local on_gemma=(build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0
+        --depths "$depths" --lengths 4096 --budget-shares 0.1,0.4 --question-in-prompt --resume
+        --json "$out/combos_gemma3_qaw.jsonl")
+      "${on_gemma[@]}" --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
+      "${on_gemma[@]}" --methods snapkv,squeeze_snapkv --kernels 31
+      ;;
     combos-books-emma | combos-books-kjv)
       # The combinations' KL from the full cache on a book at n_ctx 4096 (first half the prompt,
       # the second half decoded against the evicting cache), at 5-40 % of the rows.

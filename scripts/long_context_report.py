@@ -4,7 +4,7 @@
 usage: scripts/long_context_report.py OUT_DIR
 
 Reads whatever of the pieces' files OUT_DIR holds (a piece not yet run is left out and named):
-needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl
+needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl / combos_gemma3_qaw.jsonl
 (squeezekv needle --json),
 books_CTX_BOOK.json (squeezekv sweep --json) and stream_emma_METHOD.json (perplexity --stream
 --json). Every needle figure is the exact-match accuracy over all samples of the cells averaged,
@@ -85,8 +85,12 @@ def books_tables(out_dir):
         match = re.match(r"books_(\d+)_(.+)\.json", os.path.basename(path))
         if not match:
             continue
-        with open(path) as f:
-            doc = json.load(f)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except json.JSONDecodeError:
+            out += [f"({os.path.basename(path)}: not complete, left out)", ""]  # a sweep still running
+            continue
         ctx, book = int(match.group(1)), match.group(2)
         rows = doc["results"]
         budgets = sorted({r["budget"] for r in rows if r["budget"] != 0})
@@ -155,6 +159,7 @@ def main():
         ("needle_storage", "K/V storage alone and with eviction, 4096 tokens, query-agnostic"),
         ("combos_qaw", "Layer x head x scorer combinations, 4096 tokens, query-aware"),
         ("combos_qag", "Layer x head x scorer combinations, 4096 tokens, query-agnostic"),
+        ("combos_gemma3_qaw", "Gemma 3 270M: the combinations, 4096 tokens, query-aware"),
     ]:
         path = os.path.join(out_dir, f"{name}.jsonl")
         cells = plot_needle.read_cells(path) if os.path.exists(path) else []

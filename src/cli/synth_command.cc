@@ -31,21 +31,11 @@ std::string join(const std::vector<int>& v) {
 }
 
 nlohmann::json to_json(const SynthResult& r) {
-  return {{"method", r.method},
-          {"n_layers", r.n_layers},
-          {"seq_len", r.seq_len},
-          {"budget", r.budget},
-          {"strength", r.strength},
-          {"concentrations", r.concentrations},
-          {"schedule", r.schedule},
-          {"held_budgets", r.held_budgets},
-          {"scheduled_rows", r.scheduled_rows},
-          {"held_rows", r.held_rows},
-          {"wasted_rows", r.wasted_rows},
-          {"kept", r.kept},
-          {"kept_bytes", r.kept_bytes},
-          {"full_bytes", r.full_bytes},
-          {"compression_ratio", r.compression_ratio},
+  return {{"method", r.method},         {"n_layers", r.n_layers},         {"seq_len", r.seq_len},
+          {"budget", r.budget},         {"strength", r.strength},         {"concentrations", r.concentrations},
+          {"schedule", r.schedule},     {"held_budgets", r.held_budgets}, {"scheduled_rows", r.scheduled_rows},
+          {"held_rows", r.held_rows},   {"wasted_rows", r.wasted_rows},   {"kept", r.kept},
+          {"kept_bytes", r.kept_bytes}, {"full_bytes", r.full_bytes},     {"compression_ratio", r.compression_ratio},
           {"seconds", r.seconds}};
 }
 
@@ -79,10 +69,11 @@ void run(SynthArgs& a) {
     std::printf("%-9s %3d %5d %6d %8.2f %7.3f %7.3f %11.1f %11.1f %6.2f %8.1f\n", r.method.c_str(), r.n_layers,
                 r.seq_len, r.budget, r.strength, r.concentrations.front(), r.concentrations.back(),
                 double(r.kept_bytes) / 1024.0, double(r.full_bytes) / 1024.0, r.compression_ratio, r.seconds * 1e3);
-    std::printf("          schedule: %s\n          held:     %s (conserved; rows scheduled %lld, held %lld, wasted %lld)\n"
-                "          kept:     %s\n",
-                join(r.schedule).c_str(), join(r.held_budgets).c_str(), static_cast<long long>(r.scheduled_rows),
-                static_cast<long long>(r.held_rows), static_cast<long long>(r.wasted_rows), join(r.kept).c_str());
+    std::printf(
+        "          schedule: %s\n          held:     %s (conserved; rows scheduled %lld, held %lld, wasted %lld)\n"
+        "          kept:     %s\n",
+        join(r.schedule).c_str(), join(r.held_budgets).c_str(), static_cast<long long>(r.scheduled_rows),
+        static_cast<long long>(r.held_rows), static_cast<long long>(r.wasted_rows), join(r.kept).c_str());
   }
   std::printf("\n%zu configurations in %.2f s (%d threads)\n", results.size(), total_s, a.synth.threads);
 }
