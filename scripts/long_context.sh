@@ -37,7 +37,7 @@ needle=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples
 # parts and the single-axis anchors, at 4096 tokens and the shares where retrieval is in play.
 methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_adakv,h2o_adakv
 combos=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
-  --depths "$depths" --lengths 4096 --budget-shares 0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
+  --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
 
 pieces=(combos-qaw combos-qag combos-kernel combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
