@@ -39,7 +39,7 @@ methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_ad
 combos=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
   --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
 
-pieces=(combos-qaw combos-qag combos-kernel combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
+pieces=(combos-qaw combos-qag combos-kernel combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 combos-gemma3-qag combos-gemma3-books qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
 
 run_piece() {
@@ -68,6 +68,21 @@ run_piece() {
         --json "$out/combos_gemma3_qaw.jsonl")
       "${on_gemma[@]}" --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
       "${on_gemma[@]}" --methods snapkv,squeeze_snapkv --kernels 31
+      ;;
+    combos-gemma3-qag)
+      # The same cells query-agnostic: the cache chooses before the question comes.
+      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
+      build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0 \
+        --depths "$depths" --lengths 4096 --budget-shares 0.1,0.4 --resume --json "$out/combos_gemma3_qag.jsonl" \
+        --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
+      ;;
+    combos-gemma3-books)
+      # Gemma 3's KL from its full cache on Emma at n_ctx 4096, at 10 % and 40 % of the rows.
+      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
+      scripts/fetch_books.py austen-emma > /dev/null
+      build/squeezekv sweep -m "$gemma" -f "$books/austen-emma.txt" -c 4096 --chunks 1 -t "$threads" \
+        --methods "$methods_combos" --budgets 410,1638 \
+        --json "$out/books_4096_combos_gemma3_austen-emma.json" > "$out/books_4096_combos_gemma3_austen-emma.txt"
       ;;
     combos-books-emma | combos-books-kjv)
       # The combinations' KL from the full cache on a book at n_ctx 4096 (first half the prompt,

@@ -4,8 +4,8 @@
 usage: scripts/long_context_report.py OUT_DIR
 
 Reads whatever of the pieces' files OUT_DIR holds (a piece not yet run is left out and named):
-needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl / combos_gemma3_qaw.jsonl
-(squeezekv needle --json),
+needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl / combos_gemma3_qaw.jsonl /
+combos_gemma3_qag.jsonl (squeezekv needle --json),
 books_CTX_BOOK.json (squeezekv sweep --json) and stream_emma_METHOD.json (perplexity --stream
 --json). Every needle figure is the exact-match accuracy over all samples of the cells averaged,
 beside the mean resident K/V bytes as a share of the full cache's at the same lengths, so that
@@ -160,6 +160,7 @@ def main():
         ("combos_qaw", "Layer x head x scorer combinations, 4096 tokens, query-aware"),
         ("combos_qag", "Layer x head x scorer combinations, 4096 tokens, query-agnostic"),
         ("combos_gemma3_qaw", "Gemma 3 270M: the combinations, 4096 tokens, query-aware"),
+        ("combos_gemma3_qag", "Gemma 3 270M: the combinations, 4096 tokens, query-agnostic"),
     ]:
         path = os.path.join(out_dir, f"{name}.jsonl")
         cells = plot_needle.read_cells(path) if os.path.exists(path) else []

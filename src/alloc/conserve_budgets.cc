@@ -10,6 +10,14 @@
 namespace squeezekv {
 
 std::vector<int> conserve_budgets(std::span<const int> schedule, int64_t cap) {
+  std::vector<int> out;
+  ConserveScratch scratch;
+  conserve_budgets_into(schedule, cap, out, scratch);
+  return out;
+}
+
+void conserve_budgets_into(std::span<const int> schedule, int64_t cap, std::vector<int>& out,
+                           ConserveScratch& scratch) {
   require(cap >= 1, "cap", cap, "must be at least 1 (the rows a layer can hold)");
   int64_t total = 0;
   bool over = false;
@@ -18,13 +26,14 @@ std::vector<int> conserve_budgets(std::span<const int> schedule, int64_t cap) {
     total += schedule[i];
     over = over || schedule[i] > cap;
   }
-  std::vector<int> out(schedule.begin(), schedule.end());
-  if (!over) return out;
+  out.assign(schedule.begin(), schedule.end());
+  if (!over) return;
   const auto n = int64_t(schedule.size());
   const int64_t target = std::min(total, n * cap);
   // Water-filling: each pass caps the layers whose scaled share reaches the cap; the rest share
   // what remains in proportion to their schedule. At most n passes (each caps one more layer).
-  std::vector<bool> capped(schedule.size(), false);
+  std::vector<bool>& capped = scratch.capped;
+  capped.assign(schedule.size(), false);
   double scale = 1.0;
   for (size_t pass = 0; pass <= schedule.size(); ++pass) {
     int64_t free_rows = target, free_weight = 0;
@@ -40,7 +49,8 @@ std::vector<int> conserve_budgets(std::span<const int> schedule, int64_t cap) {
     }
     if (!newly) break;
   }
-  std::vector<double> share(schedule.size());
+  std::vector<double>& share = scratch.share;
+  share.resize(schedule.size());
   int64_t assigned = 0;
   for (size_t i = 0; i < schedule.size(); ++i) {
     share[i] = capped[i] ? double(cap) : std::min(double(cap), scale * schedule[i]);
@@ -48,10 +58,14 @@ std::vector<int> conserve_budgets(std::span<const int> schedule, int64_t cap) {
     assigned += out[i];
   }
   // Largest remainder first, ties to the lower index; never past the cap.
-  std::vector<size_t> order(schedule.size());
+  // A total order (ties broken by index) so that std::sort, which allocates nothing, is
+  // deterministic.
+  std::vector<size_t>& order = scratch.order;
+  order.resize(schedule.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return share[a] - std::floor(share[a]) > share[b] - std::floor(share[b]);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const double ra = share[a] - std::floor(share[a]), rb = share[b] - std::floor(share[b]);
+    return ra != rb ? ra > rb : a < b;
   });
   for (size_t k = 0; assigned < target && k < order.size(); ++k) {
     if (out[order[k]] < cap) {
@@ -65,7 +79,6 @@ std::vector<int> conserve_budgets(std::span<const int> schedule, int64_t cap) {
     out[i] += int(room);
     assigned += room;
   }
-  return out;
 }
 
 }  // namespace squeezekv

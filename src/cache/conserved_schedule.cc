@@ -32,15 +32,15 @@ void ConservedSchedule::clear() {
 int ConservedSchedule::budget(int layer, int64_t cap) {
   require(layer >= 0 && size_t(layer) < budgets_.size() && scheduled_[size_t(layer)], "layer", layer,
           "is not a scheduled layer of this schedule");
-  // Without allocation where a decode step spends its life: every layer within the cap (the
-  // schedule itself), or every layer at it (each holds all it has seen).
+  // Every layer within the cap (the schedule itself), or every layer at it (each holds all it has
+  // seen); else the schedule conserved at this cap, once per cap, into buffers kept here.
   if (cap >= most_) return budgets_[size_t(layer)];
   if (cap <= least_) return int(std::max<int64_t>(cap, 1));
   if (cap != cap_) {
-    const std::vector<int> held = conserve_budgets(schedule_, std::max<int64_t>(cap, 1));
+    conserve_budgets_into(schedule_, std::max<int64_t>(cap, 1), held_, scratch_);
     conserved_.assign(budgets_.size(), 0);
     for (size_t i = 0, k = 0; i < budgets_.size(); ++i) {
-      if (scheduled_[i]) conserved_[i] = held[k++];
+      if (scheduled_[i]) conserved_[i] = held_[k++];
     }
     cap_ = cap;
   }

@@ -43,7 +43,7 @@ void BudgetCoordinator::report(int layer, double measurement) {
   for (size_t i = 0, k = 0; i < measured_.size(); ++i) {
     if (scheduled_[i]) budgets_[i] = schedule[k++];
   }
-  conserved_.set(budgets_, scheduled_);
+  if (on_schedule_) on_schedule_(budgets_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i] && scheduled_[i]) layers_[i](budgets_[i]);
   }
@@ -58,7 +58,6 @@ std::vector<double> BudgetCoordinator::measurements() const {
 void BudgetCoordinator::reset() {
   for (auto& m : measured_) m.reset();
   budgets_.clear();
-  conserved_.clear();
 }
 
 }  // namespace squeezekv

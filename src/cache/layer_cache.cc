@@ -7,6 +7,7 @@
 
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/alloc/head_split.h"
+#include "squeezekv/cache/conserved_schedule.h"
 #include "squeezekv/cache/coordinator.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
@@ -47,10 +48,7 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
   // A config without a known method (a layer built from parts) splits only when told to.
   if (config.head_split != "auto" || method_or_null(config.method) != nullptr) split_ = head_split_rule(config);
   if (coordinator_) {
-    coordinator_->attach(layer_index, [this](int b) {
-      schedule_ = &coordinator_->conserved();
-      apply_budget(b, true);
-    });
+    coordinator_->attach(layer_index, [this](int b) { apply_budget(b, true); });
   }
 }
 

@@ -53,11 +53,16 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
                                                      make_token_policy(config), coordinator_.get(), &busy_));
     }
   }
-  // A fixed schedule (uniform, pyramid) is conserved as the layers fill, as a measured one is.
-  if (n_evicting > 0 && !coordinator_) {
-    fixed_schedule_.set(budgets, evicting);
+  // One schedule, conserved as the layers fill: a fixed one (uniform, pyramid) from now, a measured
+  // one from when the coordinator publishes it (before any layer applies its budget).
+  if (n_evicting > 0) {
+    if (coordinator_) {
+      coordinator_->on_schedule([this, evicting](const std::vector<int>& b) { schedule_.set(b, evicting); });
+    } else {
+      schedule_.set(budgets, evicting);
+    }
     for (size_t i = 0; i < layers_.size(); ++i) {
-      if (evicting[i]) layers_[i]->follow_schedule(&fixed_schedule_);
+      if (evicting[i]) layers_[i]->follow_schedule(&schedule_);
     }
   }
 }
@@ -78,7 +83,10 @@ void ModelCache::end_prompt() {
 
 void ModelCache::reset() {
   Exclusive only(busy_, "reset");
-  if (coordinator_) coordinator_->reset();  // first, so that every layer falls back and re-measures
+  if (coordinator_) {
+    coordinator_->reset();  // first, so that every layer falls back and re-measures
+    schedule_.clear();
+  }
   for (auto& layer : layers_) layer->clear();
 }
 

@@ -67,5 +67,29 @@ TEST(ConserveBudgets, ConservesOnRandomSchedules) {
   }
 }
 
+// The caller-kept buffers: the same result as conserve_budgets on every call, whatever the last
+// call left in them, and once grown to the largest schedule they are reused, not reallocated.
+TEST(ConserveBudgets, IntoReusesTheCallersBuffers) {
+  std::mt19937 rng(11);
+  std::vector<int> out;
+  ConserveScratch scratch;
+  const std::vector<int> widest(40, 600);
+  conserve_budgets_into(widest, 1, out, scratch);
+  const int* out_data = out.data();
+  const double* share_data = scratch.share.data();
+  const size_t* order_data = scratch.order.data();
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = std::uniform_int_distribution<int>(0, 40)(rng);
+    std::vector<int> schedule(static_cast<size_t>(n));
+    for (int& b : schedule) b = std::uniform_int_distribution<int>(0, 600)(rng);
+    const int64_t cap = std::uniform_int_distribution<int64_t>(1, 700)(rng);
+    conserve_budgets_into(schedule, cap, out, scratch);
+    ASSERT_EQ(out, conserve_budgets(schedule, cap)) << "trial " << trial;
+    ASSERT_EQ(out.data(), out_data);
+    ASSERT_EQ(scratch.share.data(), share_data);
+    ASSERT_EQ(scratch.order.data(), order_data);
+  }
+}
+
 }  // namespace
 }  // namespace squeezekv

@@ -18,4 +18,14 @@ namespace squeezekv {
 // InvalidArgument naming the field for a negative entry or cap < 1.
 std::vector<int> conserve_budgets(std::span<const int> schedule, int64_t cap);
 
+// The same into `out`, with working space the caller keeps: once `out` and `scratch` have grown to
+// the schedule's size, a call allocates nothing (a cache conserves at every new token while its
+// layers fill).
+struct ConserveScratch {
+  std::vector<bool> capped;
+  std::vector<double> share;
+  std::vector<size_t> order;
+};
+void conserve_budgets_into(std::span<const int> schedule, int64_t cap, std::vector<int>& out, ConserveScratch& scratch);
+
 }  // namespace squeezekv

@@ -2,11 +2,15 @@
 // hold more rows than it has seen (or than its span allows); the rows a schedule gives it beyond
 // that go to the layers that can hold them (alloc/conserve_budgets.h), so that the model holds
 // exactly the promised total whenever it can. Each layer asks for its budget at its current cap; the
-// layers of one model cache see the same tokens, so the last cap's result is kept and shared.
+// layers of one model cache see the same tokens, so the last cap's result is kept and shared. The
+// model cache owns its one schedule: fixed at build (uniform, pyramid) or set when its coordinator
+// publishes a measured one.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "squeezekv/alloc/conserve_budgets.h"
 
 namespace squeezekv {
 
@@ -24,7 +28,9 @@ class ConservedSchedule {
   std::vector<bool> scheduled_;
   std::vector<int> schedule_;   // the scheduled layers' budgets, in order
   std::vector<int> conserved_;  // per model layer, at cap_
-  int least_ = 0, most_ = 0;    // the schedule's smallest and largest budgets
+  std::vector<int> held_;       // the scheduled layers', at cap_
+  ConserveScratch scratch_;
+  int least_ = 0, most_ = 0;  // the schedule's smallest and largest budgets
   int64_t cap_ = -1;
 };
 

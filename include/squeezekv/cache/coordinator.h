@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "squeezekv/alloc/budget_allocator.h"
-#include "squeezekv/cache/conserved_schedule.h"
 
 namespace squeezekv {
 
@@ -23,6 +22,10 @@ class BudgetCoordinator {
 
   using Publish = std::function<void(int budget)>;
   void attach(int layer, Publish publish);
+  // Called with the whole schedule (one per model layer) when it is final, before any layer's
+  // publish: the model cache keeps the schedule its layers conserve.
+  using PublishSchedule = std::function<void(const std::vector<int>& budgets)>;
+  void on_schedule(PublishSchedule publish) { on_schedule_ = std::move(publish); }
   // A layer that is not scheduled is ignored (the engine may measure every layer alike).
   void report(int layer, double measurement);
   bool reported(int layer) const { return measured_[size_t(layer)].has_value(); }
@@ -34,8 +37,6 @@ class BudgetCoordinator {
   // layer: 0 for a layer that is not scheduled. The allocator saw the scheduled layers' alone, in
   // layer order.
   const std::vector<int>& budgets() const { return budgets_; }
-  // The published schedule, conserved as the layers fill (empty until final).
-  ConservedSchedule& conserved() { return conserved_; }
   std::vector<double> measurements() const;
   const BudgetAllocator& allocator() const { return *allocator_; }
   // The longest sequence the cache will see (0 = unknown): no layer needs more rows than that.
@@ -45,11 +46,11 @@ class BudgetCoordinator {
  private:
   std::shared_ptr<const BudgetAllocator> allocator_;
   std::vector<Publish> layers_;
+  PublishSchedule on_schedule_;
   std::vector<std::optional<double>> measured_;
   std::vector<bool> scheduled_;
   int n_scheduled_ = 0;
   std::vector<int> budgets_;
-  ConservedSchedule conserved_;
   int max_rows_ = 0;
 };
 

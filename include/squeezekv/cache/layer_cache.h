@@ -139,7 +139,7 @@ class LayerCache {
   void apply_budget(int budget, bool scheduled);      // set_budget, or the coordinator's publish
   bool ages_rows() const;                             // rows past max_distance go (span rule)
   int budget_at(int64_t tokens);                      // the conserved budget after `tokens` tokens
-  void follow_schedule(ConservedSchedule* schedule);  // a model cache's fixed schedule
+  void follow_schedule(ConservedSchedule* schedule);  // the model cache's schedule
   // The head split's eviction (head_split adakv): each sequence's rows shared among its heads by
   // the policy's keep priorities (alloc/head_split.h), else each head to the count it holds.
   void settle_split(ThreadPool* pool, bool prompt_end, bool worth_it);
@@ -163,7 +163,7 @@ class LayerCache {
   int budget_now_;      // conserved: what settle trims to
   bool budget_final_;
   bool follows_schedule_ = false;          // the budget is the schedule's (conserved), not set_budget's
-  ConservedSchedule* schedule_ = nullptr;  // the coordinator's or the model cache's
+  ConservedSchedule* schedule_ = nullptr;  // the model cache's (fixed, or the coordinator's once final)
   std::unique_ptr<TokenPolicy> policy_;
   HeadSplitRule split_ = HeadSplitRule::uniform;
   std::vector<int> head_budgets_;               // per head, from the last split (empty: none yet)

@@ -38,9 +38,8 @@ class ModelCache {
   void end_prompt();
   void reset();
 
-  // Rows per head each layer may keep now: a sliding layer's is its window.
-  // Per layer: the rows per head it trims to now (conserved) and what its allocator scheduled;
-  // they differ while some layer is scheduled more rows than it can hold.
+  // Per layer: the rows per head it trims to now (conserved; a sliding layer's window) and what
+  // its allocator scheduled; they differ while some layer is scheduled more rows than it can hold.
   std::vector<int> budgets() const;
   std::vector<int> scheduled_budgets() const;
   size_t kept_bytes() const;  // sliding_kept_bytes() + evicting_kept_bytes()
@@ -53,7 +52,9 @@ class ModelCache {
   KVCacheConfig config_;
   std::vector<LayerKind> kinds_;
   std::unique_ptr<BudgetCoordinator> coordinator_;
-  ConservedSchedule fixed_schedule_;  // a schedule fixed at build (no coordinator), conserved as layers fill
+  // The layers' schedule, conserved as they fill: fixed at build (no coordinator), or the
+  // coordinator's once it publishes.
+  ConservedSchedule schedule_;
   std::vector<std::unique_ptr<LayerCache>> layers_;
   std::atomic<bool> busy_{false};  // the single-writer flag every layer shares (layer_cache.h)
 };
