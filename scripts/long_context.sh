@@ -39,7 +39,7 @@ methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_ad
 combos=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
   --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
 
-pieces=(combos-qaw combos-qag combos-kernel combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 combos-gemma3-qag combos-gemma3-books qag-short qag-8k-a qag-8k-b qaw-short qaw-8k-a qaw-8k-b storage books-4096 books-8192
+pieces=(combos-qaw combos-qag combos-kernel combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 combos-gemma3-qag combos-gemma3-books qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
 
 run_piece() {
@@ -94,11 +94,14 @@ run_piece() {
         --methods "$methods_combos" --budgets 205,410,819,1638 \
         --json "$out/books_4096_combos_$book.json" > "$out/books_4096_combos_$book.txt"
       ;;
-    qag-short) "${needle[@]}" --lengths 1024,2048,4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-1k2k) "${needle[@]}" --lengths 1024,2048 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-4k) "${needle[@]}" --lengths 4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-8k-a) "${needle[@]}" --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-8k-b) "${needle[@]}" --lengths 8192 --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
-    qaw-short)
-      "${needle[@]}" --question-in-prompt --lengths 1024,2048,4096 --methods "$methods_scoring" \
+    qaw-1k2k | qaw-4k)
+      local lengths=1024,2048
+      [[ $1 == qaw-4k ]] && lengths=4096
+      "${needle[@]}" --question-in-prompt --lengths "$lengths" --methods "$methods_scoring" \
         --json "$out/needle_qaw.jsonl"
       ;;
     qaw-8k-a)

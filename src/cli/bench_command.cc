@@ -137,6 +137,25 @@ void print_md(const ModelFacts& facts, const std::vector<BandwidthResult>& bandw
   }
 }
 
+// --profile: each row's time per token by operation, in ms, and each operation's share of the
+// timed pass (the step's time outside the engine's passes, such as the sampler, is not in it).
+void print_profile_md(const std::vector<BenchRow>& rows) {
+  std::printf("\ntime per token by operation, ms (share of the pass):\n\n| threads | cache | test | depth |");
+  for (size_t op = 0; op < kEngineOps; ++op) std::printf(" %s |", std::string(to_string(EngineOp(op))).c_str());
+  std::printf(" pass |\n| ---: | --- | --- | ---: |");
+  for (size_t op = 0; op <= kEngineOps; ++op) std::printf(" ---: |");
+  std::printf("\n");
+  for (const BenchRow& r : rows) {
+    const double total = r.op_seconds.total();
+    std::printf("| %d | %s | %s | %d |", r.threads, r.cache.c_str(), r.test().c_str(), r.depth);
+    for (size_t op = 0; op < kEngineOps; ++op) {
+      const double sec = r.op_seconds.seconds(EngineOp(op));
+      std::printf(" %.4f (%.0f %%) |", 1e3 * sec, total > 0 ? 100 * sec / total : 0.0);
+    }
+    std::printf(" %.4f |\n", 1e3 * total);
+  }
+}
+
 void print_csv(const ModelFacts& facts, const std::vector<BenchRow>& rows) {
   std::printf(
       "model,weight_type,threads,cache,method,budget,score,test,depth,n_tokens,median_tps,mean_tps,stddev_tps,"
@@ -212,6 +231,13 @@ void print_json(const ModelFacts& facts, const std::vector<BandwidthResult>& ban
                               {"kv_sliding_kept_bytes", r.kv_sliding_kept_bytes},
                               {"kv_evicting_kept_bytes", r.kv_evicting_kept_bytes},
                               {"layer_windows", r.layer_windows}});
+    if (r.op_seconds.total() > 0) {
+      nlohmann::json ops;
+      for (size_t op = 0; op < kEngineOps; ++op) {
+        ops[std::string(to_string(EngineOp(op)))] = 1e3 * r.op_seconds.seconds(EngineOp(op));
+      }
+      out["results"].back()["op_ms_per_token"] = ops;
+    }
   }
   std::printf("%s\n", out.dump(2).c_str());
 }
@@ -238,6 +264,7 @@ void run(BenchArgs& a) {
   const uint64_t peak_rss = report.peak_rss_bytes;  // before the probe's buffer
   const std::vector<BandwidthResult>& bandwidth = report.bandwidth;
   if (a.output == "md") print_md(facts, bandwidth, rows, peak_rss);
+  if (a.output == "md" && a.bench.profile) print_profile_md(rows);
   if (a.output == "csv") print_csv(facts, rows);
   if (a.output == "json") print_json(facts, bandwidth, rows, peak_rss);
 }
@@ -267,9 +294,13 @@ void register_bench(CLI::App& app) {
                   "memory-bandwidth probe buffer in MiB, read after every generation repetition (0 = no probe)")
       ->capture_default_str();
   cmd->add_option("--seed", b.seed, "seed of the token ids fed in")->capture_default_str();
-  add_cache_options(*cmd, args->cache);
+  cmd->add_flag("--profile", b.profile,
+                "also time each pass by operation (projections, attention, cache, norms, logits): a table of ms "
+                "per token in md, op_ms_per_token in json");
   // The engine feeds real attention back, so bench scores rows as generate does (docs/results.md).
+  // Set before the options are added, so that --help shows these defaults.
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
+  add_cache_options(*cmd, args->cache);
   cmd->footer(
       "--method, --score, --positions and --kv-type take comma lists (--method window,squeeze,full,\n"
       "--kv-type f16,q8_0): every combination is one row, measured side by side (repetitions outer,\n"

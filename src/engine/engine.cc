@@ -149,6 +149,7 @@ void Engine::forward_batch(std::span<const SequenceStep> steps) {
   }
   reserve(n);
   const auto dim = size_t(c.dim);
+  OpTimer timer(profile_);
 
   spans_.clear();
   any_measure_ = false;
@@ -170,18 +171,23 @@ void Engine::forward_batch(std::span<const SequenceStep> steps) {
     }
     row += n_s;
   }
+  timer.lap(EngineOp::embed);
 
   for (int l = 0; l < c.n_layers; ++l) {
     if (observer_ || any_measure_) std::copy(x_.begin(), x_.begin() + long(size_t(n) * dim), before_.begin());
-    attention_block(l, steps, n);
+    timer.lap(EngineOp::measure);
+    attention_block(l, steps, n, timer);
     feed_residual(l, steps);
-    mlp_block(l, n);
+    timer.lap(EngineOp::measure);
+    mlp_block(l, n, timer);
     require_finite_activations(x_.data(), size_t(n) * dim, l);  // NaN weights: an error, not junk
+    timer.lap(EngineOp::norms);
   }
   if (logit_rows > 0) output_logits(steps, logit_rows);
+  timer.lap(EngineOp::logits);
 }
 
-void Engine::attention_block(int l, std::span<const SequenceStep> steps, int n) {
+void Engine::attention_block(int l, std::span<const SequenceStep> steps, int n, OpTimer& timer) {
   const ModelConfig& c = model_.config();
   const LayerConfig& lc = c.layers[size_t(l)];
   const LayerWeights& w = model_.layer(l);
@@ -189,9 +195,11 @@ void Engine::attention_block(int l, std::span<const SequenceStep> steps, int n) 
   const auto kv_dim = size_t(c.kv_dim());
   const auto hd = size_t(c.head_dim);
   rms_rows(x_.data(), w.attn_norm, n, c.norm_eps, xb_.data());
+  timer.lap(EngineOp::norms);
   // q, k and v in one parallel region: one hand-off instead of three.
   const MatmulOutput qkv[3] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
   matmul_many(qkv, xb_.data(), n, pool_);
+  timer.lap(EngineOp::qkv);
   add_bias(q_.data(), w.bq, n);
   add_bias(k_.data(), w.bk, n);
   add_bias(v_.data(), w.bv, n);
@@ -199,6 +207,7 @@ void Engine::attention_block(int l, std::span<const SequenceStep> steps, int n) 
     rms_rows(q_.data(), w.q_norm, n * c.n_heads, c.norm_eps, q_.data());
     rms_rows(k_.data(), w.k_norm, n * c.n_kv_heads, c.norm_eps, k_.data());
   }
+  timer.lap(EngineOp::norms);
   for (size_t s = 0; s < steps.size(); ++s) {
     const SeqSpan& sp = spans_[s];
     ModelCache& cache = *steps[s].cache;
@@ -218,20 +227,26 @@ void Engine::attention_block(int l, std::span<const SequenceStep> steps, int n) 
     // attention places them at that query's position minus the clamp.
     const int64_t clamped_at = sp.clamp > 0 ? sp.pos0 + sp.n - 1 - sp.clamp : -1;
     if (clamped_at >= 0) layer.rotate_keys_to_origin(clamped_at, c.n_rot, c.rope_style, lc.rope_base);
+    timer.lap(EngineOp::cache_write);
     attention(l, layer, sp.row0, sp.n, sp.pos0, ranks, clamped_at);
+    timer.lap(EngineOp::attention);
     layer.end_update(pool_);
+    timer.lap(EngineOp::cache_settle);
   }
   matmul(w.wo, att_.data(), n, proj_.data(), pool_);
+  timer.lap(EngineOp::attn_out);
   if (lc.post_norms) rms_rows(proj_.data(), w.post_attn_norm, n, c.norm_eps, proj_.data());
   add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
+  timer.lap(EngineOp::norms);
 }
 
-void Engine::mlp_block(int l, int n) {
+void Engine::mlp_block(int l, int n, OpTimer& timer) {
   const ModelConfig& c = model_.config();
   const LayerConfig& lc = c.layers[size_t(l)];
   const LayerWeights& w = model_.layer(l);
   const auto dim = size_t(c.dim);
   rms_rows(x_.data(), w.ffn_norm, n, c.norm_eps, xb_.data());
+  timer.lap(EngineOp::norms);
   if (lc.activation == Activation::silu) {
     matmul_swiglu(w.w_gate, w.w_up, xb_.data(), n, gate_.data(), up_.data(), pool_);
   } else {
@@ -239,7 +254,9 @@ void Engine::mlp_block(int l, int n) {
     matmul_many(gate_up, xb_.data(), n, pool_);
     geglu(gate_.data(), up_.data(), int64_t(n) * c.ffn_dim, gate_.data());
   }
+  timer.lap(EngineOp::mlp_up);
   matmul(w.w_down, gate_.data(), n, proj_.data(), pool_);
+  timer.lap(EngineOp::mlp_down);
   if (lc.post_norms) rms_rows(proj_.data(), w.post_ffn_norm, n, c.norm_eps, proj_.data());
   add_inplace(x_.data(), proj_.data(), int64_t(size_t(n) * dim));
 }

@@ -210,6 +210,8 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
         if (size == 0) continue;
         std::vector<std::vector<double>> samples(slots.size()), ratios(slots.size()), shares(slots.size());
         std::vector<double> seconds(slots.size()), probed;
+        std::vector<OpProfile> profiles(slots.size());
+        auto profile_slot = [&](size_t k) { engine.set_profile(o.profile ? &profiles[k] : nullptr); };
         if (generation && o.bandwidth_bytes > 0 && !probe) {
           report.peak_rss_bytes = peak_rss_bytes();
           probe = std::make_unique<BandwidthProbe>(o.bandwidth_bytes);
@@ -223,6 +225,7 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
           if (generation) {
             for (int i = 0; i < size; ++i) {
               for (size_t k = 0; k < slots.size(); ++k) {
+                profile_slot(k);
                 const auto start = Clock::now();
                 engine.forward(std::span(tokens).subspan(size_t(i), 1), *slots[k].cache, Logits::last, logits);
                 seconds[k] += seconds_since(start);
@@ -230,12 +233,14 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
             }
           } else {
             for (size_t k = 0; k < slots.size(); ++k) {
+              profile_slot(k);
               const auto start = Clock::now();
               prefill_tokens(engine, *slots[k].cache, tokens, o.n_batch, slots[k].depth == 0, max_rows(slots[k].depth),
                              logits);
               seconds[k] = seconds_since(start);
             }
           }
+          engine.set_profile(nullptr);
           if (generation && probe) {
             // The median of a few reads: one read is a 30 ms snapshot of a shared machine.
             std::vector<double> reads(kProbeReads);
@@ -267,6 +272,10 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
           row.kv_evicting_kept_bytes = slots[k].cache->evicting_kept_bytes();
           row.layer_windows = sliding_windows_of(slots[k].cache->layer_kinds());
           row.rows_per_layer = mean_rows(*slots[k].cache);
+          const double tokens_timed = double(size) * o.repetitions;
+          for (size_t op = 0; op < kEngineOps; ++op) {
+            row.op_seconds.add(EngineOp(op), profiles[k].seconds(EngineOp(op)) / tokens_timed);
+          }
           if (progress) {
             progress(row.test() + " @ d" + std::to_string(row.depth) + ", " + std::to_string(threads) + " thread(s), " +
                      row.cache + ": " + std::to_string(row.tokens_per_second.median) + " tokens/s");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "squeezekv/engine/op_profile.h"
 #include "squeezekv/ops/cpu_info.h"
 
 namespace {
@@ -68,6 +69,17 @@ TEST(Cli, HelpShowsDefaults) {
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("--budget"), std::string::npos);
   EXPECT_NE(r.out.find("512"), std::string::npos);
+}
+
+// Each command's help shows the cache defaults that command uses, not the library's.
+TEST(Cli, HelpShowsEachCommandsOwnCacheDefaults) {
+  for (const char* command : {"bench", "generate", "perplexity", "serve"}) {
+    SCOPED_TRACE(command);
+    const CliRun r = run(std::string(command) + " --help");
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("--method ID=full"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--score key-proxy|attention=attention"), std::string::npos) << r.out;
+  }
 }
 
 TEST(Cli, GenerateGreedyOnTheRealModel) {
@@ -133,6 +145,23 @@ TEST(Cli, BenchScoresWithAttentionByDefault) {
   ASSERT_EQ(rows.size(), 2u) << r.out;
   for (const auto& row : rows) EXPECT_EQ(row.at("score"), "attention") << row.dump();
   EXPECT_EQ(rows[0].at("cache"), "h2o b8");
+}
+
+TEST(Cli, BenchProfileGivesTimePerOperation) {
+  const CliRun md = run("bench " + kModel + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mib 0 --profile");
+  ASSERT_EQ(md.status, 0) << md.out;
+  EXPECT_NE(md.out.find("time per token by operation, ms"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| cache_settle |"), std::string::npos) << md.out;
+  const CliRun json = run("bench " + kModel + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mib 0 --profile -o json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  for (const auto& row : nlohmann::json::parse(json.out).at("results")) {
+    const auto& ops = row.at("op_ms_per_token");
+    EXPECT_EQ(ops.size(), squeezekv::kEngineOps) << row.dump();
+    EXPECT_GT(ops.at("qkv").get<double>(), 0.0) << row.dump();
+  }
+  const CliRun plain = run("bench " + kModel + " -p 8 -n 0 -r 1 -t 1 --bandwidth-mib 0 -o json");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  EXPECT_FALSE(nlohmann::json::parse(plain.out).at("results").at(0).contains("op_ms_per_token")) << plain.out;
 }
 
 // The storage axis in bench (comma list, paired rows with their KV bytes) and in sweep (--kv-types

@@ -3,11 +3,13 @@
 // evicting caches, every score source, 1 and 2 threads, both position rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <new>
 
+#include "squeezekv/cache/conserved_schedule.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/engine/random_model.h"
 #include "test_util.h"
@@ -97,6 +99,24 @@ TEST(EngineDecode, SteadyStateStepsAllocateNothing) {
       }
     }
   }
+}
+
+// While a sequence is shorter than its largest scheduled budget, every new token moves the cap
+// and the schedule is conserved anew: once its buffers have grown, that allocates nothing either.
+TEST(EngineDecode, ConservingAScheduleAsLayersFillAllocatesNothing) {
+  ConservedSchedule schedule;
+  // A pyramid-like taper over 6 scheduled layers and one sliding layer (no part of it).
+  schedule.set({300, 0, 240, 180, 120, 90, 60}, {true, false, true, true, true, true, true});
+  int64_t total = 0;
+  for (int layer : {0, 2, 3, 4, 5, 6}) total += schedule.budget(layer, 150);  // grows the buffers
+  EXPECT_EQ(total, 900);
+  const int64_t before = g_allocations.load();
+  for (int64_t cap = 61; cap < 300; ++cap) {  // between the smallest and the largest budget
+    total = 0;
+    for (int layer : {0, 2, 3, 4, 5, 6}) total += schedule.budget(layer, cap);
+    ASSERT_EQ(total, std::min<int64_t>(990, 6 * cap)) << "cap " << cap;  // conserved
+  }
+  EXPECT_EQ(g_allocations.load() - before, 0);
 }
 
 }  // namespace

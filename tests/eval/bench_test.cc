@@ -170,5 +170,40 @@ TEST(Bench, BandwidthProbeShape) {
   EXPECT_THROW(measure_read_bandwidth(1 << 20, nullptr, 0), InvalidArgument);
 }
 
+// --profile: the passes' time by operation lies within the timed time of every row, each
+// operation a pass runs gets some of it, and without the option every row's profile is empty.
+TEST(Bench, ProfileSplitsThePassesTimeByOperation) {
+  BenchOptions o;
+  o.n_prompt = {8};
+  o.n_gen = {4};
+  o.threads = {2};
+  o.depths = {0, 16};
+  o.repetitions = 2;
+  o.caches = {cache("full", 8), cache("h2o", 8)};
+  for (bool profile : {false, true}) {
+    o.profile = profile;
+    const BenchReport report = run_bench(stories(), o);
+    ASSERT_EQ(report.rows.size(), 2u * 2u * 2u);
+    for (const BenchRow& r : report.rows) {
+      SCOPED_TRACE(r.test() + " d" + std::to_string(r.depth) + " " + r.cache + (profile ? " profiled" : ""));
+      if (!profile) {
+        EXPECT_EQ(r.op_seconds.total(), 0.0);
+        continue;
+      }
+      // Seconds per token by operation, against the timed seconds per token of the repetitions.
+      double timed = 0;
+      for (double tps : r.tokens_per_second.samples) timed += 1.0 / tps;
+      timed /= double(r.tokens_per_second.samples.size());
+      EXPECT_GT(r.op_seconds.total(), 0.0);
+      EXPECT_LE(r.op_seconds.total(), timed * (1 + 1e-9));
+      for (EngineOp op :
+           {EngineOp::embed, EngineOp::norms, EngineOp::qkv, EngineOp::cache_write, EngineOp::attention,
+            EngineOp::cache_settle, EngineOp::attn_out, EngineOp::mlp_up, EngineOp::mlp_down, EngineOp::logits}) {
+        EXPECT_GT(r.op_seconds.seconds(op), 0.0) << to_string(op);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace squeezekv

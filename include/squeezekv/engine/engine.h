@@ -23,6 +23,7 @@
 
 #include "squeezekv/cache/model_cache.h"
 #include "squeezekv/engine/model.h"
+#include "squeezekv/engine/op_profile.h"
 #include "squeezekv/ops/thread_pool.h"
 
 namespace squeezekv {
@@ -75,6 +76,9 @@ class Engine {
   // path's to float rounding, not to the bit. Off: every chunk takes the token path (to compare).
   // Float keys (f16, f32) only: quantized keys are read in place by the token path.
   void set_prompt_blocks(bool on) { prompt_blocks_ = on; }
+  // Adds each later pass's time per operation to `profile` (null: off, the default). The profile
+  // must outlive its use.
+  void set_profile(OpProfile* profile) { profile_ = profile; }
   const Model& model() const { return model_; }
   ThreadPool* pool() const { return pool_; }
 
@@ -111,9 +115,9 @@ class Engine {
   void reserve(int n);
   // Layer l's attention block over the batch's n rows of x_: norm, q/k/v, each sequence's RoPE and
   // attention over its cache, output projection (and its norm), residual add.
-  void attention_block(int l, std::span<const SequenceStep> steps, int n);
+  void attention_block(int l, std::span<const SequenceStep> steps, int n, OpTimer& timer);
   // Layer l's MLP block over n rows of x_: norm, gated MLP (and its norm), residual add.
-  void mlp_block(int l, int n);
+  void mlp_block(int l, int n, OpTimer& timer);
   // The logits of the rows that want them.
   void output_logits(std::span<const SequenceStep> steps, int logit_rows);
 
@@ -156,6 +160,7 @@ class Engine {
   const Model& model_;
   ThreadPool* pool_;
   ResidualObserver observer_;
+  OpProfile* profile_ = nullptr;
   int capacity_ = 0;
   // Activations, [n, ...] row-major.
   std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, before_;

@@ -16,6 +16,7 @@
 
 #include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/engine/model.h"
+#include "squeezekv/engine/op_profile.h"
 
 namespace squeezekv {
 
@@ -39,6 +40,8 @@ struct BenchOptions {
   // the same threads (the memory-bandwidth probe; the median of 5 reads), so each generation
   // row's share of the bandwidth is a ratio of two measurements taken moments apart.
   size_t bandwidth_bytes = 0;
+  // Time each test's passes by operation (Engine::set_profile): BenchRow::op_seconds.
+  bool profile = false;
 };
 
 // Summary of repeated measurements (tokens/s or bytes/s).
@@ -65,6 +68,8 @@ struct BenchRow {
   size_t kv_sliding_kept_bytes = 0, kv_evicting_kept_bytes = 0;  // its two parts (core/layer_kind.h)
   std::vector<int> layer_windows;                                // per layer: 0 global (evicting), W sliding
   int64_t rows_per_layer = 0;  // average rows held per layer and KV head after the last repetition
+  // BenchOptions::profile: seconds per token by operation, over every repetition (else zeros).
+  OpProfile op_seconds;
   std::string test() const { return (generation ? "tg" : "pp") + std::to_string(n_tokens); }
 };
 
