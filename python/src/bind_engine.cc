@@ -61,7 +61,7 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
     r = generate(engine, *cache, prompt, options, stream);
   }
   std::vector<int> kept;
-  for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).tokens_kept());
+  for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).rows_per_head());
   py::dict d;
   d["text"] = valid_utf8(model.tokenizer().decode(r.tokens));  // raw ids stay in "tokens"
   d["tokens"] = r.tokens;

@@ -400,6 +400,13 @@ int LayerCache::tokens_kept() const {
   return most;
 }
 
+int LayerCache::rows_per_head() const {
+  int64_t rows = 0;
+  for (const HeadStore& h : rows_.heads) rows += h.n_live();
+  const auto heads = int64_t(rows_.heads.size());
+  return int((rows + heads - 1) / heads);
+}
+
 size_t LayerCache::kept_bytes() const {
   size_t bytes = 0;
   for (const HeadStore& h : rows_.heads) bytes += h.resident_bytes();

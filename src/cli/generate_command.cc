@@ -79,7 +79,7 @@ void run(GenerateArgs& a) {
   if (!a.json) std::printf("%s", text.finish().c_str());
   std::vector<int> kept;
   kept.reserve(size_t(cache->n_layers()));
-  for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).tokens_kept());
+  for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).rows_per_head());
   const double repeats = a.stats || a.json ? repeated_ngram_share(r.tokens, 4) : 0.0;
   const std::vector<int> windows = sliding_windows_of(cache->layer_kinds());
   if (a.json) {

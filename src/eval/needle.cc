@@ -309,7 +309,7 @@ NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleS
   out.kv_bytes = cache.kept_bytes();
   out.full_kv_bytes = cache.full_bytes();
   double rows = 0.0;
-  for (int l = 0; l < cache.n_layers(); ++l) rows += cache.layer(l).tokens_kept();
+  for (int l = 0; l < cache.n_layers(); ++l) rows += cache.layer(l).rows_per_head();
   out.kv_rows = cache.n_layers() > 0 ? rows / cache.n_layers() : 0.0;
   const Tokenizer& tokenizer = engine.model().tokenizer();
   std::vector<int32_t> answer;

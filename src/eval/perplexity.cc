@@ -118,7 +118,7 @@ std::vector<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<cons
         stats->evicting_sum += double(cache.evicting_kept_bytes());
         stats->peaks(cache);
         ++stats->samples;
-        for (int l = 0; l < cache.n_layers(); ++l) stats->layer_kept[size_t(l)] += cache.layer(l).tokens_kept();
+        for (int l = 0; l < cache.n_layers(); ++l) stats->layer_kept[size_t(l)] += cache.layer(l).rows_per_head();
       }
     }
     if (stats) stats->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

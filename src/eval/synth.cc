@@ -63,7 +63,7 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point, const
   held_budgets = model->budgets();
   for (int l = 0; l < L; ++l) {
     scheduled_rows += schedule[size_t(l)];
-    held_rows += model->layer(l).tokens_kept();
+    held_rows += model->layer(l).rows_per_head();
   }
   // The promise: the schedule's total, or every row when the layers together cannot hold it.
   wasted_rows = std::min<int64_t>(scheduled_rows, int64_t(L) * point.seq_len) - held_rows;
@@ -88,7 +88,7 @@ SynthResult run_point(const SynthOptions& options, const GridPoint& point, const
   r.scheduled_rows = scheduled_rows;
   r.held_rows = held_rows;
   r.wasted_rows = wasted_rows;
-  for (int l = 0; l < L; ++l) r.kept.push_back(model->layer(l).tokens_kept());
+  for (int l = 0; l < L; ++l) r.kept.push_back(model->layer(l).rows_per_head());
   r.kept_bytes = model->kept_bytes();
   r.full_bytes = model->full_bytes();
   r.compression_ratio = model->compression_ratio();

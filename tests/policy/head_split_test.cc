@@ -218,6 +218,25 @@ TEST(AdaKV, HeadsGetDifferentCountsAndRunsRepeatExactly) {
   EXPECT_NE(*std::min_element(counts.begin(), counts.end()), *std::max_element(counts.begin(), counts.end()));
 }
 
+// What the reports count: rows per head on average is the budget the split shares, while the
+// fullest head holds more than that; without the split the two agree.
+TEST(AdaKV, RowsPerHeadIsTheBudgetTheHeadsShare) {
+  KVCacheConfig c = method("h2o_adakv", 8, 1);
+  c.head_floor = 0.0;
+  auto split = KVCacheFactory::create(c, 4);
+  decode(*split, 50, 11);
+  EXPECT_EQ(split->rows_per_head(), 8);
+  EXPECT_GT(split->tokens_kept(), 8);
+  auto uniform = KVCacheFactory::create(method("h2o", 8, 1), 4);
+  decode(*uniform, 50, 11);
+  EXPECT_EQ(uniform->rows_per_head(), 8);
+  EXPECT_EQ(uniform->tokens_kept(), 8);
+  // Fewer rows than the heads: rounded up, never below what a head holds on average.
+  auto short_split = KVCacheFactory::create(c, 4);
+  decode(*short_split, 3, 11);
+  EXPECT_EQ(short_split->rows_per_head(), 3);
+}
+
 // Under squeeze (and pyramid) the snapkv methods compress each layer to its own published budget:
 // exactly what a lone layer of that budget keeps from the same rows.
 TEST(AdaKV, SnapKVUnderLayerAllocatorsMatchesALoneLayerOfItsBudget) {

@@ -122,6 +122,9 @@ class LayerCache {
   double concentration() const { return concentration_; }
   int64_t tokens_seen() const { return rows_.tokens_seen; }
   int tokens_kept() const;  // rows held by the fullest head
+  // Rows held per head on average, rounded up: what the layer's budget promises. Equal to
+  // tokens_kept() unless the head split (adakv) gives the heads different shares.
+  int rows_per_head() const;
   int tokens_kept(int h) const { return head(h).n_live(); }
   HeadSplitRule head_split() const { return split_; }
   size_t kept_bytes() const;         // K and V bytes resident (allocated slots)

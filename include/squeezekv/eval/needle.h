@@ -85,7 +85,7 @@ struct NeedleOutcome {
   bool correct = false;
   size_t kv_bytes = 0;       // resident K/V bytes when the answer starts
   size_t full_kv_bytes = 0;  // what a full cache of the same storage would hold there
-  double kv_rows = 0.0;      // rows per layer (its fullest head), averaged over layers
+  double kv_rows = 0.0;      // rows per layer and head (rows_per_head), averaged over layers
   double seconds = 0.0;
 };
 

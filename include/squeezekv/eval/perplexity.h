@@ -42,7 +42,7 @@ struct PerplexityResult {
   std::vector<int> layer_windows;       // per layer: 0 global (evicting), W sliding
   std::vector<int> layer_budgets;       // per layer, at the end of the last chunk (sliding: W), conserved
   std::vector<int> layer_schedule;      // what the allocator scheduled (layer_budgets before conservation)
-  std::vector<double> layer_mean_kept;  // rows per layer (fullest head), mean over decode steps
+  std::vector<double> layer_mean_kept;  // rows per layer and head (rows_per_head), mean over decode steps
   // What a measuring allocator read per layer in the last chunk: the key concentration
   // (key-dispersion) or the hidden-state cosine (hidden-cosine); empty for fixed schedules.
   std::vector<double> layer_importance;

@@ -48,7 +48,7 @@ struct SynthResult {
   std::vector<double> concentrations;  // per layer, measured from the prompt
   std::vector<int> schedule;           // per-layer budgets the allocator scheduled after the prompt
   std::vector<int> held_budgets;       // after the prompt: the schedule conserved to what each layer can hold
-  std::vector<int> kept;               // rows held per layer (fullest head) after decoding
+  std::vector<int> kept;               // rows held per layer (per head, rounded up) after decoding
   // Rows: the schedule's total, what the layers held after the prompt, and what they could have
   // held of the promise but did not (min(scheduled, layers x tokens) - held; 0 when conserved).
   int64_t scheduled_rows = 0, held_rows = 0, wasted_rows = 0;
