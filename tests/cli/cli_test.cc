@@ -154,7 +154,8 @@ TEST(Cli, BenchProfileGivesTimePerOperation) {
   EXPECT_NE(md.out.find("| cache_settle |"), std::string::npos) << md.out;
   const CliRun json = run("bench " + kModel + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mib 0 --profile -o json");
   ASSERT_EQ(json.status, 0) << json.out;
-  for (const auto& row : nlohmann::json::parse(json.out).at("results")) {
+  const auto parsed = nlohmann::json::parse(json.out);  // named: a range-for over a temporary's member dangles
+  for (const auto& row : parsed.at("results")) {
     const auto& ops = row.at("op_ms_per_token");
     EXPECT_EQ(ops.size(), squeezekv::kEngineOps) << row.dump();
     EXPECT_GT(ops.at("qkv").get<double>(), 0.0) << row.dump();
