@@ -178,42 +178,43 @@ HWY_INLINE void NibbleDots(const uint8_t* row, const TokenQ8* x, int64_t n, floa
 }
 
 #if SQUEEZEKV_VNNI_TILES
-// The nibble formats' panel (Q4_0, Q4_1): each row's block decoded to 32 code bytes (0..15) in a
-// small buffer, then regrouped; factor: each row's d; factor_min: each row's m (Q4_1, whose blocks
-// hold it at kMinOffset; 0: none).
-template <int64_t kBlockBytes, int64_t kQsOffset, int64_t kMinOffset>
+// The nibble formats' panel: each row's block decoded to 32 code bytes (0..15, 0..31 with Q5_0's
+// 5th bits) in a small buffer, then regrouped; factor: each row's d; factor_min: each row's m
+// (Q4_1).
+template <class F>
 HWY_INLINE SQUEEZEKV_VNNI void PackNibbleRows(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
                                               Panel& panel) {
   panel.bytes.reserve(static_cast<size_t>(n_blocks) * 8);
   panel.factor.reserve(static_cast<size_t>(n_blocks));
-  if (kMinOffset > 0) panel.factor_min.reserve(static_cast<size_t>(n_blocks));
+  if constexpr (F::kHasMin) panel.factor_min.reserve(static_cast<size_t>(n_blocks));
   size_t offsets[kTileRows], code_offsets[kTileRows];
   RowOffsets(stride, valid, offsets);
   for (int r = 0; r < kTileRows; ++r) code_offsets[r] = static_cast<size_t>(r) * 32;
   HWY_ALIGN uint8_t codes[kTileRows][32];
   for (int64_t j = 0; j < n_blocks; ++j) {
-    const uint8_t* block = rows + j * kBlockBytes;
+    const uint8_t* block = rows + j * F::kBlockBytes;
     HWY_ALIGN uint16_t d[kTileRows], m[kTileRows];
     for (int r = 0; r < kTileRows; ++r) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), NibbleCodes(block + offsets[r] + kQsOffset));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), BlockCodes<F>(block + offsets[r]));
       std::memcpy(&d[r], block + offsets[r], 2);
-      if (kMinOffset > 0) std::memcpy(&m[r], block + offsets[r] + kMinOffset, 2);
+      if constexpr (F::kHasMin) std::memcpy(&m[r], block + offsets[r] + 2, 2);
     }
     TransposeRows(codes[0], code_offsets, panel.bytes.data() + j * 8);
     panel.factor.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
-    if (kMinOffset > 0) {
+    if constexpr (F::kHasMin) {
       panel.factor_min.data()[j] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m)));
     }
   }
 }
 
-// p[k] = float(block j's integer dot with token k, plus Q4_0's offset -8 * (the block sum) when
-// kOffset) * (d * the token's block scale), for the nibble panels.
-template <int T, bool kOffset>
+// p[k] = float(block j's integer dot with token k, plus the offset -kOffset * (the block sum) for
+// the formats without a minimum) * (d * the token's block scale), for the nibble panels.
+template <class F, int T>
 HWY_INLINE SQUEEZEKV_VNNI void NibbleProducts(const Panel& panel, const TokenQ8* x, int64_t x0, int64_t j, __m512* p) {
   __m512i s[T];
   for (int k = 0; k < T; ++k) {
-    s[k] = kOffset ? _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), 4) : _mm512_setzero_si512();
+    s[k] = F::kHasMin ? _mm512_setzero_si512()
+                      : _mm512_srai_epi32(Broadcast32(x[k].q8_0_offset + x0 + j), F::kOffsetShift);
   }
   BlockDots<T>(panel.bytes.data() + j * 8, x, (x0 + j) * 32, s);
   const __m512 d = panel.factor.data()[j];
@@ -221,6 +222,38 @@ HWY_INLINE SQUEEZEKV_VNNI void NibbleProducts(const Panel& panel, const TokenQ8*
     p[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(s[k]), _mm512_mul_ps(d, _mm512_set1_ps(x[k].scale[x0 + j])));
   }
 }
+
+// The prompt tiles of the nibble formats without a minimum (Q4_0, Q5_0): runs of 8 blocks as
+// trees, then the remaining blocks one by one, as their row kernel (a streamed row's panels are
+// runs of 8 until the last). The offset term is Q8_0's shifted right (-8 or -16 instead of -128
+// times the block sum; exact).
+template <class F>
+struct OffsetNibbleTiles : PanelView {
+  static_assert(!F::kHasMin);
+  static constexpr int64_t kUnitCols = 32, kUnitBytes = F::kBlockBytes, kStreamUnits = 16;
+  static constexpr int kMaxTokens = 4;
+  static_assert(kStreamUnits % 8 == 0, "streamed panels must keep the row kernel's trees");
+
+  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
+                                             Panel& panel) {
+    PackNibbleRows<F>(rows, stride, valid, n_blocks, panel);
+  }
+
+  template <int T>
+  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
+                                             __m512*) {
+    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<F, T>(*panel, x, x0, j, p); };
+    int64_t j = 0;
+    for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
+    for (; j < n_blocks; ++j) {
+      __m512 p[T];
+      product(j, p);
+      for (int k = 0; k < T; ++k) a0[k] = _mm512_add_ps(a0[k], p[k]);
+    }
+  }
+
+  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
+};
 #endif  // SQUEEZEKV_VNNI_TILES
 
 }  // namespace HWY_NAMESPACE

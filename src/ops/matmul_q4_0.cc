@@ -36,36 +36,8 @@ struct Q4_0Format {
 static_assert(quant::q4_0_elems == 32);
 
 #if SQUEEZEKV_VNNI_TILES
-struct Q4_0Tiles : PanelView {
-  static constexpr int64_t kUnitCols = quant::q4_0_elems, kUnitBytes = quant::q4_0_bytes, kStreamUnits = 16;
-  static constexpr int kMaxTokens = 4;
-
-  // Q4_0: the nibble panel; the tiles add -8 * (the token's block sum).
-  static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
-                                             Panel& panel) {
-    PackNibbleRows<quant::q4_0_bytes, 2, 0>(rows, stride, valid, n_blocks, panel);
-  }
-
-  // Q4_0: runs of 8 blocks as trees, then the remaining blocks one by one, as its row kernel (a
-  // streamed row's panels are runs of 8 until the last). The offset term is Q8_0's shifted right by
-  // 4 (-8 instead of -128 times the block sum; exact).
-  template <int T>
-  static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
-                                             __m512*) {
-    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, true>(*panel, x, x0, j, p); };
-    int64_t j = 0;
-    for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
-    for (; j < n_blocks; ++j) {
-      __m512 p[T];
-      product(j, p);
-      for (int k = 0; k < T; ++k) a0[k] = _mm512_add_ps(a0[k], p[k]);
-    }
-  }
-
-  static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }
-};
-static_assert(Q4_0Tiles::kStreamUnits % 8 == 0, "streamed panels must keep the row kernel's trees");
-#endif  // SQUEEZEKV_VNNI_TILES
+using Q4_0Tiles = OffsetNibbleTiles<Q4_0Format>;
+#endif
 
 struct Q4_0Rows {
   template <int K>

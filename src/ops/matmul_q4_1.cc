@@ -43,7 +43,7 @@ struct Q4_1Tiles : PanelView {
   // Q4_1: the nibble panel with the rows' minimum m as factor_min.
   static HWY_INLINE SQUEEZEKV_VNNI void pack(const uint8_t* rows, size_t stride, int valid, int64_t n_blocks,
                                              Panel& panel) {
-    PackNibbleRows<quant::q4_1_bytes, quant::q4_1_qs_offset, 2>(rows, stride, valid, n_blocks, panel);
+    PackNibbleRows<Q4_1Format>(rows, stride, valid, n_blocks, panel);
   }
 
   // Q4_1: the code term into a0 and the minimum term into a1, each as its row kernel sums it (runs
@@ -53,7 +53,8 @@ struct Q4_1Tiles : PanelView {
   static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
                                              __m512* a1) {
     const auto* const min_ptr = panel->factor_min.data();
-    auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<T, false>(*panel, x, x0, j, p); };
+    auto product = [&](int64_t j, __m512* p)
+                       SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<Q4_1Format, T>(*panel, x, x0, j, p); };
     auto minimum = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
       for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(min_ptr[j], _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
     };

@@ -1,6 +1,6 @@
 // Q5_0 weights (a 32-bit qh of 5th bits, 16 bytes of nibbles and an fp16 d a 32-element block;
-// value = d * (q - 16)): the row kernel (the nibble family's, matmul_nibbles-inl.h). No prompt
-// tiles yet: its calls of any size take the row kernel. Compiled once per SIMD target
+// value = d * (q - 16)): the row kernel and the prompt tiles (the nibble family's,
+// matmul_nibbles-inl.h). Compiled once per SIMD target
 // (foreach_target); the driver (matmul.cc) reaches MatmulRowsQ5_0 through the traits table
 // (tensor_type.cc).
 // clang-format off: the target include must come first, then foreach_target.
@@ -17,6 +17,7 @@
 #include "ops/activation_q8.h"
 #include "ops/matmul_nibbles-inl.h"
 #include "ops/matmul_rows-inl.h"
+#include "ops/matmul_tiles-inl.h"
 #include "ops/quant_formats.h"
 #include "ops/weight_kernels.h"
 #include "squeezekv/ops/weight_matrix.h"
@@ -36,6 +37,10 @@ struct Q5_0Format {
 };
 static_assert(quant::q5_0_elems == 32);
 
+#if SQUEEZEKV_VNNI_TILES
+using Q5_0Tiles = OffsetNibbleTiles<Q5_0Format>;
+#endif
+
 struct Q5_0Rows {
   template <int K>
   static HWY_INLINE void Dots(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
@@ -46,6 +51,9 @@ struct Q5_0Rows {
 // Rows [row_begin, row_end) of w times every token of the call.
 void MatmulRowsQ5_0(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
                     float* HWY_RESTRICT y) {
+#if SQUEEZEKV_VNNI_TILES
+  if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q5_0Tiles>(w, in, row_begin, row_end, y);
+#endif
   QuantizedRows<Q5_0Rows>(w, in, row_begin, row_end, y);
 }
 
