@@ -26,7 +26,7 @@ class Model:
     def load(cls, path: Union[str, os.PathLike], repack: bool = True) -> "Model":
         """Raises FormatError (an OSError and a ValueError) naming what is missing or malformed.
 
-        repack: regroup Q8_0, Q4_K and Q6_K matrices at load for CPUs with AVX-512 VNNI (same results, faster
+        repack: regroup quantised matrices at load for CPUs with AVX-512 VNNI (same results, faster
         batches and prompts, still one resident copy of the weights); False reads the file in place.
         """
         return cls(_native.Model.load(os.fspath(path), bool(repack)))

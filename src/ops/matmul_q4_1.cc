@@ -1,7 +1,8 @@
 // Q4_1 weights (16 bytes of nibbles, an fp16 d and an fp16 minimum m a 32-element block; value =
-// d * q + m): the row kernel (the nibble family's, matmul_nibbles-inl.h) and the prompt tiles.
-// Compiled once per SIMD target (foreach_target); the driver (matmul.cc) reaches MatmulRowsQ4_1
-// through the traits table (tensor_type.cc).
+// d * q + m): the nibble family's row kernel and prompt tiles (matmul_nibbles-inl.h) and
+// repacked layout (matmul_nibbles_repacked-inl.h). Compiled once per SIMD target
+// (foreach_target); the driver (matmul.cc) reaches MatmulRowsQ4_1 through the traits table
+// (tensor_type.cc).
 // clang-format off: the target include must come first, then foreach_target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/matmul_q4_1.cc"
@@ -15,8 +16,10 @@
 
 #include "ops/activation_q8.h"
 #include "ops/matmul_nibbles-inl.h"
+#include "ops/matmul_nibbles_repacked-inl.h"
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
+#include "ops/nibble_repacked_layout.h"
 #include "ops/quant_formats.h"
 #include "ops/weight_kernels.h"
 #include "squeezekv/ops/weight_matrix.h"
@@ -79,6 +82,10 @@ struct Q4_1Tiles : PanelView {
 static_assert(Q4_1Tiles::kStreamUnits % 8 == 0, "streamed panels must keep the row kernel's trees");
 #endif  // SQUEEZEKV_VNNI_TILES
 
+#if SQUEEZEKV_VNNI_TILES
+using Q4_1RepackedTiles = NibbleRepackedTiles<Q4_1Format, Q4_1Tiles>;
+#endif
+
 struct Q4_1Rows {
   template <int K>
   static HWY_INLINE void Dots(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
@@ -90,9 +97,19 @@ struct Q4_1Rows {
 void MatmulRowsQ4_1(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
                     float* HWY_RESTRICT y) {
 #if SQUEEZEKV_VNNI_TILES
+  if (w.repacked != nullptr && HasVnni()) return RepackedRows<Q4_1RepackedTiles>(w, in, row_begin, row_end, y);
   if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q4_1Tiles>(w, in, row_begin, row_end, y);
 #endif
   QuantizedRows<Q4_1Rows>(w, in, row_begin, row_end, y);
+}
+
+// Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
+// this target can: can_repack).
+void RepackGroupsQ4_1(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
+#if SQUEEZEKV_VNNI_TILES
+  if (HasVnni()) return RepackGroupsOf<Q4_1RepackedTiles>(w, group_begin, group_end, out);
+#endif
+  (void)w, (void)group_begin, (void)group_end, (void)out;
 }
 
 }  // namespace HWY_NAMESPACE
@@ -103,6 +120,7 @@ HWY_AFTER_NAMESPACE();
 namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ4_1);
+HWY_EXPORT(RepackGroupsQ4_1);
 
 namespace {
 
@@ -110,10 +128,20 @@ void rows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begi
   HWY_DYNAMIC_DISPATCH(MatmulRowsQ4_1)(w, in, row_begin, row_end, y);
 }
 
+void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(RepackGroupsQ4_1)(w, group_begin, group_end, out);
+}
+
+void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, uint8_t* block) {
+  repacked::read_nibble_unit({.fifth_bits = false, .minimum = true}, group, n_blocks, j, lane, block);
+}
+
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
+
 }  // namespace
 
 extern const detail::WeightKernels q4_1_kernels;
-const detail::WeightKernels q4_1_kernels{rows, nullptr};
+const detail::WeightKernels q4_1_kernels{rows, &kRepacked};
 
 }  // namespace squeezekv
 #endif  // HWY_ONCE

@@ -1,6 +1,6 @@
 // Q5_0 weights (a 32-bit qh of 5th bits, 16 bytes of nibbles and an fp16 d a 32-element block;
-// value = d * (q - 16)): the row kernel and the prompt tiles (the nibble family's,
-// matmul_nibbles-inl.h). Compiled once per SIMD target
+// value = d * (q - 16)): the nibble family's row kernel and prompt tiles (matmul_nibbles-inl.h)
+// and repacked layout (matmul_nibbles_repacked-inl.h). Compiled once per SIMD target
 // (foreach_target); the driver (matmul.cc) reaches MatmulRowsQ5_0 through the traits table
 // (tensor_type.cc).
 // clang-format off: the target include must come first, then foreach_target.
@@ -16,8 +16,10 @@
 
 #include "ops/activation_q8.h"
 #include "ops/matmul_nibbles-inl.h"
+#include "ops/matmul_nibbles_repacked-inl.h"
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
+#include "ops/nibble_repacked_layout.h"
 #include "ops/quant_formats.h"
 #include "ops/weight_kernels.h"
 #include "squeezekv/ops/weight_matrix.h"
@@ -41,6 +43,10 @@ static_assert(quant::q5_0_elems == 32);
 using Q5_0Tiles = OffsetNibbleTiles<Q5_0Format>;
 #endif
 
+#if SQUEEZEKV_VNNI_TILES
+using Q5_0RepackedTiles = NibbleRepackedTiles<Q5_0Format, Q5_0Tiles>;
+#endif
+
 struct Q5_0Rows {
   template <int K>
   static HWY_INLINE void Dots(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
@@ -52,9 +58,19 @@ struct Q5_0Rows {
 void MatmulRowsQ5_0(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin, int64_t row_end,
                     float* HWY_RESTRICT y) {
 #if SQUEEZEKV_VNNI_TILES
+  if (w.repacked != nullptr && HasVnni()) return RepackedRows<Q5_0RepackedTiles>(w, in, row_begin, row_end, y);
   if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q5_0Tiles>(w, in, row_begin, row_end, y);
 #endif
   QuantizedRows<Q5_0Rows>(w, in, row_begin, row_end, y);
+}
+
+// Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
+// this target can: can_repack).
+void RepackGroupsQ5_0(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
+#if SQUEEZEKV_VNNI_TILES
+  if (HasVnni()) return RepackGroupsOf<Q5_0RepackedTiles>(w, group_begin, group_end, out);
+#endif
+  (void)w, (void)group_begin, (void)group_end, (void)out;
 }
 
 }  // namespace HWY_NAMESPACE
@@ -65,6 +81,7 @@ HWY_AFTER_NAMESPACE();
 namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ5_0);
+HWY_EXPORT(RepackGroupsQ5_0);
 
 namespace {
 
@@ -72,10 +89,20 @@ void rows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begi
   HWY_DYNAMIC_DISPATCH(MatmulRowsQ5_0)(w, in, row_begin, row_end, y);
 }
 
+void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(RepackGroupsQ5_0)(w, group_begin, group_end, out);
+}
+
+void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, uint8_t* block) {
+  repacked::read_nibble_unit({.fifth_bits = true, .minimum = false}, group, n_blocks, j, lane, block);
+}
+
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
+
 }  // namespace
 
 extern const detail::WeightKernels q5_0_kernels;
-const detail::WeightKernels q5_0_kernels{rows, nullptr};
+const detail::WeightKernels q5_0_kernels{rows, &kRepacked};
 
 }  // namespace squeezekv
 #endif  // HWY_ONCE

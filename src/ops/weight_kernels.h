@@ -31,7 +31,7 @@ struct WeightKernels {
   const RepackedLayout* repacked;  // null: the type has no repacked layout
 };
 
-// The types with a repacked layout, by name, for messages: "Q8_0, Q4_K and Q6_K" (conjunction
+// The types with a repacked layout, by name, for messages: "Q8_0, Q4_0, ... and Q6_K" (conjunction
 // "and").
 std::string repackable_type_names(std::string_view conjunction);
 

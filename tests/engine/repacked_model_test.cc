@@ -1,6 +1,7 @@
-// A model whose Q8_0, Q4_K and Q6_K matrices are repacked at load (LoadOptions::repack, the default) computes the
-// same logits, bit for bit, as the same file read in place, tied or untied embeddings, prompt
-// (tiles) and decode (one token) alike, with and without a pool.
+// A model whose Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K matrices are repacked at load
+// (LoadOptions::repack, the default) computes the same logits, bit for bit, as the same file read
+// in place, tied or untied embeddings, prompt (tiles) and decode (one token) alike, with and
+// without a pool.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -45,7 +46,8 @@ struct Case {
 TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
   for (const Case c :
        {Case{TensorType::q8_0, false, false}, Case{TensorType::q8_0, false, true}, Case{TensorType::q4_k, false, false},
-        Case{TensorType::q4_k, true, true}, Case{TensorType::q6_k, false, true}}) {
+        Case{TensorType::q4_k, true, true}, Case{TensorType::q6_k, false, true}, Case{TensorType::q4_0, false, false},
+        Case{TensorType::q4_1, false, true}, Case{TensorType::q5_0, false, true}}) {
     SCOPED_TRACE(std::string(tensor_type_name(uint32_t(c.type))) + (c.k_quant_mix ? " mix" : "") +
                  (c.tied ? ", tied embeddings" : ", output.weight"));
     RandomModelSpec spec;

@@ -119,7 +119,8 @@ TEST(ops_quant, WeightTypesFromTheTable) {
   for (const TensorType type : types) {
     const detail::WeightKernels& kernels = detail::weight_kernels(type);
     EXPECT_NE(kernels.rows, nullptr) << tensor_type_name(static_cast<uint32_t>(type));
-    const bool repacks = type == TensorType::q8_0 || type == TensorType::q4_k || type == TensorType::q6_k;
+    // Every quantised type; the float types are read as they are.
+    const bool repacks = type != TensorType::f32 && type != TensorType::f16 && type != TensorType::bf16;
     EXPECT_EQ(has_repacked_layout(type), repacks) << tensor_type_name(static_cast<uint32_t>(type));
     if (repacks) {
       EXPECT_NE(kernels.repacked->repack_groups, nullptr);

@@ -1,4 +1,4 @@
-// Repacked Q8_0, Q4_K and Q6_K matrices (repacked_weights.h): products read from the repacked layout equal, bit
+// Repacked Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K matrices (repacked_weights.h): products read from the repacked layout equal, bit
 // for bit, those read from the GGUF rows, for every token count, row counts that leave a partial
 // group, 1 and 2 threads and every target; rows read back exactly; sizes and bad input.
 #include "squeezekv/ops/repacked_weights.h"
@@ -45,14 +45,15 @@ struct Repacked {
   void poison() { std::fill(rows.begin(), rows.end(), uint8_t{0}); }
 };
 
-const TensorType kRepackable[] = {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k};
+const TensorType kRepackable[] = {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1,
+                                  TensorType::q5_0, TensorType::q4_k, TensorType::q6_k};
 
 std::string name(TensorType type) { return std::string(tensor_type_name(static_cast<uint32_t>(type))); }
 
-// Column counts: Q8_0 3 blocks (no run of 8), 17 (runs and a tail), 32; the K-quants 1, 3 and 9
-// super-blocks (odd counts leave a streamed piece of one; Q6_K's odd counts pad the group).
+// Column counts: the 32-column blocks 3 (no run of 8), 17 (runs and a tail), 32; the K-quants 1,
+// 3 and 9 super-blocks (odd counts leave a streamed piece of one; Q6_K's odd counts pad the group).
 std::vector<int64_t> columns(TensorType type) {
-  if (type == TensorType::q8_0) return {96, 544, 1024};
+  if (block_layout(type).block_elems == 32) return {96, 544, 1024};
   return {256, 768, 2304};
 }
 
@@ -174,14 +175,19 @@ TEST(ops_repacked_weights, SizesAreWholeGroupsOfWholeCacheLines) {
   EXPECT_EQ(repacked_group_bytes(TensorType::q6_k, 512), 2u * 3360u);
   EXPECT_THROW(repacked_group_bytes(TensorType::q8_0, 48), InvalidArgument);
   EXPECT_THROW(repacked_group_bytes(TensorType::q4_k, 128), InvalidArgument);
-  EXPECT_THROW(repacked_group_bytes(TensorType::q4_0, 256), InvalidArgument);
+  // The nibble formats: 16 rows x 18, 20 or 22 bytes per block (Q4_0, Q4_1, Q5_0), rounded up.
+  EXPECT_EQ(repacked_group_bytes(TensorType::q4_0, 96), 896u);  // 3 x 288 = 864
+  EXPECT_EQ(repacked_group_bytes(TensorType::q4_1, 96), 3u * 320u);
+  EXPECT_EQ(repacked_group_bytes(TensorType::q5_0, 96), 1088u);  // 3 x 352 = 1056
+  EXPECT_EQ(repacked_group_bytes(TensorType::q5_0, 2048), 64u * 352u);
+  EXPECT_THROW(repacked_group_bytes(TensorType::f16, 256), InvalidArgument);
   EXPECT_THROW(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 0, 32}), InvalidArgument);
 }
 
 TEST(ops_repacked_weights, BadInputIsRefused) {
-  const TestMatrix q4 = make_matrix(TensorType::q4_0, 16, 256, 1);
-  EXPECT_FALSE(can_repack(q4.view));
-  EXPECT_THROW(allocate_repacked(q4.view), InvalidArgument);
+  const TestMatrix f16 = make_matrix(TensorType::f16, 16, 256, 1);
+  EXPECT_FALSE(can_repack(f16.view));
+  EXPECT_THROW(allocate_repacked(f16.view), InvalidArgument);
   if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the rest needs repacking";
   const TestMatrix m = make_matrix(TensorType::q8_0, 20, 64, 2);
   RepackedBuffer buffer = allocate_repacked(m.view);

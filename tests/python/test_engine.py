@@ -29,7 +29,7 @@ def test_repack_is_an_option_that_changes_no_token():
     assert in_place.info["repacked_bytes"] == 0
     out = in_place.generate("Once upon a time", n_predict=8, temperature=0.0)
     assert out["tokens"] == [432, 383, 286, 261, 376, 298, 315, 421]
-    # stories260K is F32: only Q8_0, Q4_K and Q6_K matrices are repacked, so the default repacks nothing here.
+    # stories260K is F32: only quantised matrices are repacked, so the default repacks nothing here.
     assert squeezekv.Model.load(MODEL_PATH).info["repacked_bytes"] == 0
 
 

@@ -45,7 +45,7 @@ struct ModelConfig {
 };
 
 struct LoadOptions {
-  // Repack the Q8_0, Q4_K and Q6_K matrices for this CPU's tiles when it has them (repacked_weights.h): the same
+  // Repack the quantised matrices for this CPU's tiles when it has them (repacked_weights.h): the same
   // results, faster batches and prompts, and still one resident copy of the weights (the file's
   // pages are released as each range is repacked). Costs a read of those matrices at load.
   bool repack = true;

@@ -1,4 +1,4 @@
-// Q8_0, Q4_K and Q6_K weights repacked at load for the AVX-512 VNNI tiles (llama.cpp calls the
+// Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) repacked at load for the AVX-512 VNNI tiles (llama.cpp calls the
 // same idea its CPU "repack"). In GGUF a block's 32 bytes belong to one row; the tiles want the
 // same 4 columns of 16 rows in one 512-bit vector, and without a repacked copy they regroup every
 // 16 rows on every call (about a third of a small batch's time: `ops_bench` matmul 16 tokens; more
@@ -18,6 +18,9 @@
 //   its qh bytes in 2 (8 vectors a run, vector v, lane r: row r's bytes 4v..4v+3 of the run), its
 //   16 int8 scales as 4 dwords (4 vectors); after the group's last unit, each super-block's 16 fp16
 //   d (32 bytes).
+// - Q4_0, Q4_1, Q5_0 (src/ops/nibble_repacked_layout.h): every block's nibble bytes (4 vectors a
+//   block, vector v, lane r: row r's bytes 4v..4v+3, two nibbles each), then Q5_0's qh (a vector
+//   a block, lane r = row r), then the 16 rows' fp16 d of every block, then Q4_1's fp16 m.
 #pragma once
 
 #include <cstddef>
@@ -42,7 +45,7 @@ size_t repacked_group_bytes(TensorType type, int64_t n_cols);
 // Bytes of the whole repacked matrix.
 size_t repacked_bytes(const WeightMatrix& w);
 
-// Whether this CPU and build repack w: a type with a repacked layout (Q8_0, Q4_K, Q6_K) on a
+// Whether this CPU and build repack w: a type with a repacked layout (the quantised ones) on a
 // target with 512-bit VNNI tiles.
 bool can_repack(const WeightMatrix& w);
 
