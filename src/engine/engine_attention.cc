@@ -54,9 +54,21 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
   }
 
   const bool heads_alone = n == 1 && layer.policy().heads_independent();
-  // One task per (KV head, token): the group's query heads read each K and V row once together.
+  // A decode step over fewer KV heads than workers (Gemma 3 has one) splits each group's query
+  // heads into `parts`, one task each: every part reads the head's rows itself (the second read
+  // mostly from the shared cache), where one task per head would leave workers idle. Each query's
+  // arithmetic does not depend on its companions, so the split never changes the output. Only
+  // where no attention is fed back: feeding sums the whole group's probabilities per row.
+  size_t parts = 1;
+  if (n == 1 && !feed && pool_ != nullptr && size_t(c.n_kv_heads) < pool_->num_workers()) {
+    parts = std::min(group, pool_->num_workers() / size_t(c.n_kv_heads));
+  }
+  // One task per (KV head, token), or per (KV head, part): the query heads of a task read each K
+  // and V row once together.
   auto task = [&](size_t index, size_t worker) {
-    const int g = int(index) / n, t = int(index) % n;
+    const int g = int(index / (size_t(n) * parts)), t = int(index % size_t(n));
+    const size_t part = index / size_t(n) % parts;
+    const size_t q0 = group * part / parts, nq = group * (part + 1) / parts - q0;
     const HeadStore& head = layer.head(g);
     const int n_slots = head.n_slots();
     float* logits = scratch_[worker].data();
@@ -72,11 +84,11 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
       mask[s] = seen;
       hi = seen ? s + 1 : hi;
     }
-    const float* q = q_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
+    const float* q = q_.data() + size_t(row0 + t) * q_dim + (size_t(g) * group + q0) * hd;
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.
     const bool rotated = most_shift > 0 && rotated_[size_t(g)];
     if (rotated && fused_turn) {  // ranks (never together with span's patches)
-      head.key_probs_rotated(q, group, hd, size_t(hi), size_t(c.n_rot), c.rope_style == RopeStyle::neox,
+      head.key_probs_rotated(q, nq, hd, size_t(hi), size_t(c.n_rot), c.rope_style == RopeStyle::neox,
                              table.turns.data(), mask, scale, logits, ld);
     } else {
       RowPatches patches;
@@ -85,15 +97,15 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
                    clamp_counts_[size_t(g)]};
       }
       if (rotated) {
-        query_probs_patched(q, group, hd, rot_keys_.data() + size_t(g) * size_t(max_slots) * hd, KVType::f32,
-                            size_t(hi), hd, mask, scale, logits, ld, patches);
+        query_probs_patched(q, nq, hd, rot_keys_.data() + size_t(g) * size_t(max_slots) * hd, KVType::f32, size_t(hi),
+                            hd, mask, scale, logits, ld, patches);
       } else {
-        head.key_probs(q, group, hd, size_t(hi), mask, scale, logits, ld, patches);
+        head.key_probs(q, nq, hd, size_t(hi), mask, scale, logits, ld, patches);
       }
     }
-    float* out = att_.data() + size_t(row0 + t) * q_dim + size_t(g) * group * hd;
-    std::fill(out, out + group * hd, 0.0f);
-    head.add_weighted_values(logits, group, ld, size_t(hi), out, hd);
+    float* out = att_.data() + size_t(row0 + t) * q_dim + (size_t(g) * group + q0) * hd;
+    std::fill(out, out + nq * hd, 0.0f);
+    head.add_weighted_values(logits, nq, ld, size_t(hi), out, hd);
     if (feed) feed_probs(g, t, logits, ld, hi, n_slots, probs_per_head);
     // A decode step's task holds the head's only query: its scores are updated here, on the
     // worker, when the policy lets heads be scored at once.
@@ -102,7 +114,7 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
   // (attention_in_blocks leaves quantized keys turned back by ranks to the fused token path)
   const bool blocks = attention_in_blocks(l, layer, row0, n, pos0, max_slots, most_shift > 0, feed, probs_per_head);
   if (!blocks) {
-    const size_t n_tasks = size_t(c.n_kv_heads) * size_t(n);
+    const size_t n_tasks = size_t(c.n_kv_heads) * size_t(n) * parts;
     const int64_t work = int64_t(c.n_heads) * n * max_slots * c.head_dim;
     if (pool_ && n_tasks > 1 && work >= kMatmulParallelMacs) {
       pool_->parallel_for(n_tasks, task);

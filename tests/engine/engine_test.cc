@@ -272,6 +272,30 @@ TEST(EngineRandom, ThreadCountNeverChangesTheOutput) {
   }
 }
 
+// One KV head for 8 query heads (as Gemma 3's one): a decode step splits the group's query heads
+// across the workers (2 parts on 2 threads, 3 on 3), each part a different number of queries;
+// the logits must be those of one thread, for row formats and KIVI, and for a policy that feeds
+// attention back (which keeps the group whole). 600 rows: 8 heads x 600 x 64 is above
+// kMatmulParallelMacs, so the attention goes to the pool.
+TEST(EngineRandom, ThreadCountNeverChangesASingleKVHeadsDecode) {
+  const Model model = random_q8_model(512, 1, 1024, "threads_one_kv_head");
+  const std::vector<int32_t> prompt = counting_prompt(600);
+  for (const char* method : {"full", "window", "h2o"}) {
+    for (const char* kv : {"f16", "q8_0", "kivi2"}) {
+      SCOPED_TRACE(std::string(method) + " " + kv);
+      KVCacheConfig c;
+      c.method = method;
+      c.budget = 160;
+      c.set("kv_type", kv);
+      std::vector<std::vector<float>> runs;
+      for (size_t threads : {1u, 2u, 3u})
+        runs.push_back(prompt_then_decode(model, threads, c, prompt, Logits::last, 8));
+      EXPECT_EQ(runs[0], runs[1]);
+      EXPECT_EQ(runs[0], runs[2]);
+    }
+  }
+}
+
 // Caches large enough that each layer's per-head bookkeeping runs on the pool (4 KV heads x 531
 // slots >= kParallelHeadSlots), with policies that score heads alone and one that does not (tova).
 TEST(EngineRandom, ThreadCountNeverChangesALargeEvictingCache) {
