@@ -39,9 +39,6 @@ static_assert(quant::q4_0_elems == 32);
 
 #if SQUEEZEKV_VNNI_TILES
 using Q4_0Tiles = OffsetNibbleTiles<Q4_0Format>;
-#endif
-
-#if SQUEEZEKV_VNNI_TILES
 using Q4_0RepackedTiles = NibbleRepackedTiles<Q4_0Format, Q4_0Tiles>;
 #endif
 

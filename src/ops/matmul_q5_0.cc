@@ -41,9 +41,6 @@ static_assert(quant::q5_0_elems == 32);
 
 #if SQUEEZEKV_VNNI_TILES
 using Q5_0Tiles = OffsetNibbleTiles<Q5_0Format>;
-#endif
-
-#if SQUEEZEKV_VNNI_TILES
 using Q5_0RepackedTiles = NibbleRepackedTiles<Q5_0Format, Q5_0Tiles>;
 #endif
 

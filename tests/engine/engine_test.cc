@@ -285,7 +285,7 @@ TEST(EngineRandom, ThreadCountNeverChangesASingleKVHeadsDecode) {
       SCOPED_TRACE(std::string(method) + " " + kv);
       KVCacheConfig c;
       c.method = method;
-      c.budget = 160;
+      c.budget = 580;
       c.set("kv_type", kv);
       std::vector<std::vector<float>> runs;
       for (size_t threads : {1u, 2u, 3u})
