@@ -33,7 +33,6 @@ class OpProfile {
   void add(EngineOp op, double seconds) { seconds_[size_t(op)] += seconds; }
   double seconds(EngineOp op) const { return seconds_[size_t(op)]; }
   double total() const;
-  void clear() { seconds_.fill(0.0); }
 
  private:
   std::array<double, kEngineOps> seconds_{};
