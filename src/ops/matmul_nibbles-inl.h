@@ -243,13 +243,7 @@ struct OffsetNibbleTiles : PanelView {
   static HWY_INLINE SQUEEZEKV_VNNI void tile(View panel, int64_t n_blocks, const TokenQ8* x, int64_t x0, __m512* a0,
                                              __m512*) {
     auto product = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { NibbleProducts<F, T>(*panel, x, x0, j, p); };
-    int64_t j = 0;
-    for (; j + 8 <= n_blocks; j += 8) AddTreeOf8<T>(product, j, a0);
-    for (; j < n_blocks; ++j) {
-      __m512 p[T];
-      product(j, p);
-      for (int k = 0; k < T; ++k) a0[k] = _mm512_add_ps(a0[k], p[k]);
-    }
+    AddBlocksInOrder<T>(product, n_blocks, a0);
   }
 
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512) { return a0; }

@@ -126,20 +126,8 @@ struct NibbleRepackedTiles {
       const __m512 m = _mm512_cvtph_ps(_mm256_load_si256(v.m + j));
       for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(m, _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
     };
-    int64_t j = 0;
-    for (; j + 8 <= n_blocks; j += 8) {
-      AddTreeOf8<T>(product, j, a0);
-      if constexpr (F::kHasMin) AddTreeOf8<T>(minimum, j, a1);
-    }
-    for (; j < n_blocks; ++j) {
-      __m512 p[T], q[T];
-      product(j, p);
-      if constexpr (F::kHasMin) minimum(j, q);
-      for (int k = 0; k < T; ++k) {
-        a0[k] = _mm512_add_ps(a0[k], p[k]);
-        if constexpr (F::kHasMin) a1[k] = _mm512_add_ps(a1[k], q[k]);
-      }
-    }
+    AddBlocksInOrder<T>(product, n_blocks, a0);
+    if constexpr (F::kHasMin) AddBlocksInOrder<T>(minimum, n_blocks, a1);
   }
 
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return Whole::combine(a0, a1); }

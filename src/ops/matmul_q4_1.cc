@@ -61,20 +61,8 @@ struct Q4_1Tiles : PanelView {
     auto minimum = [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
       for (int k = 0; k < T; ++k) p[k] = _mm512_mul_ps(min_ptr[j], _mm512_set1_ps(x[k].scaled_sum[x0 + j]));
     };
-    int64_t j = 0;
-    for (; j + 8 <= n_blocks; j += 8) {
-      AddTreeOf8<T>(product, j, a0);
-      AddTreeOf8<T>(minimum, j, a1);
-    }
-    for (; j < n_blocks; ++j) {
-      __m512 p[T], q[T];
-      product(j, p);
-      minimum(j, q);
-      for (int k = 0; k < T; ++k) {
-        a0[k] = _mm512_add_ps(a0[k], p[k]);
-        a1[k] = _mm512_add_ps(a1[k], q[k]);
-      }
-    }
+    AddBlocksInOrder<T>(product, n_blocks, a0);
+    AddBlocksInOrder<T>(minimum, n_blocks, a1);
   }
 
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }

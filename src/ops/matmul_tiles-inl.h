@@ -181,6 +181,19 @@ HWY_INLINE SQUEEZEKV_VNNI void AddTreeOf8(Product product, int64_t first, __m512
   for (int k = 0; k < T; ++k) acc[k] = _mm512_add_ps(acc[k], _mm512_add_ps(half[0][k], half[1][k]));
 }
 
+// Adds the products of blocks [0, n) to acc in the row kernels' order: runs of 8 as trees
+// (AddTreeOf8), then the blocks after the last run one by one.
+template <int T, class Product>
+HWY_INLINE SQUEEZEKV_VNNI void AddBlocksInOrder(Product product, int64_t n, __m512* acc) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) AddTreeOf8<T>(product, j, acc);
+  for (; j < n; ++j) {
+    __m512 p[T];
+    product(j, p);
+    for (int k = 0; k < T; ++k) acc[k] = _mm512_add_ps(acc[k], p[k]);
+  }
+}
+
 // What the tiles need of each weight type: its unit (a block, or a K-quant super-block), how a
 // run of units is packed, its tile, how the two accumulators make the dot, its widest tile (Q8_0's
 // registers fit 8 tokens, the others' 4) and the units of a streamed panel (about 300 bytes a row;
