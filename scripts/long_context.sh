@@ -121,6 +121,8 @@ run_piece() {
       local ctx=${1#books-}
       scripts/fetch_books.py kjv austen-emma > /dev/null
       for book in austen-emma kjv; do
+        # A book finished by an interrupted run of this piece is not measured again.
+        [[ -s $out/books_${ctx}_$book.json ]] && continue
         local budgets
         budgets=$(python3 -c "import sys; c=int(sys.argv[1]); print(','.join(str(round(s*c)) for s in (0.02,0.05,0.1,0.2,0.4)))" "$ctx")
         build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c "$ctx" --chunks 1 -t "$threads" \
@@ -131,6 +133,7 @@ run_piece() {
     stream)
       scripts/fetch_books.py austen-emma > /dev/null
       for method in squeeze h2o; do
+        [[ -s $out/stream_emma_$method.json ]] && continue
         build/squeezekv perplexity -m "$model" -f "$books/austen-emma.txt" -t "$threads" --stream \
           --method "$method" --budget 819 --json --csv "$out/stream_emma_$method.csv" > "$out/stream_emma_$method.json"
       done
