@@ -147,54 +147,62 @@ HWY_INLINE void BlockWeightedSumBlock(D d, const float* w, size_t ld_w, const ui
   }
 }
 
-template <class Fmt, class D>
-void BlockWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
-                            float* out, size_t ld_out) {
+// The rows weighted for G queries (w and out at their first query).
+template <size_t G, class Fmt, class D>
+HWY_INLINE void BlockWeightedSumPass(D d, const float* wg, size_t ld_w, const uint8_t* base, size_t n_rows, size_t dim,
+                                     float* og, size_t ld_out) {
   const size_t B = kv_block_size(Fmt::kType, dim), rb = kv_row_bytes(Fmt::kType, dim);
   // Vectors per block: B / N (WithBlockTag's lanes divide the block's parts), in passes of at most
   // 8 (a block of B = 32 with 16 lanes: one pass of 2).
   const size_t vecs = B / hn::Lanes(d);
-  const auto* base = static_cast<const uint8_t*>(rows);
-  InBlocksOfFour(n_w, [&](auto block, size_t g) {
-    constexpr size_t G = decltype(block)::value;
-    const float* wg = w + g * ld_w;
-    float* og = out + g * ld_out;
-    const size_t n_blocks = dim / B;
-    size_t b = 0;
-    // Two or four whole blocks a pass where their vectors' accumulators fit (a 64-wide head of
-    // q8_0 or q4_0 at 16 lanes: the whole row in one pass), so each row is read once.
-    if constexpr (G * 4 * 2 <= kAccumulators) {
-      if (vecs == 2) {
-        for (; b + 4 <= n_blocks; b += 4) {
-          BlockWeightedSumBlock<G, 4, 2, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, 0, og, ld_out);
-        }
+  const size_t n_blocks = dim / B;
+  size_t b = 0;
+  // Two or four whole blocks a pass where their vectors' accumulators fit (a 64-wide head of
+  // q8_0 or q4_0 at 16 lanes: the whole row in one pass), so each row is read once.
+  if constexpr (G * 4 * 2 <= kAccumulators) {
+    if (vecs == 2) {
+      for (; b + 4 <= n_blocks; b += 4) {
+        BlockWeightedSumBlock<G, 4, 2, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, 0, og, ld_out);
       }
     }
-    if constexpr (G * 2 * 2 <= kAccumulators) {
-      if (vecs == 2) {
-        for (; b + 2 <= n_blocks; b += 2) {
-          BlockWeightedSumBlock<G, 2, 2, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, 0, og, ld_out);
-        }
+  }
+  if constexpr (G * 2 * 2 <= kAccumulators) {
+    if (vecs == 2) {
+      for (; b + 2 <= n_blocks; b += 2) {
+        BlockWeightedSumBlock<G, 2, 2, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, 0, og, ld_out);
       }
     }
-    for (; b < n_blocks; ++b) {
-      for (size_t v0 = 0; v0 < vecs;) {
-        const size_t left = vecs - v0;
-        if (left >= 8 && kVectorsPerQuery<G> >= 8) {
-          BlockWeightedSumBlock<G, 1, 8, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
-          v0 += 8;
-        } else if (left >= 4 && kVectorsPerQuery<G> >= 4) {
-          BlockWeightedSumBlock<G, 1, 4, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
-          v0 += 4;
-        } else if (left >= 2) {
-          BlockWeightedSumBlock<G, 1, 2, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
-          v0 += 2;
-        } else {  // one code byte vector per part: only where kParts is 1 (vecs is a multiple of kParts)
-          BlockWeightedSumBlock<G, 1, 1, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
-          v0 += 1;
-        }
+  }
+  for (; b < n_blocks; ++b) {
+    for (size_t v0 = 0; v0 < vecs;) {
+      const size_t left = vecs - v0;
+      if (left >= 8 && kVectorsPerQuery<G> >= 8) {
+        BlockWeightedSumBlock<G, 1, 8, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
+        v0 += 8;
+      } else if (left >= 4 && kVectorsPerQuery<G> >= 4) {
+        BlockWeightedSumBlock<G, 1, 4, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
+        v0 += 4;
+      } else if (left >= 2) {
+        BlockWeightedSumBlock<G, 1, 2, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
+        v0 += 2;
+      } else {  // one code byte vector per part: only where kParts is 1 (vecs is a multiple of kParts)
+        BlockWeightedSumBlock<G, 1, 1, Fmt>(d, wg, ld_w, base, rb, n_rows, dim, B, b, v0, og, ld_out);
+        v0 += 1;
       }
     }
+  }
+}
+
+template <class Fmt, class D>
+void BlockWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
+                            float* out, size_t ld_out) {
+  const size_t rb = kv_row_bytes(Fmt::kType, dim);
+  InRowTiles(n_w, n_rows, rb, [&](size_t j0, size_t count) {
+    const uint8_t* tile = static_cast<const uint8_t*>(rows) + j0 * rb;
+    InBlocksOfFour(n_w, [&](auto block, size_t g) {
+      BlockWeightedSumPass<decltype(block)::value, Fmt>(d, w + g * ld_w + j0, ld_w, tile, count, dim, out + g * ld_out,
+                                                        ld_out);
+    });
   });
 }
 

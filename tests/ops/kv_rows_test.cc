@@ -157,7 +157,7 @@ TEST(KVRows, ARowsDotDoesNotDependOnItsNeighbours) {
 
 TEST(KVRows, QueryBlockDotsMatchesTheScalarTwin) {
   for (size_t dim : {1u, 8u, 13u, 64u, 128u}) {
-    for (size_t m : {1u, 3u, 4u, 5u, 9u}) {
+    for (size_t m : {1u, 3u, 4u, 5u, 8u, 9u, 12u, 13u, 17u, 64u}) {
       for (size_t n : {1u, 15u, 16u, 17u, 32u, 33u, 70u}) {
         const size_t ld = (n + 31) / 32 * 32;
         std::vector<float> kt(dim * ld, 0.0f);
