@@ -169,12 +169,11 @@ bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int6
       const int64_t oldest = window > 0 ? query_pos - window + 1 : 0;  // a sliding layer's window
       uint8_t* mask = masks + i * ld_kt;
       int hi = 0, lo = n_slots;
-      for (int s = 0; s < n_slots; ++s) {
-        mask[s] = pos[s] != HeadStore::kFree && pos[s] <= query_pos && pos[s] >= oldest;
-        if (mask[s]) {
-          lo = std::min(lo, s);
-          hi = s + 1;
-        }
+      for (int s = 0; s < n_slots; ++s) {  // branch-free, as the token path's
+        const bool seen = (pos[s] != HeadStore::kFree) & (pos[s] <= query_pos) & (pos[s] >= oldest);
+        mask[s] = seen;
+        lo = seen & (lo == n_slots) ? s : lo;
+        hi = seen ? s + 1 : hi;
       }
       // A sliding layer's rows before the window: skipped from a multiple of kSkipAlign below the
       // token's first visible row (its own, so a token's softmax does not depend on its block).

@@ -33,6 +33,13 @@ HWY_INLINE void QueryRowsTile(D d, const float* q, size_t ld_q, const float* kt,
       c1[r] = hn::MulAdd(qk, k1, c1[r]);
     }
   }
+  if (cols == 2 * N) {  // a whole tile: stored as it is
+    for (size_t r = 0; r < R; ++r) {
+      hn::StoreU(c0[r], d, out + r * ld_out + j);
+      hn::StoreU(c1[r], d, out + r * ld_out + j + N);
+    }
+    return;
+  }
   HWY_ALIGN float tmp[32];
   for (size_t r = 0; r < R; ++r) {
     hn::Store(c0[r], d, tmp);
@@ -50,20 +57,47 @@ constexpr size_t kQueriesPerPass = 4;
 constexpr size_t kQueriesPerPass = 8;
 #endif
 
-// Register-blocked over 32 keys at a time: kQueriesPerPass queries a pass, then 4, then one at a
-// time. The 32 keys' transposed tile (head_dim x 128 bytes) stays in L1 across the passes.
+// The last 1 to 7 queries of a block in one pass (a GQA group of 3 leaves 63 queries a block).
+template <class D>
+HWY_INLINE void QueryRowsLeft(D d, size_t left, const float* q, size_t ld_q, const float* kt, size_t ld_kt, size_t j,
+                              size_t cols, size_t dim, float* out, size_t ld_out) {
+  switch (left) {
+    case 7:
+      return QueryRowsTile<7>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    case 6:
+      return QueryRowsTile<6>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    case 5:
+      return QueryRowsTile<5>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    case 4:
+      return QueryRowsTile<4>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    case 3:
+      return QueryRowsTile<3>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    case 2:
+      return QueryRowsTile<2>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    case 1:
+      return QueryRowsTile<1>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    default:
+      return;
+  }
+}
+
+// Register-blocked over 32 keys at a time: kQueriesPerPass queries a pass, then the rest in one
+// pass (AVX2: in passes of at most 4). The 32 keys' transposed tile (head_dim x 128 bytes) stays
+// in L1 across the passes.
 void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt, size_t n, size_t dim,
                     float* out, size_t ld_out) {
   const hn::CappedTag<float, 16> d;  // 2 vectors of at most 16 columns fit ld_kt's padding to 32
   const size_t step = 2 * hn::Lanes(d);
   for (size_t j = 0; j < n; j += step) {
     const size_t cols = std::min(step, n - j);
-    size_t i = 0;
-    for (; i + kQueriesPerPass <= m; i += kQueriesPerPass)
-      QueryRowsTile<kQueriesPerPass>(d, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out, ld_out);
-    for (; i + 4 <= m; i += 4)
-      QueryRowsTile<4>(d, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out, ld_out);
-    for (; i < m; ++i) QueryRowsTile<1>(d, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out, ld_out);
+    for (size_t i = 0; i < m; i += kQueriesPerPass) {
+      const size_t left = std::min(kQueriesPerPass, m - i);
+      if (left == kQueriesPerPass) {
+        QueryRowsTile<kQueriesPerPass>(d, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out, ld_out);
+      } else {
+        QueryRowsLeft(d, left, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out, ld_out);
+      }
+    }
   }
 }
 
