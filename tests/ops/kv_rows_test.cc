@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "hwy_targets.h"
@@ -113,6 +114,39 @@ TEST(KVRows, GroupKernelsMatchTheScalarTwinsAndTheSingleKernels) {
                               1e-5 * (1 + std::abs(out_slow[g * ld_o + i])) * std::sqrt(double(rows)));
                 }
               }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// More than 4 queries go over the rows in tiles of about 32 KiB (each tile's passes together):
+// every query's sum is still its one-query sum, bit for bit, with rows past several tiles, rows
+// every query weighs 0 (stale bits: NaN) among them, every row format and target.
+TEST(KVRows, WeightedSumsOfManyQueriesEqualTheOneQuerySumsAcrossRowTiles) {
+  testing::for_each_target([] {
+    for (KVType type : {KVType::f16, KVType::f32, KVType::q8_0, KVType::q4_0}) {
+      for (size_t dim : {32u, 64u, 256u}) {
+        const size_t rows = 1100, rb = kv_row_bytes(type, dim);
+        std::vector<std::byte> values(rows * rb);
+        store_rows(test::normal(rows * dim, dim + 11).data(), values.data(), type, rows * dim, dim);
+        for (size_t n_q : {5u, 8u, 13u}) {
+          const size_t ld_w = rows + 3;
+          std::vector<float> w = test::normal(n_q * ld_w, n_q + dim);
+          for (size_t j = 97; j < rows; j += 211) {  // unseen by every query: their bits never count
+            for (size_t g = 0; g < n_q; ++g) w[g * ld_w + j] = 0.0f;
+            std::memset(values.data() + j * rb, 0xff, rb);
+          }
+          std::vector<float> all(n_q * dim, 0.25f);
+          rows_weighted_sum_group(w.data(), n_q, ld_w, values.data(), type, rows, dim, all.data(), dim);
+          for (size_t g = 0; g < n_q; ++g) {
+            std::vector<float> one(dim, 0.25f);
+            rows_weighted_sum_group(w.data() + g * ld_w, 1, ld_w, values.data(), type, rows, dim, one.data(), dim);
+            for (size_t i = 0; i < dim; ++i) {
+              ASSERT_FALSE(std::isnan(all[g * dim + i])) << to_string(type);
+              ASSERT_EQ(all[g * dim + i], one[i]) << to_string(type) << " dim " << dim << " query " << g;
             }
           }
         }
