@@ -196,14 +196,10 @@ HWY_INLINE void BlockWeightedSumPass(D d, const float* wg, size_t ld_w, const ui
 template <class Fmt, class D>
 void BlockWeightedSumGroupT(D d, const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t dim,
                             float* out, size_t ld_out) {
-  const size_t rb = kv_row_bytes(Fmt::kType, dim);
-  InRowTiles(n_w, n_rows, rb, [&](size_t j0, size_t count) {
-    const uint8_t* tile = static_cast<const uint8_t*>(rows) + j0 * rb;
-    InBlocksOfFour(n_w, [&](auto block, size_t g) {
-      BlockWeightedSumPass<decltype(block)::value, Fmt>(d, w + g * ld_w + j0, ld_w, tile, count, dim, out + g * ld_out,
-                                                        ld_out);
-    });
-  });
+  WeightedSumsInTiles(w, n_w, ld_w, rows, n_rows, kv_row_bytes(Fmt::kType, dim), out, ld_out,
+                      [&](auto block, const float* wg, const uint8_t* tile, size_t count, float* og) {
+                        BlockWeightedSumPass<decltype(block)::value, Fmt>(d, wg, ld_w, tile, count, dim, og, ld_out);
+                      });
 }
 
 // Rows decoded in registers: each value rounded once, as the scalar codec decodes it.

@@ -14,6 +14,8 @@ namespace squeezekv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+#include "ops/query_blocks-inl.h"  // NOLINT: per-target code, inside this namespace on purpose
+
 // R queries against two vectors of keys (columns [j, j + cols) of kt): 2R accumulators in
 // registers, each step one query element broadcast against contiguous transposed keys (the
 // micro-kernel shape of a GEMM). Every logit sums its head_dim products in the same order
@@ -48,42 +50,24 @@ HWY_INLINE void QueryRowsTile(D d, const float* q, size_t ld_q, const float* kt,
   }
 }
 
-// Queries a pass: 8 where 32 vector registers hold their 16 accumulators (two key loads and eight
-// broadcasts per 16 multiply-adds; 4 a pass left the FMA units waiting: 1.30 -> 1.02 ms of
-// attention per token, Gemma 3 pp512 at depth 8192), 4 on AVX2's 16 registers.
-#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
-constexpr size_t kQueriesPerPass = 4;
-#else
-constexpr size_t kQueriesPerPass = 8;
-#endif
+// Queries a pass: half the accumulators a pass may hold, 8 queries x 2 vectors where there are
+// 32 vector registers (two key loads and eight broadcasts per 16 multiply-adds; 4 a pass left the
+// FMA units waiting: 1.30 -> 1.02 ms of attention per token, Gemma 3 pp512 at depth 8192), 4 on
+// AVX2's 16 registers.
+constexpr size_t kQueriesPerPass = kAccumulators / 2;
 
-// The last 1 to 7 queries of a block in one pass (a GQA group of 3 leaves 63 queries a block).
-template <class D>
+// The last R or fewer queries of a block in one pass (a GQA group of 3 leaves 63 queries a block).
+template <size_t R, class D>
 HWY_INLINE void QueryRowsLeft(D d, size_t left, const float* q, size_t ld_q, const float* kt, size_t ld_kt, size_t j,
                               size_t cols, size_t dim, float* out, size_t ld_out) {
-  switch (left) {
-    case 7:
-      return QueryRowsTile<7>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
-    case 6:
-      return QueryRowsTile<6>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
-    case 5:
-      return QueryRowsTile<5>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
-    case 4:
-      return QueryRowsTile<4>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
-    case 3:
-      return QueryRowsTile<3>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
-    case 2:
-      return QueryRowsTile<2>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
-    case 1:
-      return QueryRowsTile<1>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
-    default:
-      return;
+  if constexpr (R > 0) {
+    if (left == R) return QueryRowsTile<R>(d, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
+    QueryRowsLeft<R - 1>(d, left, q, ld_q, kt, ld_kt, j, cols, dim, out, ld_out);
   }
 }
 
-// Register-blocked over 32 keys at a time: kQueriesPerPass queries a pass, then the rest in one
-// pass (AVX2: in passes of at most 4). The 32 keys' transposed tile (head_dim x 128 bytes) stays
-// in L1 across the passes.
+// Register-blocked over 32 keys at a time (16 on AVX2): kQueriesPerPass queries a pass, then the
+// rest in one pass. The keys' transposed tile (head_dim x 128 bytes) stays in L1 across the passes.
 void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt, size_t n, size_t dim,
                     float* out, size_t ld_out) {
   const hn::CappedTag<float, 16> d;  // 2 vectors of at most 16 columns fit ld_kt's padding to 32
@@ -95,7 +79,8 @@ void QueryBlockDots(const float* q, size_t m, size_t ld_q, const float* kt, size
       if (left == kQueriesPerPass) {
         QueryRowsTile<kQueriesPerPass>(d, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out, ld_out);
       } else {
-        QueryRowsLeft(d, left, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out, ld_out);
+        QueryRowsLeft<kQueriesPerPass - 1>(d, left, q + i * ld_q, ld_q, kt, ld_kt, j, cols, dim, out + i * ld_out,
+                                           ld_out);
       }
     }
   }

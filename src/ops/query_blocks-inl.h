@@ -49,3 +49,15 @@ HWY_INLINE void InRowTiles(size_t n_w, size_t n_rows, size_t row_bytes, const F&
   const size_t tile = n_w <= 4 ? n_rows : std::max<size_t>(16, kRowTileBytes / row_bytes);
   for (size_t j0 = 0; j0 < n_rows; j0 += tile) f(j0, std::min(tile, n_rows - j0));
 }
+
+// The weighted sums of n_w queries over n_rows rows of rb bytes: in row tiles (InRowTiles), each
+// tile's queries in passes of 4 (InBlocksOfFour). pass(std::integral_constant<size_t, G>, weights
+// of the pass's first query at the tile's first row, tile, rows in it, its first query's output).
+template <class Pass>
+HWY_INLINE void WeightedSumsInTiles(const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t rb,
+                                    float* out, size_t ld_out, const Pass& pass) {
+  InRowTiles(n_w, n_rows, rb, [&](size_t j0, size_t count) {
+    const uint8_t* tile = static_cast<const uint8_t*>(rows) + j0 * rb;
+    InBlocksOfFour(n_w, [&](auto block, size_t g) { pass(block, w + g * ld_w + j0, tile, count, out + g * ld_out); });
+  });
+}
