@@ -124,8 +124,12 @@ def stream_tables(out_dir):
     out.append("| file | variant | budget | tokens | perplexity | peak resident K/V (KiB) | seconds |")
     out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for path in paths:
-        with open(path) as f:
-            doc = json.load(f)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except json.JSONDecodeError:
+            out.append(f"| {os.path.basename(path)} | not complete, left out | | | | | |")  # still running
+            continue
         for r in doc.get("results", [doc]):
             out.append(
                 f"| {os.path.basename(path)} | {r['variant']} | {r['budget']} | {r['tokens']} | "
