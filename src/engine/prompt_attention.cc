@@ -34,11 +34,13 @@ constexpr size_t kMaxTransposedBytes = size_t(64) << 20;
 // Quantized keys (q8_0, q4_0, KIVI) are never decoded whole (the storage formats promise no
 // dequantized copy of the cache): each block decodes them a tile of kTileRows rows at a time into
 // its worker's scratch (hd x 64 floats, in L1), transposed, and runs its queries on the tile. A
-// block then holds more queries (kTiledQueries), so that each decoded row serves more of them;
-// its logits (queries x slots) are capped at kMaxTiledLogitBytes per worker.
+// block then holds more queries (kTiledQueries), so that each decoded row serves more of them.
 constexpr size_t kTileRows = 64;
 constexpr size_t kTiledQueries = 64;
-constexpr size_t kMaxTiledLogitBytes = size_t(16) << 20;
+
+// A worker's logits (a block's queries x slots) are capped at this: fewer tokens a block over a
+// long cache.
+constexpr size_t kMaxLogitBytes = size_t(16) << 20;
 
 // Rows before every query's window (a sliding layer's) are skipped in steps of this many slots: a
 // multiple of both key tiles (query_block_dots' 32 columns, kTileRows) and of any vector's lanes.
@@ -70,9 +72,10 @@ bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int6
   // A short chunk over few KV heads: smaller blocks, so that every worker gets one.
   const size_t workers = pool_ != nullptr ? pool_->num_workers() : 1;
   if (n_kv < workers) block_tokens = std::min(block_tokens, (size_t(n) * n_kv + workers - 1) / workers);
+  block_tokens = std::min(block_tokens, std::max<size_t>(1, kMaxLogitBytes / (group * ld_kt * sizeof(float))));
   const size_t rows = block_tokens * group;
-  if (tiled ? rows * ld_kt * sizeof(float) > kMaxTiledLogitBytes
-            : n_kv * hd * ld_kt * sizeof(float) > kMaxTransposedBytes) {
+  if (rows * ld_kt * sizeof(float) > kMaxLogitBytes ||
+      (!tiled && n_kv * hd * ld_kt * sizeof(float) > kMaxTransposedBytes)) {
     return false;
   }
   if (!tiled && keys_t_.size() < n_kv * hd * ld_kt) keys_t_.resize(n_kv * hd * ld_kt);
