@@ -79,17 +79,24 @@ def needle_tables(cells, title):
     return out
 
 
+def load_finished(path):
+    """A result file's JSON, or None while its run is still going (empty or cut short)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError:
+        return None
+
+
 def books_tables(out_dir):
     out = []
     for path in sorted(glob.glob(os.path.join(out_dir, "books_*.json"))):
         match = re.match(r"books_(\d+)_(.+)\.json", os.path.basename(path))
         if not match:
             continue
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except json.JSONDecodeError:
-            out += [f"({os.path.basename(path)}: not complete, left out)", ""]  # a sweep still running
+        doc = load_finished(path)
+        if doc is None:
+            out += [f"({os.path.basename(path)}: not complete, left out)", ""]
             continue
         ctx, book = int(match.group(1)), match.group(2)
         rows = doc["results"]
@@ -124,11 +131,9 @@ def stream_tables(out_dir):
     out.append("| file | variant | budget | tokens | perplexity | peak resident K/V (KiB) | seconds |")
     out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for path in paths:
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except json.JSONDecodeError:
-            out.append(f"| {os.path.basename(path)} | not complete, left out | | | | | |")  # still running
+        doc = load_finished(path)
+        if doc is None:
+            out.append(f"| {os.path.basename(path)} | not complete, left out | | | | | |")
             continue
         for r in doc.get("results", [doc]):
             out.append(

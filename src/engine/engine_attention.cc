@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "squeezekv/engine/engine.h"
+#include "engine/visible_slots.h"
 #include "squeezekv/ops/kv_rows.h"
 
 namespace squeezekv {
@@ -78,12 +79,7 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
     const int64_t* pos = head.positions();
     // Slots past the last one this query may see are left out of every kernel (in a prompt the
     // rows come in position order, so a causal query reads only its prefix).
-    int hi = 0;
-    for (int s = 0; s < n_slots; ++s) {  // branch-free: free slots lie among live ones at random
-      const bool seen = (pos[s] != HeadStore::kFree) & (pos[s] <= query_pos) & (pos[s] >= oldest);
-      mask[s] = seen;
-      hi = seen ? s + 1 : hi;
-    }
+    const int hi = mark_visible_slots(pos, n_slots, query_pos, oldest, mask).hi;
     const float* q = q_.data() + size_t(row0 + t) * q_dim + (size_t(g) * group + q0) * hd;
     // Keys turned back to their ranks (positions inside the cache) when any was shifted.
     const bool rotated = most_shift > 0 && rotated_[size_t(g)];

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "squeezekv/engine/engine.h"
+#include "engine/visible_slots.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/thread_pool.h"
 
@@ -171,18 +172,12 @@ bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int6
       const int64_t query_pos = pos0 + int64_t(t0 + i);
       const int64_t oldest = window > 0 ? query_pos - window + 1 : 0;  // a sliding layer's window
       uint8_t* mask = masks + i * ld_kt;
-      int hi = 0, lo = n_slots;
-      for (int s = 0; s < n_slots; ++s) {  // branch-free, as the token path's
-        const bool seen = (pos[s] != HeadStore::kFree) & (pos[s] <= query_pos) & (pos[s] >= oldest);
-        mask[s] = seen;
-        lo = seen & (lo == n_slots) ? s : lo;
-        hi = seen ? s + 1 : hi;
-      }
+      const VisibleSpan span = mark_visible_slots(pos, n_slots, query_pos, oldest, mask);
       // A sliding layer's rows before the window: skipped from a multiple of kSkipAlign below the
       // token's first visible row (its own, so a token's softmax does not depend on its block).
-      los[i] = lo / kSkipAlign * kSkipAlign;
-      his[i] = hi;
-      hi_max = std::max(hi_max, hi);
+      los[i] = span.lo / kSkipAlign * kSkipAlign;
+      his[i] = span.hi;
+      hi_max = std::max(hi_max, span.hi);
       lo_min = std::min(lo_min, los[i]);
       const float* q = q_.data() + size_t(row0) * q_dim + (t0 + i) * q_dim + g * group * hd;
       std::memcpy(queries + i * group * hd, q, group * hd * sizeof(float));

@@ -37,27 +37,21 @@ HWY_INLINE void InBlocksOfFour(size_t n, const Pass& pass) {
   if (n - g == 1) pass(std::integral_constant<size_t, 1>(), g);
 }
 
-// A weighted sum of n_w > 4 queries reads the rows once per pass of four: rows in tiles of about
-// 32 KiB, each tile's passes run before the next, so the passes after the first find it in L1
-// rather than read the rows from memory again (a prompt block of 16 queries over 8,704 f16 rows
-// of 256 read 4.4 MiB four times). Each element still adds its rows in row order: the same bits
-// as one span (Gemma 3 pp512 at depth 8192: attention 1.56 -> 1.39 ms a token). f(first_row,
-// row_count).
-template <class F>
-HWY_INLINE void InRowTiles(size_t n_w, size_t n_rows, size_t row_bytes, const F& f) {
-  constexpr size_t kRowTileBytes = size_t(32) << 10;
-  const size_t tile = n_w <= 4 ? n_rows : std::max<size_t>(16, kRowTileBytes / row_bytes);
-  for (size_t j0 = 0; j0 < n_rows; j0 += tile) f(j0, std::min(tile, n_rows - j0));
-}
-
-// The weighted sums of n_w queries over n_rows rows of rb bytes: in row tiles (InRowTiles), each
-// tile's queries in passes of 4 (InBlocksOfFour). pass(std::integral_constant<size_t, G>, weights
-// of the pass's first query at the tile's first row, tile, rows in it, its first query's output).
+// The weighted sums of n_w queries over n_rows rows of rb bytes. More than 4 queries read the rows
+// once per pass of four, so then the rows go in tiles of about 32 KiB, each tile's passes before
+// the next: the passes after the first find it in L1 rather than read the rows from memory again
+// (a prompt block of 16 queries over 8,704 f16 rows of 256 read 4.4 MiB four times; Gemma 3 pp512
+// at depth 8192: attention 1.56 -> 1.39 ms a token). Each element still adds its rows in row
+// order: the same bits as one span. pass(std::integral_constant<size_t, G>, weights of the pass's
+// first query at the tile's first row, tile, rows in it, its first query's output).
 template <class Pass>
 HWY_INLINE void WeightedSumsInTiles(const float* w, size_t n_w, size_t ld_w, const void* rows, size_t n_rows, size_t rb,
                                     float* out, size_t ld_out, const Pass& pass) {
-  InRowTiles(n_w, n_rows, rb, [&](size_t j0, size_t count) {
+  constexpr size_t kRowTileBytes = size_t(32) << 10;
+  const size_t tile_rows = n_w <= 4 ? n_rows : std::max<size_t>(16, kRowTileBytes / rb);
+  for (size_t j0 = 0; j0 < n_rows; j0 += tile_rows) {
+    const size_t count = std::min(tile_rows, n_rows - j0);
     const uint8_t* tile = static_cast<const uint8_t*>(rows) + j0 * rb;
     InBlocksOfFour(n_w, [&](auto block, size_t g) { pass(block, w + g * ld_w + j0, tile, count, out + g * ld_out); });
-  });
+  }
 }
