@@ -4,8 +4,8 @@
 usage: scripts/long_context_report.py OUT_DIR
 
 Reads whatever of the pieces' files OUT_DIR holds (a piece not yet run is left out and named):
-needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl / combos_gemma3_qaw.jsonl /
-combos_gemma3_qag.jsonl (squeezekv needle --json),
+needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl /
+combos_qaw_kernel.jsonl / combos_gemma3_qaw.jsonl / combos_gemma3_qag.jsonl (squeezekv needle --json),
 books_CTX_BOOK.json (squeezekv sweep --json) and stream_emma_METHOD.json (perplexity --stream
 --json). Every needle figure is the exact-match accuracy over all samples of the cells averaged,
 beside the mean resident K/V bytes as a share of the full cache's at the same lengths, so that
@@ -168,6 +168,7 @@ def main():
         ("needle_storage", "K/V storage alone and with eviction, 4096 tokens, query-agnostic"),
         ("combos_qaw", "Layer x head x scorer combinations, 4096 tokens, query-aware"),
         ("combos_qag", "Layer x head x scorer combinations, 4096 tokens, query-agnostic"),
+        ("combos_qaw_kernel", "snapkv's 31-position pooling at 10 % of the rows, 4096 and 8192 tokens, query-aware"),
         ("combos_gemma3_qaw", "Gemma 3 270M: the combinations, 4096 tokens, query-aware"),
         ("combos_gemma3_qag", "Gemma 3 270M: the combinations, 4096 tokens, query-agnostic"),
     ]:
