@@ -8,7 +8,7 @@
 #
 #   scripts/long_context.sh                 # every piece not yet done, then the tables and plots
 #   scripts/long_context.sh PIECE ...       # those pieces only (names below), then the report
-#   scripts/long_context.sh --list          # the pieces, their state and measured run time
+#   scripts/long_context.sh --list          # the pieces, their state and measured wall time
 #
 # A piece interrupted part-way resumes where it stopped (the needle grids append to their JSON
 # lines and skip the cells already there); a piece done is not run again. Output: build/long/
@@ -155,7 +155,13 @@ run_piece() {
 
 if [[ ${1:-} == --list ]]; then
   for p in "${pieces[@]}"; do
-    if [[ -f $out/done.$p ]]; then echo "$p: done in $(cat "$out/done.$p") s"; else echo "$p: to run"; fi
+    if [[ -f $out/done.$p ]]; then
+      echo "$p: done in $(cat "$out/done.$p") s"
+    elif [[ -f $out/time.$p ]]; then
+      echo "$p: to run ($(cat "$out/time.$p") s so far)"
+    else
+      echo "$p: to run"
+    fi
   done
   exit 0
 fi
@@ -167,12 +173,24 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build --target squeezekv > /dev/null
 todo=("$@")
 [[ ${#todo[@]} -gt 0 ]] || todo=("${pieces[@]}")
+# A piece's wall time adds up over its runs, an interrupted one included (time.PIECE), so that a
+# piece run in parts reports all it took.
+current="" start=0
+record_time() {
+  [[ -n $current ]] || return 0
+  local spent=0
+  [[ -f $out/time.$current ]] && spent=$(cat "$out/time.$current")
+  echo $((spent + $(date +%s) - start)) > "$out/time.$current"
+  current=""
+}
+trap 'record_time; exit 130' INT TERM
 for p in "${todo[@]}"; do
   [[ -f $out/done.$p ]] && continue
   echo "long_context.sh: piece $p" >&2
-  start=$(date +%s)
+  current=$p start=$(date +%s)
   run_piece "$p"
-  echo $(($(date +%s) - start)) > "$out/done.$p"
+  record_time
+  mv "$out/time.$p" "$out/done.$p"
 done
 scripts/long_context_report.py "$out" > "$out/tables.md"
 echo "long_context.sh: tables in $out/tables.md, plots in $out/plots" >&2
