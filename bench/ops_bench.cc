@@ -339,7 +339,8 @@ const bool registered = [] {
       }
     }
   }
-  for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
+  for (const TensorType type :
+       {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0}) {
     for (const int64_t n_rows : {int64_t{2048}, int64_t{8192}}) {
       // 1 token: decode; 8 and 16: a server's batched decode step (streamed pieces); 128: a
       // prompt chunk. /repacked: the same weights repacked as the loader does on VNNI CPUs.
@@ -351,8 +352,11 @@ const bool registered = [] {
     }
   }
   // One decode step's largest product, read from memory rather than cache: the 1B models' output
-  // projection (vocabulary 128256 x 2048; Q6_K in Q4_K_M, Q4_K in Q4_K, Q8_0 in Q8_0), one token.
-  for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
+  // projection (vocabulary 128256 x 2048; Q6_K in Q4_K_M, Q4_K in Q4_K, Q8_0 in Q8_0), one token;
+  // and the same shape in the nibble formats of the small real models' layers (SmolLM2's Q4_1,
+  // Gemma 3's Q5_0), whose decode reads them from memory too.
+  for (const TensorType type :
+       {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0}) {
     for (const bool repack : {false, true}) {
       for (const int threads : {1, 2}) register_matmul("matmul_from_memory", type, 128256, 1, threads, repack, 0.5);
     }
