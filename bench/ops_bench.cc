@@ -126,6 +126,54 @@ void register_matmul(const std::string& family, TensorType type, int64_t n_rows,
       ->MinTime(min_time);
 }
 
+// A small model's decode MLP as the step meets it: the gate and up matrices of every layer (Gemma
+// 3 270M: 18 layers of 2048 x 640), one call a layer, each pass after 256 MiB read elsewhere so that
+// the weights come from memory as they do behind a step's output projection. Small matrices from
+// memory are where the nibble formats fall behind Q8_0's bytes rate (docs/results.md).
+void bm_layer_calls_from_memory(benchmark::State& state, TensorType type, int64_t n_rows, int64_t cols, int layers,
+                                int threads) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const size_t stride = row_bytes(type, cols);
+  std::vector<std::vector<uint8_t>> bytes(static_cast<size_t>(2 * layers));
+  std::vector<RepackedBuffer> packed(bytes.size());
+  std::vector<WeightMatrix> w(bytes.size());
+  std::vector<float> row(static_cast<size_t>(cols));
+  double total = 0;
+  for (size_t m = 0; m < bytes.size(); ++m) {
+    bytes[m].resize(stride * static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      for (float& v : row) v = normal(rng);
+      quantize_row(type, row.data(), bytes[m].data() + static_cast<size_t>(r) * stride, cols);
+    }
+    w[m] = WeightMatrix{bytes[m].data(), type, n_rows, cols};
+    if (can_repack(w[m])) {
+      packed[m] = allocate_repacked(w[m]);
+      repack_groups(w[m], 0, (n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows, packed[m].get());
+      w[m].repacked = packed[m].get();
+    }
+    total += double(bytes[m].size());
+  }
+  std::vector<float> x(static_cast<size_t>(cols)), gate(static_cast<size_t>(n_rows)), up(gate.size());
+  for (float& v : x) v = normal(rng);
+  std::vector<uint8_t> elsewhere(size_t{256} << 20, 1);
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  for (auto _ : state) {
+    state.PauseTiming();
+    uint64_t sum = 0;
+    for (size_t i = 0; i < elsewhere.size(); i += 64) sum += elsewhere[i];
+    benchmark::DoNotOptimize(sum);
+    state.ResumeTiming();
+    for (int l = 0; l < layers; ++l) {
+      const MatmulOutput out[2] = {{&w[size_t(2 * l)], gate.data()}, {&w[size_t(2 * l + 1)], up.data()}};
+      matmul_many(out, x.data(), 1, pool.get());
+    }
+    benchmark::DoNotOptimize(up.data());
+  }
+  state.counters["weights GB/s"] =
+      benchmark::Counter(total * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 constexpr size_t kRows = 4096, kHeadDim = 64, kKiviGroup = 32;
 
 std::vector<float> normal_floats(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -359,6 +407,16 @@ const bool registered = [] {
        {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0}) {
     for (const bool repack : {false, true}) {
       for (const int threads : {1, 2}) register_matmul("matmul_from_memory", type, 128256, 1, threads, repack, 0.5);
+    }
+  }
+  for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0}) {
+    for (const int threads : {1, 2}) {
+      const std::string name = "layer_calls_from_memory/" + std::string(tensor_type_name(static_cast<uint32_t>(type))) +
+                               "/18x2x2048x640/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), bm_layer_calls_from_memory, type, 2048, 640, 18, threads)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(0.5);
     }
   }
   for (const size_t n_q : {size_t{1}, size_t{4}}) {
