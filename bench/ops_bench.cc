@@ -41,20 +41,33 @@ namespace {
 
 constexpr int64_t n_cols = 2048;
 
+// A rows x cols matrix of N(0, 0.02) weights in `type`, drawn from rng.
+std::vector<uint8_t> random_matrix(TensorType type, int64_t n_rows, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t stride = row_bytes(type, cols);
+  std::vector<uint8_t> bytes(stride * static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (float& v : row) v = normal(rng);
+    quantize_row(type, row.data(), bytes.data() + static_cast<size_t>(r) * stride, cols);
+  }
+  return bytes;
+}
+
+// w's repacked layout (repacked_weights.h), as the loader builds it on VNNI CPUs.
+RepackedBuffer repack_whole(const WeightMatrix& w) {
+  RepackedBuffer buffer = allocate_repacked(w);
+  repack_groups(w, 0, (w.n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows, buffer.get());
+  return buffer;
+}
+
 // Weights are built once per (type, rows) and shared by every benchmark of that shape.
 const std::vector<uint8_t>& weights(TensorType type, int64_t n_rows) {
   static std::map<std::pair<TensorType, int64_t>, std::vector<uint8_t>> cache;
   auto [it, inserted] = cache.try_emplace({type, n_rows});
   if (inserted) {
     std::mt19937 rng(42);
-    std::normal_distribution<float> normal(0.0f, 0.02f);
-    std::vector<float> row(n_cols);
-    const size_t stride = row_bytes(type, n_cols);
-    it->second.resize(stride * static_cast<size_t>(n_rows));
-    for (int64_t r = 0; r < n_rows; ++r) {
-      for (float& v : row) v = normal(rng);
-      quantize_row(type, row.data(), it->second.data() + static_cast<size_t>(r) * stride, n_cols);
-    }
+    it->second = random_matrix(type, n_rows, n_cols, rng);
   }
   return it->second;
 }
@@ -84,9 +97,7 @@ const uint8_t* repacked(TensorType type, int64_t n_rows) {
   static std::map<std::pair<TensorType, int64_t>, RepackedBuffer> cache;
   auto [it, inserted] = cache.try_emplace({type, n_rows});
   if (inserted) {
-    const WeightMatrix w{weights(type, n_rows).data(), type, n_rows, n_cols};
-    it->second = allocate_repacked(w);
-    repack_groups(w, 0, (n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows, it->second.get());
+    it->second = repack_whole(WeightMatrix{weights(type, n_rows).data(), type, n_rows, n_cols});
   }
   return it->second.get();
 }
@@ -133,28 +144,21 @@ void register_matmul(const std::string& family, TensorType type, int64_t n_rows,
 void bm_layer_calls_from_memory(benchmark::State& state, TensorType type, int64_t n_rows, int64_t cols, int layers,
                                 int threads) {
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  const size_t stride = row_bytes(type, cols);
   std::vector<std::vector<uint8_t>> bytes(static_cast<size_t>(2 * layers));
   std::vector<RepackedBuffer> packed(bytes.size());
   std::vector<WeightMatrix> w(bytes.size());
-  std::vector<float> row(static_cast<size_t>(cols));
   double total = 0;
   for (size_t m = 0; m < bytes.size(); ++m) {
-    bytes[m].resize(stride * static_cast<size_t>(n_rows));
-    for (int64_t r = 0; r < n_rows; ++r) {
-      for (float& v : row) v = normal(rng);
-      quantize_row(type, row.data(), bytes[m].data() + static_cast<size_t>(r) * stride, cols);
-    }
+    bytes[m] = random_matrix(type, n_rows, cols, rng);
     w[m] = WeightMatrix{bytes[m].data(), type, n_rows, cols};
     if (can_repack(w[m])) {
-      packed[m] = allocate_repacked(w[m]);
-      repack_groups(w[m], 0, (n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows, packed[m].get());
+      packed[m] = repack_whole(w[m]);
       w[m].repacked = packed[m].get();
     }
     total += double(bytes[m].size());
   }
   std::vector<float> x(static_cast<size_t>(cols)), gate(static_cast<size_t>(n_rows)), up(gate.size());
+  std::normal_distribution<float> normal(0.0f, 0.02f);
   for (float& v : x) v = normal(rng);
   std::vector<uint8_t> elsewhere(size_t{256} << 20, 1);
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
@@ -368,6 +372,11 @@ void bm_int8_peak(benchmark::State& state) {
 }
 #endif
 
+// The weight types of the real models' matrices: the 1B shapes' (Q8_0, Q4_K, Q6_K) and the small
+// models' nibble formats (SmolLM2's Q4_1, Gemma 3's Q5_0, Q4_0).
+constexpr TensorType kDecodeWeightTypes[] = {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k,
+                                             TensorType::q4_0, TensorType::q4_1, TensorType::q5_0};
+
 const bool registered = [] {
   const TensorType types[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0,
                               TensorType::q4_0, TensorType::q4_k, TensorType::q6_k};
@@ -387,8 +396,7 @@ const bool registered = [] {
       }
     }
   }
-  for (const TensorType type :
-       {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0}) {
+  for (const TensorType type : kDecodeWeightTypes) {
     for (const int64_t n_rows : {int64_t{2048}, int64_t{8192}}) {
       // 1 token: decode; 8 and 16: a server's batched decode step (streamed pieces); 128: a
       // prompt chunk. /repacked: the same weights repacked as the loader does on VNNI CPUs.
@@ -403,8 +411,7 @@ const bool registered = [] {
   // projection (vocabulary 128256 x 2048; Q6_K in Q4_K_M, Q4_K in Q4_K, Q8_0 in Q8_0), one token;
   // and the same shape in the nibble formats of the small real models' layers (SmolLM2's Q4_1,
   // Gemma 3's Q5_0), whose decode reads them from memory too.
-  for (const TensorType type :
-       {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0}) {
+  for (const TensorType type : kDecodeWeightTypes) {
     for (const bool repack : {false, true}) {
       for (const int threads : {1, 2}) register_matmul("matmul_from_memory", type, 128256, 1, threads, repack, 0.5);
     }

@@ -31,14 +31,14 @@ methods_all=full,window,streaming,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv,knor
 methods_scoring=full,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv
 shares=0.02,0.05,0.1,0.2,0.4
 depths=${DEPTHS:-0,0.25,0.5,0.75,1}
+# The needle command every SmolLM2 grid piece runs, before its lengths, shares and methods.
 needle_at=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
   --depths "$depths" --resume)
 needle=("${needle_at[@]}" --budget-shares "$shares" --importances key-dispersion,hidden-cosine)
 # The layer x head x scorer combinations (squeeze_snapkv, squeeze_adakv, h2o_adakv) against their
 # parts and the single-axis anchors, at 4096 tokens and the shares where retrieval is in play.
 methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_adakv,h2o_adakv
-combos=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
-  --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.1,0.2,0.4 --methods "$methods_combos" --resume)
+combos=("${needle_at[@]}" --lengths 4096 --budget-shares "$shares" --methods "$methods_combos")
 
 pieces=(combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 combos-gemma3-qag combos-gemma3-books qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
@@ -49,16 +49,14 @@ run_piece() {
     combos-qag) "${combos[@]}" --json "$out/combos_qag.jsonl" ;;
     combos-kernel)
       # snapkv's pooling width: 31 positions instead of 5 keeps whole 7-digit values (query-aware).
-      build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0 \
-        --depths "$depths" --lengths 4096 --budget-shares 0.1,0.4 --methods snapkv,squeeze_snapkv --kernels 31 \
-        --question-in-prompt --resume --json "$out/combos_qaw.jsonl"
+      "${needle_at[@]}" --lengths 4096 --budget-shares 0.1,0.4 --methods snapkv,squeeze_snapkv --kernels 31 \
+        --question-in-prompt --json "$out/combos_qaw.jsonl"
       ;;
     combos-kernel-grid)
       # The best query-aware configuration of combos-kernel (snapkv's 31-position pooling) at 10 %
       # of the rows on the grid's five depths, at 4096 and 8192 tokens.
-      build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0 \
-        --depths "$depths" --lengths 4096,8192 --budget-shares 0.1 --methods full,snapkv,squeeze_snapkv --kernels 31 \
-        --question-in-prompt --resume --json "$out/combos_qaw_kernel.jsonl"
+      "${needle_at[@]}" --lengths 4096,8192 --budget-shares 0.1 --methods full,snapkv,squeeze_snapkv --kernels 31 \
+        --question-in-prompt --json "$out/combos_qaw_kernel.jsonl"
       ;;
     combos-kernel-books)
       # snapkv's wider kernel on the book: does what keeps whole needles cost KL?
