@@ -40,7 +40,8 @@ needle=("${needle_at[@]}" --budget-shares "$shares" --importances key-dispersion
 methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_adakv,h2o_adakv
 combos=("${needle_at[@]}" --lengths 4096 --budget-shares "$shares" --methods "$methods_combos")
 
-pieces=(combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-gemma3 combos-gemma3-qag combos-gemma3-books qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
+pieces=(combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-books-2pct combos-gemma3 combos-gemma3-qag combos-gemma3-books
+  combos-gemma3-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
 
 run_piece() {
@@ -74,6 +75,34 @@ run_piece() {
         --json "$out/combos_gemma3_qaw.jsonl")
       "${on_gemma[@]}" --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
       "${on_gemma[@]}" --methods snapkv,squeeze_snapkv --kernels 31
+      ;;
+    combos-gemma3-shares)
+      # Gemma 3 at the issue's other shares (2, 5 and 20 % of the rows), query-aware, as combos-gemma3.
+      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
+      local on_gemma=(build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0
+        --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.2 --question-in-prompt --resume
+        --json "$out/combos_gemma3_qaw.jsonl")
+      "${on_gemma[@]}" --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
+      "${on_gemma[@]}" --methods snapkv,squeeze_snapkv --kernels 31
+      ;;
+    combos-gemma3-books-shares)
+      # Gemma 3's KL on Emma at 2, 5 and 20 % of the rows (combos-gemma3-books has 10 and 40 %).
+      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
+      scripts/fetch_books.py austen-emma > /dev/null
+      build/squeezekv sweep -m "$gemma" -f "$books/austen-emma.txt" -c 4096 --chunks 1 -t "$threads" \
+        --methods "$methods_combos" --budgets 82,205,819 \
+        --json "$out/books_4096_combos_gemma3_shares_austen-emma.json" \
+        > "$out/books_4096_combos_gemma3_shares_austen-emma.txt"
+      ;;
+    combos-books-2pct)
+      # The combinations' KL at 2 % of the rows (82), both books, as combos-books-*.
+      scripts/fetch_books.py austen-emma kjv > /dev/null
+      for book in austen-emma kjv; do
+        [[ -s $out/books_4096_combos_2pct_$book.json ]] && continue
+        build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c 4096 --chunks 1 -t "$threads" \
+          --methods "$methods_combos" --budgets 82 \
+          --json "$out/books_4096_combos_2pct_$book.json" > "$out/books_4096_combos_2pct_$book.txt"
+      done
       ;;
     combos-gemma3-qag)
       # The same cells query-agnostic: the cache chooses before the question comes.
