@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string>
+#include <string_view>
 
 #include "cli/cache_options.h"
 #include "cli/commands.h"
@@ -226,7 +228,12 @@ void run(NeedleArgs& a) {
     try {
       make_needle_sample(model.tokenizer(), {task, length, 0.5, a.seed}, haystack);
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(invalid_value("--lengths", length, e.what()));
+      // The library names its own field ("length = N: why"): the command line names its option
+      // instead of both. Any other field's message (the haystack's) stands as it is.
+      const std::string field = invalid_value("length", length, "");
+      const std::string_view why = e.what();
+      if (!why.starts_with(field)) throw;
+      throw InvalidArgument(invalid_value("--lengths", length, why.substr(field.size())));
     }
   }
   std::vector<nlohmann::json> rows;  // every cell of the grid, resumed ones included

@@ -351,7 +351,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"needle " + kModel + " --task haystack", "--task = haystack: unknown"},
         BadInput{"needle " + kModel + " --lengths 100000", "--lengths = 100000: must lie in [1, "},
         BadInput{"needle " + kModel + " --lengths 256,256", "--lengths = 256: is given twice"},
-        BadInput{"needle " + kModel + " --lengths 40", "--lengths = 40: length = 40: too short for task passkey"},
+        BadInput{"needle " + kModel + " --lengths 40", "--lengths = 40: too short for task passkey (at least "},
         BadInput{"needle " + kModel + " --depths 1.5", "--depths = 1.5: must lie in [0, 1]"},
         BadInput{"needle " + kModel + " --depths -0.1", "--depths = -0.1: must lie in [0, 1]"},
         BadInput{"needle " + kModel + " --samples 0", "--samples: Value 0 not in range"},
