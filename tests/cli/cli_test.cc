@@ -352,6 +352,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"needle " + kModel + " --lengths 100000", "--lengths = 100000: must lie in [1, "},
         BadInput{"needle " + kModel + " --lengths 256,256", "--lengths = 256: is given twice"},
         BadInput{"needle " + kModel + " --lengths 40", "--lengths = 40: too short for task passkey (at least "},
+        // The haystack's own message, not wrapped in --lengths' (the length check builds a sample).
+        BadInput{"needle " + kModel + " --task single --haystack /dev/null",
+                 "error: haystack = (empty): the task needs real text"},
         BadInput{"needle " + kModel + " --depths 1.5", "--depths = 1.5: must lie in [0, 1]"},
         BadInput{"needle " + kModel + " --depths -0.1", "--depths = -0.1: must lie in [0, 1]"},
         BadInput{"needle " + kModel + " --samples 0", "--samples: Value 0 not in range"},
