@@ -41,7 +41,7 @@ methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_ad
 combos=("${needle_at[@]}" --lengths 4096 --budget-shares "$shares" --methods "$methods_combos")
 
 pieces=(combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-books-2pct combos-gemma3 combos-gemma3-qag combos-gemma3-books
-  combos-gemma3-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
+  combos-gemma3-shares combos-gemma3-qag-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
 
 run_piece() {
@@ -84,6 +84,13 @@ run_piece() {
         --json "$out/combos_gemma3_qaw.jsonl")
       "${on_gemma[@]}" --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
       "${on_gemma[@]}" --methods snapkv,squeeze_snapkv --kernels 31
+      ;;
+    combos-gemma3-qag-shares)
+      # combos-gemma3-qag at the other shares (2, 5 and 20 % of the rows).
+      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
+      build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0 \
+        --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.2 --resume --json "$out/combos_gemma3_qag.jsonl" \
+        --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
       ;;
     combos-gemma3-books-shares)
       # Gemma 3's KL on Emma at 2, 5 and 20 % of the rows (combos-gemma3-books has 10 and 40 %).
