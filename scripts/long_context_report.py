@@ -26,13 +26,26 @@ def pct(x):
     return f"{100 * x:.0f} %"
 
 
-def needle_tables(cells, title):
+def reference_key(c):
+    return (c["model"], c["length"], c["question_in_prompt"])
+
+
+def f16_references(files):
+    """The full f16 cache's bytes per (model, length, question placement): any f16 cell's
+    full_kv_bytes, from every result file, so that a file without f16 cells (the storage grid)
+    is measured against the same f16 cache as the others."""
+    seen = defaultdict(list)
+    for cells in files:
+        for c in cells:
+            if c["kv_type"] == "f16":
+                seen[reference_key(c)].append(c["full_kv_bytes"])
+    return {key: sum(v) / len(v) for key, v in seen.items()}
+
+
+def needle_tables(cells, title, references):
     """Accuracy by variant (rows) and budget share (columns), over every length and depth, then
-    one table per length; each cell `accuracy (K/V bytes as a share of the full cache's)`."""
-    full_bytes = {}  # (kv_type, length) -> the full cache's mean resident bytes
-    for c in cells:
-        if c["budget"] == 0:
-            full_bytes.setdefault((c["kv_type"], c["length"]), []).append(c["full_kv_bytes"])
+    one table per length; each cell `accuracy (K/V bytes as a share of the full f16 cache's)`, the
+    share left out where no f16 cell of that model and length was measured."""
     shares = sorted({plot_needle.budget_key(c) for c in cells if c["budget"] != 0})
     lengths = sorted({c["length"] for c in cells})
     out = [f"### {title}", ""]
@@ -55,7 +68,10 @@ def needle_tables(cells, title):
         for c in cells:
             if c["length"] in scope_lengths:
                 key = plot_needle.budget_key(c)
-                variant = label[c["variant"]] if c["kv_type"] == "f16" else f'{label[c["variant"]]} {c["kv_type"]}'
+                # The variant names a K/V type other than f16 ("kv=q8_0") unless the method id stands for it.
+                variant = label[c["variant"]]
+                if c["kv_type"] != "f16" and "kv=" not in variant:
+                    variant += f' kv={c["kv_type"]}'
                 groups[(variant, key)].append(c)
         variants = sorted({v for v, _ in groups}, key=lambda v: (not v.startswith("full"), v))
         out.append(f"{scope}: exact-match accuracy (mean resident K/V as a share of the full f16 cache's)")
@@ -71,7 +87,10 @@ def needle_tables(cells, title):
                     continue
                 samples = sum(c["samples"] for c in group)
                 accuracy = sum(c["accuracy"] * c["samples"] for c in group) / samples
-                full = [b for c in group for b in full_bytes.get(("f16", c["length"]), [c["full_kv_bytes"]])]
+                full = [references.get(reference_key(c)) for c in group]
+                if None in full:
+                    row.append(pct(accuracy))
+                    continue
                 share = sum(c["kv_bytes"] for c in group) / len(group) / (sum(full) / len(full))
                 row.append(f"{pct(accuracy)} ({pct(share)})")
             out.append("| " + " | ".join(row) + " |")
@@ -162,6 +181,7 @@ def main():
     out_dir = sys.argv[1]
     lines = ["# Long-context results", ""]
     missing = []
+    files = []
     for name, title in [
         ("needle_qag", "Needle retrieval, query-agnostic (the question after the evicting prefill)"),
         ("needle_qaw", "Needle retrieval, query-aware (the question in the prefilled prompt)"),
@@ -177,7 +197,10 @@ def main():
         if not cells:
             missing.append(name)
             continue
-        lines += needle_tables(cells, title)
+        files.append((name, title, cells))
+    references = f16_references(cells for _, _, cells in files)
+    for name, title, cells in files:
+        lines += needle_tables(cells, title, references)
         plots(cells, os.path.join(out_dir, "plots"), name, title)
     books = books_tables(out_dir)
     stream = stream_tables(out_dir)
