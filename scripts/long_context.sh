@@ -31,10 +31,13 @@ methods_all=full,window,streaming,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv,knor
 methods_scoring=full,h2o,tova,snapkv,pyramidkv,squeeze,chunkkv
 shares=0.02,0.05,0.1,0.2,0.4
 depths=${DEPTHS:-0,0.25,0.5,0.75,1}
-# The needle command every SmolLM2 grid piece runs, before its lengths, shares and methods.
-needle_at=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0
-  --depths "$depths" --resume)
-needle=("${needle_at[@]}" --budget-shares "$shares" --importances key-dispersion,hidden-cosine)
+# The needle command every SmolLM2 grid piece runs, before its depths, lengths, shares and methods;
+# needle_at with the grid's depths, needle with its shares too. (The CLI refuses an option given
+# twice, so the 8k halves, with depths of their own, start from needle_cmd.)
+needle_cmd=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0 --resume)
+needle_at=("${needle_cmd[@]}" --depths "$depths")
+grid=(--budget-shares "$shares" --importances key-dispersion,hidden-cosine)
+needle=("${needle_at[@]}" "${grid[@]}")
 # The layer x head x scorer combinations (squeeze_snapkv, squeeze_adakv, h2o_adakv) against their
 # parts and the single-axis anchors, at 4096 tokens and the shares where retrieval is in play.
 methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_adakv,h2o_adakv
@@ -138,8 +141,8 @@ run_piece() {
       ;;
     qag-1k2k) "${needle[@]}" --lengths 1024,2048 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-4k) "${needle[@]}" --lengths 4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
-    qag-8k-a) "${needle[@]}" --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
-    qag-8k-b) "${needle[@]}" --lengths 8192 --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-8k-a) "${needle_cmd[@]}" "${grid[@]}" --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-8k-b) "${needle_cmd[@]}" "${grid[@]}" --lengths 8192 --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qaw-1k2k | qaw-4k)
       local lengths=1024,2048
       [[ $1 == qaw-4k ]] && lengths=4096
@@ -147,11 +150,11 @@ run_piece() {
         --json "$out/needle_qaw.jsonl"
       ;;
     qaw-8k-a)
-      "${needle[@]}" --question-in-prompt --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_scoring" \
+      "${needle_cmd[@]}" "${grid[@]}" --question-in-prompt --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_scoring" \
         --json "$out/needle_qaw.jsonl"
       ;;
     qaw-8k-b)
-      "${needle[@]}" --question-in-prompt --lengths 8192 --depths 0.75,1 --methods "$methods_scoring" \
+      "${needle_cmd[@]}" "${grid[@]}" --question-in-prompt --lengths 8192 --depths 0.75,1 --methods "$methods_scoring" \
         --json "$out/needle_qaw.jsonl"
       ;;
     storage)
