@@ -47,6 +47,24 @@ pieces=(combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma
   combos-gemma3-shares combos-gemma3-qag-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
   stream)
 
+# Gemma 3 270M (GEMMA), for the combinations checked on a second model: its needle command, and
+# the shares of a piece (the first pieces at 10 and 40 %, the -shares pieces at the other three).
+gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
+on_gemma=(build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0
+  --depths "$depths" --lengths 4096 --resume)
+methods_gemma=full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
+gemma_shares() { [[ $1 == *-shares ]] && echo 0.02,0.05,0.2 || echo 0.1,0.4; }
+
+# The combinations' KL from the full cache on a book at n_ctx 4096 (first half the prompt, the
+# second half decoded against the evicting cache): combos_sweep MODEL BOOK BUDGETS NAME writes
+# books_4096_NAME_BOOK.json and .txt.
+combos_sweep() {
+  scripts/fetch_books.py "$2" > /dev/null
+  build/squeezekv sweep -m "$1" -f "$books/$2.txt" -c 4096 --chunks 1 -t "$threads" \
+    --methods "$methods_combos" --budgets "$3" \
+    --json "$out/books_4096_$4_$2.json" > "$out/books_4096_$4_$2.txt"
+}
+
 run_piece() {
   case "$1" in
     combos-qaw) "${combos[@]}" --question-in-prompt --json "$out/combos_qaw.jsonl" ;;
@@ -69,75 +87,29 @@ run_piece() {
         --methods snapkv,squeeze_snapkv --kernels 31 --budgets 205,410,819,1638 \
         --json "$out/books_4096_kernel31_austen-emma.json" > "$out/books_4096_kernel31_austen-emma.txt"
       ;;
-    combos-gemma3)
+    combos-gemma3 | combos-gemma3-shares)
       # The defaults chosen on SmolLM2, checked unchanged on Gemma 3 270M (its global layers evict;
       # its sliding layers hold their window), query-aware at 4096 tokens; and snapkv's wider kernel.
-      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
-      local on_gemma=(build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0
-        --depths "$depths" --lengths 4096 --budget-shares 0.1,0.4 --question-in-prompt --resume
+      # combos-gemma3 at 10 and 40 % of the rows, combos-gemma3-shares at the issue's other shares.
+      local gemma_qaw=("${on_gemma[@]}" --budget-shares "$(gemma_shares "$1")" --question-in-prompt
         --json "$out/combos_gemma3_qaw.jsonl")
-      "${on_gemma[@]}" --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
-      "${on_gemma[@]}" --methods snapkv,squeeze_snapkv --kernels 31
+      "${gemma_qaw[@]}" --methods "$methods_gemma"
+      "${gemma_qaw[@]}" --methods snapkv,squeeze_snapkv --kernels 31
       ;;
-    combos-gemma3-shares)
-      # Gemma 3 at the issue's other shares (2, 5 and 20 % of the rows), query-aware, as combos-gemma3.
-      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
-      local on_gemma=(build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0
-        --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.2 --question-in-prompt --resume
-        --json "$out/combos_gemma3_qaw.jsonl")
-      "${on_gemma[@]}" --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
-      "${on_gemma[@]}" --methods snapkv,squeeze_snapkv --kernels 31
-      ;;
-    combos-gemma3-qag-shares)
-      # combos-gemma3-qag at the other shares (2, 5 and 20 % of the rows).
-      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
-      build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0 \
-        --depths "$depths" --lengths 4096 --budget-shares 0.02,0.05,0.2 --resume --json "$out/combos_gemma3_qag.jsonl" \
-        --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
-      ;;
-    combos-gemma3-books-shares)
-      # Gemma 3's KL on Emma at 2, 5 and 20 % of the rows (combos-gemma3-books has 10 and 40 %).
-      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
-      scripts/fetch_books.py austen-emma > /dev/null
-      build/squeezekv sweep -m "$gemma" -f "$books/austen-emma.txt" -c 4096 --chunks 1 -t "$threads" \
-        --methods "$methods_combos" --budgets 82,205,819 \
-        --json "$out/books_4096_combos_gemma3_shares_austen-emma.json" \
-        > "$out/books_4096_combos_gemma3_shares_austen-emma.txt"
-      ;;
-    combos-books-2pct)
-      # The combinations' KL at 2 % of the rows (82), both books, as combos-books-*.
-      scripts/fetch_books.py austen-emma kjv > /dev/null
-      for book in austen-emma kjv; do
-        [[ -s $out/books_4096_combos_2pct_$book.json ]] && continue
-        build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c 4096 --chunks 1 -t "$threads" \
-          --methods "$methods_combos" --budgets 82 \
-          --json "$out/books_4096_combos_2pct_$book.json" > "$out/books_4096_combos_2pct_$book.txt"
-      done
-      ;;
-    combos-gemma3-qag)
+    combos-gemma3-qag | combos-gemma3-qag-shares)
       # The same cells query-agnostic: the cache chooses before the question comes.
-      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
-      build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0 \
-        --depths "$depths" --lengths 4096 --budget-shares 0.1,0.4 --resume --json "$out/combos_gemma3_qag.jsonl" \
-        --methods full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
+      "${on_gemma[@]}" --budget-shares "$(gemma_shares "$1")" --json "$out/combos_gemma3_qag.jsonl" \
+        --methods "$methods_gemma"
       ;;
-    combos-gemma3-books)
-      # Gemma 3's KL from its full cache on Emma at n_ctx 4096, at 10 % and 40 % of the rows.
-      local gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
-      scripts/fetch_books.py austen-emma > /dev/null
-      build/squeezekv sweep -m "$gemma" -f "$books/austen-emma.txt" -c 4096 --chunks 1 -t "$threads" \
-        --methods "$methods_combos" --budgets 410,1638 \
-        --json "$out/books_4096_combos_gemma3_austen-emma.json" > "$out/books_4096_combos_gemma3_austen-emma.txt"
-      ;;
-    combos-books-emma | combos-books-kjv)
-      # The combinations' KL from the full cache on a book at n_ctx 4096 (first half the prompt,
-      # the second half decoded against the evicting cache), at 5-40 % of the rows.
-      local book=${1#combos-books-}
-      [[ $book == emma ]] && book=austen-emma
-      scripts/fetch_books.py "$book" > /dev/null
-      build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c 4096 --chunks 1 -t "$threads" \
-        --methods "$methods_combos" --budgets 205,410,819,1638 \
-        --json "$out/books_4096_combos_$book.json" > "$out/books_4096_combos_$book.txt"
+    combos-gemma3-books) combos_sweep "$gemma" austen-emma 410,1638 combos_gemma3 ;;
+    combos-gemma3-books-shares) combos_sweep "$gemma" austen-emma 82,205,819 combos_gemma3_shares ;;
+    combos-books-emma) combos_sweep "$model" austen-emma 205,410,819,1638 combos ;;
+    combos-books-kjv) combos_sweep "$model" kjv 205,410,819,1638 combos ;;
+    combos-books-2pct)
+      # A book finished by an interrupted run of this piece is not measured again.
+      for book in austen-emma kjv; do
+        [[ -s $out/books_4096_combos_2pct_$book.json ]] || combos_sweep "$model" "$book" 82 combos_2pct
+      done
       ;;
     qag-1k2k) "${needle[@]}" --lengths 1024,2048 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-4k) "${needle[@]}" --lengths 4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
