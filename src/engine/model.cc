@@ -1,6 +1,7 @@
 #include "squeezekv/engine/model.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <string>
 
@@ -52,42 +53,51 @@ int positive(const GgufFile& file, const std::string& key, std::optional<uint32_
   return int(*value);
 }
 
-// The repacked layout of w, built about a MiB of rows at a time; the file's pages of each range
-// repacked so far are released at once, so that the load never holds both copies of more than a
-// piece. Null when w cannot be repacked here.
-RepackedBuffer repack_releasing_pages(const GgufFile& file, const WeightMatrix& w) {
-  if (!can_repack(w)) return nullptr;
-  RepackedBuffer buffer = allocate_repacked(w);
+// Writes the repacked layout of w into out (repacked_bytes(w)), about a MiB of rows at a time;
+// the file's pages of each range repacked so far are released at once, so that the load never
+// holds both copies of more than a piece.
+void repack_releasing_pages(const GgufFile& file, const WeightMatrix& w, uint8_t* out) {
   const size_t stride = row_bytes(w.type, w.n_cols);
   const int64_t groups = (w.n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows;
   const int64_t piece = std::max<int64_t>(1, int64_t(1 << 20) / int64_t(stride * kRepackedGroupRows));
   for (int64_t g = 0; g < groups; g += piece) {
     const int64_t g1 = std::min(groups, g + piece);
-    repack_groups(w, g, g1, buffer.get());
+    repack_groups(w, g, g1, out);
     const int64_t rows_done = std::min(w.n_rows, g1 * kRepackedGroupRows);
     file.release_pages(w.data, static_cast<size_t>(rows_done) * stride);
   }
-  return buffer;
 }
 
 }  // namespace
 
+// Every matrix that can be repacked goes into one buffer, in the order a step reads them, so that
+// the whole model streams from huge pages (most of SmolLM2's matrices are smaller than one).
 void Model::repack_weights() {
-  auto repack = [&](WeightMatrix& w) {
-    RepackedBuffer buffer = repack_releasing_pages(file_, w);
-    if (!buffer) return;
-    w.repacked = buffer.get();
-    repacked_.push_back(std::move(buffer));
+  std::vector<WeightMatrix*> matrices;
+  auto add = [&](WeightMatrix& w) {
+    if (can_repack(w)) matrices.push_back(&w);
   };
-  repack(token_embd_);
-  if (config_.tied_embeddings) {
-    output_.repacked = token_embd_.repacked;
-  } else {
-    repack(output_);
-  }
+  add(token_embd_);
+  if (!config_.tied_embeddings) add(output_);
   for (LayerWeights& l : layers_) {
-    for (WeightMatrix* w : l.matrices()) repack(*w);
+    for (WeightMatrix* w : l.matrices()) add(*w);
   }
+  size_t total = 0;
+  for (const WeightMatrix* w : matrices) {
+    const size_t bytes = squeezekv::repacked_bytes(*w);  // a multiple of 64
+    require(bytes <= std::numeric_limits<size_t>::max() - total, "repacked bytes", bytes, "overflow the model's total");
+    total += bytes;
+  }
+  if (total == 0) return;
+  repacked_ = allocate_repacked_bytes(total);
+  repacked_matrices_ = matrices.size();
+  size_t offset = 0;
+  for (WeightMatrix* w : matrices) {
+    repack_releasing_pages(file_, *w, repacked_.get() + offset);
+    w->repacked = repacked_.get() + offset;
+    offset += squeezekv::repacked_bytes(*w);
+  }
+  if (config_.tied_embeddings) output_.repacked = token_embd_.repacked;
 }
 
 uint64_t Model::repacked_bytes() const {

@@ -5,12 +5,17 @@
 #include "squeezekv/ops/repacked_weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "ops/weight_kernels.h"
 #include "squeezekv/base/errors.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace squeezekv {
 
@@ -66,16 +71,26 @@ size_t repacked_bytes(const WeightMatrix& w) {
   return groups * group;
 }
 
+RepackedBuffer allocate_repacked_bytes(size_t bytes) {
+  require(bytes > 0, "repacked bytes", bytes, "must be > 0");
+  const bool huge = bytes >= kRepackedHugePageBytes;
+  void* p = nullptr;
+  const int failed = posix_memalign(&p, huge ? kRepackedHugePageBytes : 64, bytes);
+  require(failed == 0 && p != nullptr, "repacked bytes", bytes, "could not be allocated");
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // Advice only: where the kernel refuses (THP off), small pages serve as before.
+  if (huge) ::madvise(p, bytes / kRepackedHugePageBytes * kRepackedHugePageBytes, MADV_HUGEPAGE);
+#endif
+  return RepackedBuffer(static_cast<uint8_t*>(p));
+}
+
 RepackedBuffer allocate_repacked(const WeightMatrix& w) {
   if (!can_repack(w)) {
     require(false, "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
             "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") +
                 " and AVX-512 VNNI)");
   }
-  const size_t bytes = repacked_bytes(w);  // a multiple of 64, as aligned_alloc asks
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-  require(p != nullptr, "repacked bytes", bytes, "could not be allocated");
-  return RepackedBuffer(p);
+  return allocate_repacked_bytes(repacked_bytes(w));
 }
 
 void dequantize_repacked_row(const WeightMatrix& w, int64_t row, float* out) {

@@ -184,6 +184,23 @@ TEST(ops_repacked_weights, SizesAreWholeGroupsOfWholeCacheLines) {
   EXPECT_THROW(repacked_bytes(WeightMatrix{nullptr, TensorType::q8_0, 0, 32}), InvalidArgument);
 }
 
+TEST(ops_repacked_weights, LargeMatricesStartOnAHugePage) {
+  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+  // 2048 x 1024 Q8_0: 128 groups of 32 x 544 bytes, 2.125 MiB; 32 x 1024: 34 KiB.
+  const WeightMatrix large{nullptr, TensorType::q8_0, 2048, 1024};
+  const WeightMatrix small{nullptr, TensorType::q8_0, 32, 1024};
+  ASSERT_GE(repacked_bytes(large), kRepackedHugePageBytes);
+  ASSERT_LT(repacked_bytes(small), kRepackedHugePageBytes);
+  for (int i = 0; i < 3; ++i) {
+    const RepackedBuffer a = allocate_repacked(large);
+    const RepackedBuffer b = allocate_repacked(small);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.get()) % kRepackedHugePageBytes, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % 64, 0u);
+    std::memset(a.get(), 0xa5, repacked_bytes(large));  // every byte is the caller's (ASan checks)
+    std::memset(b.get(), 0x5a, repacked_bytes(small));
+  }
+}
+
 TEST(ops_repacked_weights, BadInputIsRefused) {
   const TestMatrix f16 = make_matrix(TensorType::f16, 16, 256, 1);
   EXPECT_FALSE(can_repack(f16.view));

@@ -70,7 +70,7 @@ class Model {
   uint64_t n_params() const;      // elements over all tensors
   uint64_t weight_bytes() const;  // bytes of tensor data in the file
   // Matrices repacked at load, and their bytes (0 when nothing was: LoadOptions, or the CPU).
-  size_t repacked_matrices() const { return repacked_.size(); }
+  size_t repacked_matrices() const { return repacked_matrices_; }
   uint64_t repacked_bytes() const;
 
  private:
@@ -83,7 +83,8 @@ class Model {
   WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
-  std::vector<RepackedBuffer> repacked_;  // what the matrices' `repacked` point into
+  RepackedBuffer repacked_;  // every repacked matrix, which its `repacked` points into
+  size_t repacked_matrices_ = 0;
 };
 
 }  // namespace squeezekv

@@ -54,7 +54,15 @@ struct FreeDeleter {
 };
 using RepackedBuffer = std::unique_ptr<uint8_t[], FreeDeleter>;
 
-// An uninitialised buffer of repacked_bytes(w), 64-byte aligned. InvalidArgument if !can_repack(w).
+// A buffer of at least this many bytes is allocated on a huge-page boundary.
+inline constexpr size_t kRepackedHugePageBytes = size_t(2) << 20;
+
+// An uninitialised buffer of `bytes` (several matrices' repacked_bytes together: a model keeps all
+// of its matrices in one): 64-byte aligned, and from kRepackedHugePageBytes up aligned to it with
+// transparent huge pages asked for (Linux) over its whole pages, since a decode step streams every
+// weight once and small pages cost a TLB miss every 4 KiB of the stream.
+RepackedBuffer allocate_repacked_bytes(size_t bytes);
+// allocate_repacked_bytes(repacked_bytes(w)); InvalidArgument if !can_repack(w).
 RepackedBuffer allocate_repacked(const WeightMatrix& w);
 
 // Writes groups [group_begin, group_end) of w's repacked layout into out (a buffer of
