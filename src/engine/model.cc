@@ -1,8 +1,8 @@
 #include "squeezekv/engine/model.h"
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "squeezekv/base/errors.h"
@@ -91,6 +91,7 @@ void Model::repack_weights() {
   if (total == 0) return;
   repacked_ = allocate_repacked_bytes(total);
   repacked_matrices_ = matrices.size();
+  repacked_bytes_ = total;
   size_t offset = 0;
   for (WeightMatrix* w : matrices) {
     repack_releasing_pages(file_, *w, repacked_.get() + offset);
@@ -98,17 +99,6 @@ void Model::repack_weights() {
     offset += squeezekv::repacked_bytes(*w);
   }
   if (config_.tied_embeddings) output_.repacked = token_embd_.repacked;
-}
-
-uint64_t Model::repacked_bytes() const {
-  uint64_t n = 0;
-  auto add = [&](const WeightMatrix& w) { n += w.repacked != nullptr ? squeezekv::repacked_bytes(w) : 0; };
-  add(token_embd_);
-  if (!config_.tied_embeddings) add(output_);
-  for (const LayerWeights& l : layers_) {
-    for (const WeightMatrix* w : l.matrices()) add(*w);
-  }
-  return n;
 }
 
 Model Model::load(const std::string& path, const LoadOptions& options) {

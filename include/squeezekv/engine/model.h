@@ -71,7 +71,7 @@ class Model {
   uint64_t weight_bytes() const;  // bytes of tensor data in the file
   // Matrices repacked at load, and their bytes (0 when nothing was: LoadOptions, or the CPU).
   size_t repacked_matrices() const { return repacked_matrices_; }
-  uint64_t repacked_bytes() const;
+  uint64_t repacked_bytes() const { return repacked_bytes_; }
 
  private:
   Model(GgufFile file, Tokenizer tokenizer) : file_(std::move(file)), tokenizer_(std::move(tokenizer)) {}
@@ -83,8 +83,9 @@ class Model {
   WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
-  RepackedBuffer repacked_;  // every repacked matrix, which its `repacked` points into
-  size_t repacked_matrices_ = 0;
+  RepackedBuffer repacked_;       // every repacked matrix, which its `repacked` points into
+  size_t repacked_matrices_ = 0;  // what repack_weights put in repacked_
+  uint64_t repacked_bytes_ = 0;
 };
 
 }  // namespace squeezekv
