@@ -416,11 +416,25 @@ const bool registered = [] {
       for (const int threads : {1, 2}) register_matmul("matmul_from_memory", type, 128256, 1, threads, repack, 0.5);
     }
   }
-  for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0}) {
+  // Gemma 3 270M's shape in the small models' formats, and the 1.5B Qwen's (28 layers of 8960 x
+  // 1536, Q4_K in Q4_K_M): whether a layer's call reads as fast as one large matrix does.
+  struct LayerShape {
+    TensorType type;
+    int64_t rows, cols;
+    int layers;
+  };
+  const LayerShape layer_shapes[] = {{TensorType::q8_0, 2048, 640, 18},
+                                     {TensorType::q4_0, 2048, 640, 18},
+                                     {TensorType::q4_1, 2048, 640, 18},
+                                     {TensorType::q5_0, 2048, 640, 18},
+                                     {TensorType::q4_k, 8960, 1536, 28}};
+  for (const LayerShape& s : layer_shapes) {
     for (const int threads : {1, 2}) {
-      const std::string name = "layer_calls_from_memory/" + std::string(tensor_type_name(static_cast<uint32_t>(type))) +
-                               "/18x2x2048x640/threads:" + std::to_string(threads);
-      benchmark::RegisterBenchmark(name.c_str(), bm_layer_calls_from_memory, type, 2048, 640, 18, threads)
+      const std::string name = "layer_calls_from_memory/" +
+                               std::string(tensor_type_name(static_cast<uint32_t>(s.type))) + "/" +
+                               std::to_string(s.layers) + "x2x" + std::to_string(s.rows) + "x" +
+                               std::to_string(s.cols) + "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), bm_layer_calls_from_memory, s.type, s.rows, s.cols, s.layers, threads)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->MinTime(0.5);
