@@ -137,10 +137,11 @@ void register_matmul(const std::string& family, TensorType type, int64_t n_rows,
       ->MinTime(min_time);
 }
 
-// A small model's decode MLP as the step meets it: the gate and up matrices of every layer (Gemma
-// 3 270M: 18 layers of 2048 x 640), one call a layer, each pass after 256 MiB read elsewhere so that
-// the weights come from memory as they do behind a step's output projection. Small matrices from
-// memory are where the nibble formats fall behind Q8_0's bytes rate (docs/results.md).
+// A model's decode MLP as the step meets it: the gate and up matrices of every layer (Gemma 3
+// 270M: 18 layers of 2048 x 640; Qwen 1.5B: 28 of 8960 x 1536), one call a layer, each pass after
+// 256 MiB read elsewhere so that the weights come from memory as they do behind a step's output
+// projection. Small matrices from memory are where the nibble formats fall behind Q8_0's bytes
+// rate, and Qwen's calls behind one large matrix's (docs/results.md).
 void bm_layer_calls_from_memory(benchmark::State& state, TensorType type, int64_t n_rows, int64_t cols, int layers,
                                 int threads) {
   std::mt19937 rng(11);
