@@ -44,7 +44,7 @@ methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_ad
 combos=("${needle_at[@]}" --lengths 4096 --budget-shares "$shares" --methods "$methods_combos")
 
 pieces=(combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-books-2pct combos-gemma3 combos-gemma3-qag combos-gemma3-books
-  combos-gemma3-shares combos-gemma3-qag-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage books-4096 books-8192
+  combos-gemma3-shares combos-gemma3-qag-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage storage-shares books-4096 books-8192 books-storage
   stream)
 
 # Gemma 3 270M (GEMMA), for the combinations checked on a second model: its needle command, and
@@ -129,10 +129,25 @@ run_piece() {
       "${needle_cmd[@]}" "${grid[@]}" --question-in-prompt --lengths 8192 --depths 0.75,1 --methods "$methods_scoring" \
         --json "$out/needle_qaw.jsonl"
       ;;
-    storage)
-      # K/V storage alone (the full cache's rows in fewer bits) and with eviction, at 4096 tokens.
-      "${needle_at[@]}" --lengths 4096 --methods full,h2o,squeeze,snapkv --budget-shares 0.1,0.2,0.4 \
+    storage | storage-shares)
+      # K/V storage alone (the full cache's rows in fewer bits) and with eviction, at 4096 tokens;
+      # the -shares piece adds the two smallest shares to the same file.
+      local storage_shares=0.1,0.2,0.4
+      [[ $1 == *-shares ]] && storage_shares=0.02,0.05
+      "${needle_at[@]}" --lengths 4096 --methods full,h2o,squeeze,snapkv --budget-shares "$storage_shares" \
         --importances key-dispersion --kv-types q8_0,q4_0,kivi2,kivi4 --json "$out/needle_storage.jsonl"
+      ;;
+    books-storage)
+      # Storage x eviction on the books at n_ctx 4096: KL from the f16 full cache (f16 first, so
+      # that it is the reference and its eviction rows sit beside the quantized ones).
+      scripts/fetch_books.py kjv austen-emma > /dev/null
+      for book in austen-emma kjv; do
+        [[ -s $out/books_storage_4096_$book.json ]] && continue
+        build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c 4096 --chunks 1 -t "$threads" \
+          --methods full,h2o,squeeze,snapkv --budgets 82,205,410,819,1638 --importances key-dispersion \
+          --kv-types f16,q8_0,q4_0,kivi2,kivi4 \
+          --json "$out/books_storage_4096_$book.json" > "$out/books_storage_4096_$book.txt"
+      done
       ;;
     books-4096 | books-8192)
       local ctx=${1#books-}

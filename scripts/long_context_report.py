@@ -6,8 +6,8 @@ usage: scripts/long_context_report.py OUT_DIR
 Reads whatever of the pieces' files OUT_DIR holds (a piece not yet run is left out and named):
 needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl /
 combos_qaw_kernel.jsonl / combos_gemma3_qaw.jsonl / combos_gemma3_qag.jsonl (squeezekv needle --json),
-books_CTX_BOOK.json (squeezekv sweep --json) and stream_emma_METHOD.json (perplexity --stream
---json). Every needle figure is the exact-match accuracy over all samples of the cells averaged,
+books_CTX_BOOK.json and books_storage_CTX_BOOK.json (squeezekv sweep --json) and
+stream_emma_METHOD.json (perplexity --stream --json). Every needle figure is the exact-match accuracy over all samples of the cells averaged,
 beside the mean resident K/V bytes as a share of the full cache's at the same lengths, so that
 methods are compared at equal memory.
 """
@@ -142,6 +142,41 @@ def books_tables(out_dir):
     return out
 
 
+def storage_book_tables(out_dir):
+    """books_storage_CTX_BOOK.json: one row per (method, storage), each cell the KL from the f16
+    full cache and, in brackets, the mean resident K/V as a share of the f16 full cache's."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(out_dir, "books_storage_*.json"))):
+        match = re.match(r"books_storage_(\d+)_(.+)\.json", os.path.basename(path))
+        doc = load_finished(path) if match else None
+        if doc is None:
+            out += [f"({os.path.basename(path)}: not complete, left out)", ""]
+            continue
+        ctx, book = int(match.group(1)), match.group(2)
+        rows = doc["results"]
+        f16_bytes = [r["mean_full_bytes"] for r in rows if r["method"] == "full" and r["kv_type"] == "f16"]
+        if not f16_bytes:
+            out += [f"({os.path.basename(path)}: no f16 full-cache row, left out)", ""]
+            continue
+        budgets = sorted({r["budget"] for r in rows if r["budget"] != 0})
+        out += [f"### Storage x eviction: {book}, n_ctx {ctx}", ""]
+        out.append("KL from the f16 full cache (mean resident K/V as a share of its bytes)")
+        out.append("")
+        out.append("| method | storage | all rows | " + " | ".join(pct(b / ctx) for b in budgets) + " |")
+        out.append("| --- | --- |" + " ---: |" * (len(budgets) + 1))
+        by_row = defaultdict(dict)
+        for r in rows:
+            by_row[(r["method"], r["kv_type"])][r["budget"]] = r
+        for (method, kv_type), cells in sorted(by_row.items()):
+            shown = []
+            for b in [0] + budgets:
+                r = cells.get(b)
+                shown.append(f"{r['mean_kl']:.4f} ({pct(r['mean_kept_bytes'] / f16_bytes[0])})" if r else "")
+            out.append(f"| {method} | {kv_type} | " + " | ".join(shown) + " |")
+        out.append("")
+    return out
+
+
 def stream_tables(out_dir):
     paths = sorted(glob.glob(os.path.join(out_dir, "stream_*.json")))
     if not paths:
@@ -202,7 +237,7 @@ def main():
     for name, title, cells in files:
         lines += needle_tables(cells, title, references)
         plots(cells, os.path.join(out_dir, "plots"), name, title)
-    books = books_tables(out_dir)
+    books = books_tables(out_dir) + storage_book_tables(out_dir)
     stream = stream_tables(out_dir)
     if not books:
         missing.append("books")

@@ -1,5 +1,7 @@
-// A progress bar with ETA on stderr, drawn only when stderr is a terminal (scripts and CI logs
-// stay clean). Use as the progress callback of long library calls.
+// Progress with ETA on stderr for long library calls (use as their progress callback): a bar
+// redrawn in place on a terminal; elsewhere (a log, nohup) a plain line at most once a minute and
+// a last one when the run ends, so that a long run shows it is alive and a short one (tests, CI
+// logs) prints nothing.
 #pragma once
 
 #include <unistd.h>
@@ -12,30 +14,43 @@ namespace squeezekv::cli {
 
 class Progress {
  public:
-  explicit Progress(std::string what) : what_(std::move(what)), tty_(isatty(STDERR_FILENO) != 0) {}
+  using Clock = std::chrono::steady_clock;
+
+  explicit Progress(std::string what, FILE* out = stderr, Clock::duration line_every = std::chrono::minutes(1))
+      : what_(std::move(what)), out_(out), tty_(isatty(fileno(out)) != 0), line_every_(line_every) {}
   ~Progress() {
-    if (tty_ && drawn_) std::fprintf(stderr, "\n");
+    if (tty_ && drawn_) std::fprintf(out_, "\n");
   }
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
   void operator()(int done, int total) {
-    if (!tty_ || total <= 0) return;
-    drawn_ = true;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (total <= 0) return;
+    const Clock::time_point now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double eta = done > 0 ? elapsed / done * (total - done) : 0.0;
-    const int width = 30, filled = int(double(width) * done / total);
-    std::fprintf(stderr, "\r%s [%s%s] %d/%d, %.0f s elapsed, ETA %.0f s ", what_.c_str(),
-                 std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done,
-                 total, elapsed, eta);
-    std::fflush(stderr);
+    if (tty_) {
+      drawn_ = true;
+      const int width = 30, filled = int(double(width) * done / total);
+      std::fprintf(out_, "\r%s [%s%s] %d/%d, %.0f s elapsed, ETA %.0f s ", what_.c_str(),
+                   std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done,
+                   total, elapsed, eta);
+    } else if (now - last_line_ >= line_every_ || (done >= total && drawn_)) {
+      drawn_ = true;
+      last_line_ = now;
+      std::fprintf(out_, "%s %d/%d, %.0f s elapsed, ETA %.0f s\n", what_.c_str(), done, total, elapsed, eta);
+    }
+    std::fflush(out_);
   }
 
  private:
   std::string what_;
+  FILE* out_;
   bool tty_;
+  Clock::duration line_every_;
   bool drawn_ = false;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_line_ = start_;
 };
 
 }  // namespace squeezekv::cli
