@@ -55,14 +55,21 @@ on_gemma=(build/squeezekv needle -m "$gemma" --task single -t "$threads" --sampl
 methods_gemma=full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
 gemma_shares() { [[ $1 == *-shares ]] && echo 0.02,0.05,0.2 || echo 0.1,0.4; }
 
-# The combinations' KL from the full cache on a book at n_ctx 4096 (first half the prompt, the
-# second half decoded against the evicting cache): combos_sweep MODEL BOOK BUDGETS NAME writes
-# books_4096_NAME_BOOK.json and .txt.
+# KL from the full cache on a book (first half of one n_ctx chunk the prompt, the second half
+# decoded against the evicting cache): sweep_book CTX BOOK STEM SWEEP_OPTION... writes STEM.json
+# and STEM.txt. A book already written (by an interrupted run of its piece) is not measured again.
+sweep_book() {
+  local ctx=$1 book=$2 stem=$3
+  shift 3
+  [[ -s $out/$stem.json ]] && return 0
+  scripts/fetch_books.py "$book" > /dev/null
+  build/squeezekv sweep -f "$books/$book.txt" -c "$ctx" --chunks 1 -t "$threads" "$@" \
+    --json "$out/$stem.json" > "$out/$stem.txt"
+}
+
+# The combinations at n_ctx 4096: combos_sweep MODEL BOOK BUDGETS NAME writes books_4096_NAME_BOOK.
 combos_sweep() {
-  scripts/fetch_books.py "$2" > /dev/null
-  build/squeezekv sweep -m "$1" -f "$books/$2.txt" -c 4096 --chunks 1 -t "$threads" \
-    --methods "$methods_combos" --budgets "$3" \
-    --json "$out/books_4096_$4_$2.json" > "$out/books_4096_$4_$2.txt"
+  sweep_book 4096 "$2" "books_4096_$4_$2" -m "$1" --methods "$methods_combos" --budgets "$3"
 }
 
 run_piece() {
@@ -82,10 +89,8 @@ run_piece() {
       ;;
     combos-kernel-books)
       # snapkv's wider kernel on the book: does what keeps whole needles cost KL?
-      scripts/fetch_books.py austen-emma > /dev/null
-      build/squeezekv sweep -m "$model" -f "$books/austen-emma.txt" -c 4096 --chunks 1 -t "$threads" \
-        --methods snapkv,squeeze_snapkv --kernels 31 --budgets 205,410,819,1638 \
-        --json "$out/books_4096_kernel31_austen-emma.json" > "$out/books_4096_kernel31_austen-emma.txt"
+      sweep_book 4096 austen-emma books_4096_kernel31_austen-emma -m "$model" --methods snapkv,squeeze_snapkv \
+        --kernels 31 --budgets 205,410,819,1638
       ;;
     combos-gemma3 | combos-gemma3-shares)
       # The defaults chosen on SmolLM2, checked unchanged on Gemma 3 270M (its global layers evict;
@@ -106,10 +111,7 @@ run_piece() {
     combos-books-emma) combos_sweep "$model" austen-emma 205,410,819,1638 combos ;;
     combos-books-kjv) combos_sweep "$model" kjv 205,410,819,1638 combos ;;
     combos-books-2pct)
-      # A book finished by an interrupted run of this piece is not measured again.
-      for book in austen-emma kjv; do
-        [[ -s $out/books_4096_combos_2pct_$book.json ]] || combos_sweep "$model" "$book" 82 combos_2pct
-      done
+      for book in austen-emma kjv; do combos_sweep "$model" "$book" 82 combos_2pct; done
       ;;
     qag-1k2k) "${needle[@]}" --lengths 1024,2048 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-4k) "${needle[@]}" --lengths 4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
@@ -140,26 +142,17 @@ run_piece() {
     books-storage)
       # Storage x eviction on the books at n_ctx 4096: KL from the f16 full cache (f16 first, so
       # that it is the reference and its eviction rows sit beside the quantized ones).
-      scripts/fetch_books.py kjv austen-emma > /dev/null
       for book in austen-emma kjv; do
-        [[ -s $out/books_storage_4096_$book.json ]] && continue
-        build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c 4096 --chunks 1 -t "$threads" \
-          --methods full,h2o,squeeze,snapkv --budgets 82,205,410,819,1638 --importances key-dispersion \
-          --kv-types f16,q8_0,q4_0,kivi2,kivi4 \
-          --json "$out/books_storage_4096_$book.json" > "$out/books_storage_4096_$book.txt"
+        sweep_book 4096 "$book" "books_storage_4096_$book" -m "$model" --methods full,h2o,squeeze,snapkv \
+          --budgets 82,205,410,819,1638 --importances key-dispersion --kv-types f16,q8_0,q4_0,kivi2,kivi4
       done
       ;;
     books-4096 | books-8192)
-      local ctx=${1#books-}
-      scripts/fetch_books.py kjv austen-emma > /dev/null
+      local ctx=${1#books-} budgets
+      budgets=$(python3 -c "import sys; c=int(sys.argv[1]); print(','.join(str(round(s*c)) for s in (0.02,0.05,0.1,0.2,0.4)))" "$ctx")
       for book in austen-emma kjv; do
-        # A book finished by an interrupted run of this piece is not measured again.
-        [[ -s $out/books_${ctx}_$book.json ]] && continue
-        local budgets
-        budgets=$(python3 -c "import sys; c=int(sys.argv[1]); print(','.join(str(round(s*c)) for s in (0.02,0.05,0.1,0.2,0.4)))" "$ctx")
-        build/squeezekv sweep -m "$model" -f "$books/$book.txt" -c "$ctx" --chunks 1 -t "$threads" \
-          --methods "$methods_all" --budgets "$budgets" --importances key-dispersion,hidden-cosine \
-          --json "$out/books_${ctx}_$book.json" > "$out/books_${ctx}_$book.txt"
+        sweep_book "$ctx" "$book" "books_${ctx}_$book" -m "$model" --methods "$methods_all" --budgets "$budgets" \
+          --importances key-dispersion,hidden-cosine
       done
       ;;
     stream)

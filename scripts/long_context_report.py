@@ -7,9 +7,9 @@ Reads whatever of the pieces' files OUT_DIR holds (a piece not yet run is left o
 needle_qag.jsonl / needle_qaw.jsonl / needle_storage.jsonl / combos_qaw.jsonl / combos_qag.jsonl /
 combos_qaw_kernel.jsonl / combos_gemma3_qaw.jsonl / combos_gemma3_qag.jsonl (squeezekv needle --json),
 books_CTX_BOOK.json and books_storage_CTX_BOOK.json (squeezekv sweep --json) and
-stream_emma_METHOD.json (perplexity --stream --json). Every needle figure is the exact-match accuracy over all samples of the cells averaged,
-beside the mean resident K/V bytes as a share of the full cache's at the same lengths, so that
-methods are compared at equal memory.
+stream_emma_METHOD.json (perplexity --stream --json). Every needle figure is the exact-match
+accuracy over all samples of the cells averaged, beside the mean resident K/V bytes as a share of
+the full cache's at the same lengths, so that methods are compared at equal memory.
 """
 import glob
 import json
@@ -107,17 +107,24 @@ def load_finished(path):
         return None
 
 
-def books_tables(out_dir):
-    out = []
-    for path in sorted(glob.glob(os.path.join(out_dir, "books_*.json"))):
-        match = re.match(r"books_(\d+)_(.+)\.json", os.path.basename(path))
+def finished_sweeps(out_dir, prefix, out):
+    """(ctx, book, file name, doc) of every OUT_DIR/PREFIX_CTX_BOOK.json; a file still being
+    written is named in out and left out."""
+    for path in sorted(glob.glob(os.path.join(out_dir, f"{prefix}_*.json"))):
+        name = os.path.basename(path)
+        match = re.fullmatch(rf"{prefix}_(\d+)_(.+)\.json", name)
         if not match:
             continue
         doc = load_finished(path)
         if doc is None:
-            out += [f"({os.path.basename(path)}: not complete, left out)", ""]
+            out += [f"({name}: not complete, left out)", ""]
             continue
-        ctx, book = int(match.group(1)), match.group(2)
+        yield int(match.group(1)), match.group(2), name, doc
+
+
+def books_tables(out_dir):
+    out = []
+    for ctx, book, _, doc in finished_sweeps(out_dir, "books", out):
         rows = doc["results"]
         budgets = sorted({r["budget"] for r in rows if r["budget"] != 0})
         out += [f"### {book}, n_ctx {ctx} ({doc['text_tokens']} tokens in the book)", ""]
@@ -146,17 +153,11 @@ def storage_book_tables(out_dir):
     """books_storage_CTX_BOOK.json: one row per (method, storage), each cell the KL from the f16
     full cache and, in brackets, the mean resident K/V as a share of the f16 full cache's."""
     out = []
-    for path in sorted(glob.glob(os.path.join(out_dir, "books_storage_*.json"))):
-        match = re.match(r"books_storage_(\d+)_(.+)\.json", os.path.basename(path))
-        doc = load_finished(path) if match else None
-        if doc is None:
-            out += [f"({os.path.basename(path)}: not complete, left out)", ""]
-            continue
-        ctx, book = int(match.group(1)), match.group(2)
+    for ctx, book, name, doc in finished_sweeps(out_dir, "books_storage", out):
         rows = doc["results"]
         f16_bytes = [r["mean_full_bytes"] for r in rows if r["method"] == "full" and r["kv_type"] == "f16"]
         if not f16_bytes:
-            out += [f"({os.path.basename(path)}: no f16 full-cache row, left out)", ""]
+            out += [f"({name}: no f16 full-cache row, left out)", ""]
             continue
         budgets = sorted({r["budget"] for r in rows if r["budget"] != 0})
         out += [f"### Storage x eviction: {book}, n_ctx {ctx}", ""]

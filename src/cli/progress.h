@@ -30,16 +30,17 @@ class Progress {
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double eta = done > 0 ? elapsed / done * (total - done) : 0.0;
     if (tty_) {
-      drawn_ = true;
       const int width = 30, filled = int(double(width) * done / total);
       std::fprintf(out_, "\r%s [%s%s] %d/%d, %.0f s elapsed, ETA %.0f s ", what_.c_str(),
                    std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done,
                    total, elapsed, eta);
     } else if (now - last_line_ >= line_every_ || (done >= total && drawn_)) {
-      drawn_ = true;
       last_line_ = now;
       std::fprintf(out_, "%s %d/%d, %.0f s elapsed, ETA %.0f s\n", what_.c_str(), done, total, elapsed, eta);
+    } else {
+      return;  // off a terminal, nothing due yet
     }
+    drawn_ = true;
     std::fflush(out_);
   }
 
