@@ -138,6 +138,17 @@ HWY_INLINE SQUEEZEKV_VNNI void TransposeRows(const uint8_t* src, const size_t* o
 // through a general register the broadcast costs a cross-domain move and was the tiles' bottleneck.
 HWY_INLINE SQUEEZEKV_VNNI __m512i Broadcast32(const void* p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 
+// acc + the dword dots of unsigned bytes u with the signed dword at p broadcast to every lane:
+// vpdpbusd with the broadcast folded into its memory operand, which g++ does not do for the
+// intrinsic (a vpbroadcastd per product, a third more instructions in the one-token loop).
+HWY_INLINE SQUEEZEKV_VNNI __m512i DotBroadcast(__m512i acc, __m512i u, const void* p) {
+  using AliasedDword = int32_t __attribute__((may_alias));
+  asm("vpdpbusd %[s]%{1to16%}, %[u], %[acc]"
+      : [acc] "+v"(acc)
+      : [u] "v"(u), [s] "m"(*static_cast<const AliasedDword*>(p)));
+  return acc;
+}
+
 // The integer dots of 16 columns (groups first..first + 3) of the panel with T tokens: s[k] +=
 // panel byte * token k's activation byte over them (one broadcast dword per vpdpbusd).
 template <int T>
@@ -145,7 +156,7 @@ HWY_INLINE SQUEEZEKV_VNNI void BlockHalfDots(const __m512i* w, const TokenQ8* x,
                                              __m512i* s) {
   for (int g = first; g < first + 4; ++g) {
     const __m512i wg = _mm512_load_si512(w + g);
-    for (int k = 0; k < T; ++k) s[k] = _mm512_dpbusd_epi32(s[k], wg, Broadcast32(x[k].q8 + column + 4 * g));
+    for (int k = 0; k < T; ++k) s[k] = DotBroadcast(s[k], wg, x[k].q8 + column + 4 * g);
   }
 }
 
@@ -373,11 +384,14 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
 // --benchmark_filter=matmul_from_memory/Q6_K/.*/repacked`, three alternated runs on AMD EPYC: one
 // thread 15.0 / 14.9 / 14.2 -> 16.6 / 16.6 / 15.8 GB/s, two 22.6 / 20.8 / 20.2 -> 23.1 / 25.2 /
 // 23.4; no gain for Q8_0 or Q4_K, and windows of 3 or 4 pieces were slower).
+// A kind whose one-token tile asks for its own lines (one_token_in_tile) skips the window when a
+// call has one token.
 template <class Kind>
 struct PrefetchWindow {
   static constexpr int64_t first = 2, count = 1;
+  static constexpr bool one_token_in_tile = false;
 };
-// (A kind may specialise it in its own file, as Q6_K's one-token pieces do.)
+// (A kind may specialise it in its own file, as Q6_K's one-token pieces and Q8_0 do.)
 
 template <class Kind>
 HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
@@ -391,6 +405,8 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
   auto piece = [&](int64_t r0, int, int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
     // The window runs on into the next 16 rows of the call, so that their first pieces are in
     // flight too (a 2048-column Q4_K group is 4 pieces: stopping at its end left 2 of them unasked).
+    if (PrefetchWindow<Kind>::one_token_in_tile && in.n_tok == 1)
+      return Kind::repacked_view(group(r0), n_units, u0, count, panel);
     const int64_t p0 = u0 + PrefetchWindow<Kind>::first * count, p1 = p0 + PrefetchWindow<Kind>::count * count;
     if (p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
     if (p1 > n_units && r0 + kTileRows < row_end) {
