@@ -110,7 +110,7 @@ struct NibbleRepackedTiles {
     }
     const int64_t column = (x0 + j) * 32;
     for (int g = 0; g < 8; ++g) {
-      for (int k = 0; k < T; ++k) s[k] = DotBroadcast(s[k], w[g], x[k].q8 + column + 4 * g);
+      for (int k = 0; k < T; ++k) s[k] = DotBroadcast<T>(s[k], w[g], x[k].q8 + column + 4 * g);
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(v.d + j));
     for (int k = 0; k < T; ++k) {

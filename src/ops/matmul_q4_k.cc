@@ -331,8 +331,9 @@ struct Q4_KRepackedTiles {
 #pragma GCC unroll 8
           for (int g = 0; g < 8; ++g) {
             const __m512i v = _mm512_load_si512(packed + pair * 8 + g);
-            s[2 * pair] = DotBroadcast(s[2 * pair], Q4_KTiles::Nibbles(v, false), xq + 64 * pair + 4 * g);
-            s[2 * pair + 1] = DotBroadcast(s[2 * pair + 1], Q4_KTiles::Nibbles(v, true), xq + 64 * pair + 32 + 4 * g);
+            s[2 * pair] = DotBroadcast<1>(s[2 * pair], Q4_KTiles::Nibbles(v, false), xq + 64 * pair + 4 * g);
+            s[2 * pair + 1] =
+                DotBroadcast<1>(s[2 * pair + 1], Q4_KTiles::Nibbles(v, true), xq + 64 * pair + 32 + 4 * g);
           }
         }
         AddTreeOf8<1>([&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA { p[0] = scaled(s[j], j, 0); }, 0, a0);
@@ -343,7 +344,7 @@ struct Q4_KRepackedTiles {
           const int64_t column = (first + j) * 32;
           for (int g = 0; g < 8; ++g) {
             const __m512i wg = Q4_KTiles::Nibbles(_mm512_load_si512(packed + (j / 2) * 8 + g), (j & 1) != 0);
-            for (int k = 0; k < T; ++k) s[k] = DotBroadcast(s[k], wg, x[k].q8 + column + 4 * g);
+            for (int k = 0; k < T; ++k) s[k] = DotBroadcast<T>(s[k], wg, x[k].q8 + column + 4 * g);
           }
           for (int k = 0; k < T; ++k) p[k] = scaled(s[k], j, k);
         };

@@ -311,7 +311,7 @@ struct Q6_KRepackedTiles {
             for (int part = 0; part < 4; ++part) {
               const int j = 4 * h + part;
               __m512i& acc = g < 4 ? lo[j] : hi[j];
-              acc = DotBroadcast(acc, w[part], xq + 32 * j + 4 * g);
+              acc = DotBroadcast<1>(acc, w[part], xq + 32 * j + 4 * g);
             }
           }
         }
@@ -329,7 +329,7 @@ struct Q6_KRepackedTiles {
             values4(unit, static_cast<int>(j / 4), g, w);  // only stream j % 4 is kept
             for (int k = 0; k < T; ++k) {
               __m512i& s = g < 4 ? lo[k] : hi[k];
-              s = DotBroadcast(s, w[j % 4], x[k].q8 + column + 4 * g);
+              s = DotBroadcast<T>(s, w[j % 4], x[k].q8 + column + 4 * g);
             }
           }
           for (int k = 0; k < T; ++k) p[k] = scaled(lo[k], hi[k], j, k);

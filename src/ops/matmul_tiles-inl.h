@@ -138,15 +138,22 @@ HWY_INLINE SQUEEZEKV_VNNI void TransposeRows(const uint8_t* src, const size_t* o
 // through a general register the broadcast costs a cross-domain move and was the tiles' bottleneck.
 HWY_INLINE SQUEEZEKV_VNNI __m512i Broadcast32(const void* p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 
-// acc + the dword dots of unsigned bytes u with the signed dword at p broadcast to every lane:
-// vpdpbusd with the broadcast folded into its memory operand, which g++ does not do for the
-// intrinsic (a vpbroadcastd per product, a third more instructions in the one-token loop).
+// acc + the dword dots of unsigned bytes u with the signed dword at p broadcast to every lane, for
+// a tile of T tokens. One token: vpdpbusd with the broadcast folded into its memory operand, which
+// g++ does not do for the intrinsic (a vpbroadcastd beside each product, a third more instructions
+// in a loop bound by how many loads it keeps in flight). More tokens keep the intrinsic: the
+// folded form made Q8_0's pp512 3-5 % slower (tiles of 8 tokens, AMD EPYC).
+template <int T>
 HWY_INLINE SQUEEZEKV_VNNI __m512i DotBroadcast(__m512i acc, __m512i u, const void* p) {
-  using AliasedDword = int32_t __attribute__((may_alias));
-  asm("vpdpbusd %[s]%{1to16%}, %[u], %[acc]"
-      : [acc] "+v"(acc)
-      : [u] "v"(u), [s] "m"(*static_cast<const AliasedDword*>(p)));
-  return acc;
+  if constexpr (T == 1) {
+    using AliasedDword = int32_t __attribute__((may_alias));
+    asm("vpdpbusd %[s]%{1to16%}, %[u], %[acc]"
+        : [acc] "+v"(acc)
+        : [u] "v"(u), [s] "m"(*static_cast<const AliasedDword*>(p)));
+    return acc;
+  } else {
+    return _mm512_dpbusd_epi32(acc, u, Broadcast32(p));
+  }
 }
 
 // The integer dots of 16 columns (groups first..first + 3) of the panel with T tokens: s[k] +=
@@ -156,7 +163,7 @@ HWY_INLINE SQUEEZEKV_VNNI void BlockHalfDots(const __m512i* w, const TokenQ8* x,
                                              __m512i* s) {
   for (int g = first; g < first + 4; ++g) {
     const __m512i wg = _mm512_load_si512(w + g);
-    for (int k = 0; k < T; ++k) s[k] = DotBroadcast(s[k], wg, x[k].q8 + column + 4 * g);
+    for (int k = 0; k < T; ++k) s[k] = DotBroadcast<T>(s[k], wg, x[k].q8 + column + 4 * g);
   }
 }
 
