@@ -1,11 +1,11 @@
 // `squeezekv bench`: llama-bench for squeezekv. Prompt processing and generation speed over
 // repetitions, thread counts, starting depths and cache configurations (comma lists in --method
 // and --score give one row each, measured side by side), with the memory-bandwidth probe run
-// after every generation repetition. Tables go to stdout (md, csv or json); progress to stderr when it is a terminal.
-#include <unistd.h>
-
+// after every generation repetition. Tables go to stdout (md, csv or json); progress to stderr
+// (MilestoneLog: every line on a terminal, at most one a minute elsewhere).
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,6 +15,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/layer_kinds_note.h"
+#include "cli/progress.h"
 #include "cli/model_options.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/cache/model_cache.h"
@@ -254,12 +255,9 @@ void run(BenchArgs& a) {
   a.bench.caches = cache_configs(a.cache);
   const Model model = Model::load(a.model_path, {.repack = !a.no_repack});
   const ModelFacts facts = model_facts(model, a.model_path);
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  auto progress = [tty](const std::string& line) {
-    if (tty) std::fprintf(stderr, "bench: %s\n", line.c_str());
-  };
+  MilestoneLog progress("bench");
   a.bench.bandwidth_bytes = size_t(a.bandwidth_mib) << 20;
-  const BenchReport report = run_bench(model, a.bench, progress);
+  const BenchReport report = run_bench(model, a.bench, std::ref(progress));
   const std::vector<BenchRow>& rows = report.rows;
   const uint64_t peak_rss = report.peak_rss_bytes;  // before the probe's buffer
   const std::vector<BandwidthResult>& bandwidth = report.bandwidth;

@@ -54,4 +54,31 @@ class Progress {
   Clock::time_point last_line_ = start_;
 };
 
+// Milestone lines on stderr for library calls that report steps rather than counts (bench's
+// "filled ... to depth ...", one line a row): every line on a terminal; elsewhere a line only
+// once line_every has passed since the start or the last line printed, with the same policy as
+// Progress: a long run under nohup shows it is alive, a short one prints nothing.
+class MilestoneLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit MilestoneLog(std::string what, FILE* out = stderr, Clock::duration line_every = std::chrono::minutes(1))
+      : what_(std::move(what)), out_(out), tty_(isatty(fileno(out)) != 0), line_every_(line_every) {}
+
+  void operator()(const std::string& line) {
+    const Clock::time_point now = Clock::now();
+    if (!tty_ && now - last_line_ < line_every_) return;
+    last_line_ = now;
+    std::fprintf(out_, "%s: %s\n", what_.c_str(), line.c_str());
+    std::fflush(out_);
+  }
+
+ private:
+  std::string what_;
+  FILE* out_;
+  bool tty_;
+  Clock::duration line_every_;
+  Clock::time_point last_line_ = Clock::now();
+};
+
 }  // namespace squeezekv::cli

@@ -1,5 +1,6 @@
-// The progress reporter off a terminal (a log file, nohup): plain lines no more often than asked,
-// a last line only for a run that printed one before, nothing for a run without a total.
+// The progress reporters off a terminal (a log file, nohup): plain lines no more often than asked,
+// a last line only for a run that printed one before, nothing for a run without a total; bench's
+// milestone lines under the same interval.
 #include "cli/progress.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +64,20 @@ TEST(Progress, NoTotalNoLine) {
     progress(3, -1);
   }
   EXPECT_TRUE(log.lines().empty());
+}
+
+TEST(MilestoneLog, OffATerminalALineOnlyOnceTheIntervalHasPassed) {
+  Log log;
+  ASSERT_NE(log.file, nullptr);
+  MilestoneLog often("bench", log.file.get(), std::chrono::seconds(0));
+  often("filled full to depth 16 with 1 thread(s) in 0.5 s");
+  often("tg4 @ d16, 1 thread(s), full: 12.5 tokens/s");
+  MilestoneLog rarely("bench", log.file.get(), std::chrono::hours(1));
+  rarely("tg4 @ d0, 1 thread(s), full: 13.0 tokens/s");  // within the hour: not printed
+  const std::vector<std::string> lines = log.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "bench: filled full to depth 16 with 1 thread(s) in 0.5 s");
+  EXPECT_EQ(lines[1], "bench: tg4 @ d16, 1 thread(s), full: 12.5 tokens/s");
 }
 
 }  // namespace
