@@ -12,14 +12,38 @@
 
 namespace squeezekv::cli {
 
-class Progress {
+// Where progress goes and when a plain line is due off a terminal: once `every` has passed since
+// the start or the last line.
+class LineSchedule {
  public:
   using Clock = std::chrono::steady_clock;
 
+  LineSchedule(FILE* out, Clock::duration every) : out_(out), tty_(isatty(fileno(out)) != 0), every_(every) {}
+
+  FILE* out() const { return out_; }
+  bool tty() const { return tty_; }
+  // Whether a line is due at `now`; if so, `now` becomes the last line's time.
+  bool line_due(Clock::time_point now) {
+    if (now - last_line_ < every_) return false;
+    last_line_ = now;
+    return true;
+  }
+
+ private:
+  FILE* out_;
+  bool tty_;
+  Clock::duration every_;
+  Clock::time_point last_line_ = Clock::now();
+};
+
+class Progress {
+ public:
+  using Clock = LineSchedule::Clock;
+
   explicit Progress(std::string what, FILE* out = stderr, Clock::duration line_every = std::chrono::minutes(1))
-      : what_(std::move(what)), out_(out), tty_(isatty(fileno(out)) != 0), line_every_(line_every) {}
+      : what_(std::move(what)), lines_(out, line_every) {}
   ~Progress() {
-    if (tty_ && drawn_) std::fprintf(out_, "\n");
+    if (lines_.tty() && drawn_) std::fprintf(lines_.out(), "\n");
   }
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -29,29 +53,25 @@ class Progress {
     const Clock::time_point now = Clock::now();
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double eta = done > 0 ? elapsed / done * (total - done) : 0.0;
-    if (tty_) {
+    if (lines_.tty()) {
       const int width = 30, filled = int(double(width) * done / total);
-      std::fprintf(out_, "\r%s [%s%s] %d/%d, %.0f s elapsed, ETA %.0f s ", what_.c_str(),
+      std::fprintf(lines_.out(), "\r%s [%s%s] %d/%d, %.0f s elapsed, ETA %.0f s ", what_.c_str(),
                    std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done,
                    total, elapsed, eta);
-    } else if (now - last_line_ >= line_every_ || (done >= total && drawn_)) {
-      last_line_ = now;
-      std::fprintf(out_, "%s %d/%d, %.0f s elapsed, ETA %.0f s\n", what_.c_str(), done, total, elapsed, eta);
+    } else if (lines_.line_due(now) || (done >= total && drawn_)) {
+      std::fprintf(lines_.out(), "%s %d/%d, %.0f s elapsed, ETA %.0f s\n", what_.c_str(), done, total, elapsed, eta);
     } else {
       return;  // off a terminal, nothing due yet
     }
     drawn_ = true;
-    std::fflush(out_);
+    std::fflush(lines_.out());
   }
 
  private:
   std::string what_;
-  FILE* out_;
-  bool tty_;
-  Clock::duration line_every_;
+  LineSchedule lines_;
   bool drawn_ = false;
   Clock::time_point start_ = Clock::now();
-  Clock::time_point last_line_ = start_;
 };
 
 // Milestone lines on stderr for library calls that report steps rather than counts (bench's
@@ -60,25 +80,19 @@ class Progress {
 // Progress: a long run under nohup shows it is alive, a short one prints nothing.
 class MilestoneLog {
  public:
-  using Clock = std::chrono::steady_clock;
-
-  explicit MilestoneLog(std::string what, FILE* out = stderr, Clock::duration line_every = std::chrono::minutes(1))
-      : what_(std::move(what)), out_(out), tty_(isatty(fileno(out)) != 0), line_every_(line_every) {}
+  explicit MilestoneLog(std::string what, FILE* out = stderr,
+                        LineSchedule::Clock::duration line_every = std::chrono::minutes(1))
+      : what_(std::move(what)), lines_(out, line_every) {}
 
   void operator()(const std::string& line) {
-    const Clock::time_point now = Clock::now();
-    if (!tty_ && now - last_line_ < line_every_) return;
-    last_line_ = now;
-    std::fprintf(out_, "%s: %s\n", what_.c_str(), line.c_str());
-    std::fflush(out_);
+    if (!lines_.tty() && !lines_.line_due(LineSchedule::Clock::now())) return;
+    std::fprintf(lines_.out(), "%s: %s\n", what_.c_str(), line.c_str());
+    std::fflush(lines_.out());
   }
 
  private:
   std::string what_;
-  FILE* out_;
-  bool tty_;
-  Clock::duration line_every_;
-  Clock::time_point last_line_ = Clock::now();
+  LineSchedule lines_;
 };
 
 }  // namespace squeezekv::cli
