@@ -401,7 +401,6 @@ struct Q6_KPanelPieces : Q6_KTiles {
 template <>
 struct PrefetchWindow<Q6_KRepackedTiles> {
   static constexpr int64_t first = 1, count = 2;
-  static constexpr bool one_token_in_tile = false;
 };
 #endif  // SQUEEZEKV_VNNI_TILES
 

@@ -179,20 +179,16 @@ struct Q8_0Tiles {
     for (int64_t b = u0 * kHalf; b < u1 * kHalf; b += 64) _mm_prefetch(halves + b, _MM_HINT_T1);
   }
 
-  // A one-token tile is bound by memory: it asks L2 for the lines of the block kOneTokenAhead bytes
+  // A one-token tile is bound by memory: it asks for the lines of the block kOneTokenAhead bytes
   // on in the same stream (the next 16 rows' codes once past this group's), one line beside each
-  // product, instead of a piece's 34 lines at once at the piece's start (the window's way, which
-  // left it at 86-89 % of the bandwidth probe on an AMD EPYC; a burst of prefetches stalls the
-  // products behind it). The addresses are integers: near a matrix's end they run past it, and a
-  // prefetch never faults.
-  static constexpr uintptr_t kOneTokenAhead = 4096;
+  // product, and for its fp16 d (2 blocks a line) as many blocks ahead. The window's way, a
+  // piece's 34 lines at once at the piece's start, left it at 86-89 % of the bandwidth probe on
+  // an AMD EPYC: a burst of prefetches stalls the products behind it. Declaring kOneTokenAhead
+  // turns the window off for one-token calls (RepackedKindRows).
+  static constexpr size_t kOneTokenAhead = 4096;
   static HWY_INLINE void AskAhead(const __m512i* codes, const __m256i* half, int64_t j) {
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(codes) + kOneTokenAhead;
-    for (int g = 0; g < 8; ++g) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * g), _MM_HINT_T1);
-    // The fp16 d of 2 blocks a line, as far ahead in blocks as the codes.
-    constexpr uintptr_t kHalfAhead = kOneTokenAhead / (repacked::kQ8_0CodeBytes / repacked::kQ8_0HalfBytes);
-    if (j % 2 == 0)
-      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(half) + kHalfAhead), _MM_HINT_T1);
+    prefetch_ahead(codes, repacked::kQ8_0CodeBytes, kOneTokenAhead);
+    if (j % 2 == 0) prefetch_ahead(half, 64, kOneTokenAhead / (repacked::kQ8_0CodeBytes / repacked::kQ8_0HalfBytes));
   }
 
   // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even
@@ -222,12 +218,6 @@ struct Q8_0Tiles {
   }
 
   static HWY_INLINE SQUEEZEKV_VNNI __m512 combine(__m512 a0, __m512 a1) { return _mm512_add_ps(a0, a1); }
-};
-// Q8_0's one-token tiles ask for their own lines (Q8_0Tiles::AskAhead).
-template <>
-struct PrefetchWindow<Q8_0Tiles> {
-  static constexpr int64_t first = 2, count = 1;
-  static constexpr bool one_token_in_tile = true;
 };
 static_assert(Q8_0Tiles::kStreamUnits % 2 == 0 && Q8_0Tiles::kRepackedStreamUnits % 2 == 0,
               "streamed Q8_0 pieces must keep the row kernels' order");

@@ -391,14 +391,18 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
 // --benchmark_filter=matmul_from_memory/Q6_K/.*/repacked`, three alternated runs on AMD EPYC: one
 // thread 15.0 / 14.9 / 14.2 -> 16.6 / 16.6 / 15.8 GB/s, two 22.6 / 20.8 / 20.2 -> 23.1 / 25.2 /
 // 23.4; no gain for Q8_0 or Q4_K, and windows of 3 or 4 pieces were slower).
-// A kind whose one-token tile asks for its own lines (one_token_in_tile) skips the window when a
-// call has one token.
 template <class Kind>
 struct PrefetchWindow {
   static constexpr int64_t first = 2, count = 1;
-  static constexpr bool one_token_in_tile = false;
 };
-// (A kind may specialise it in its own file, as Q6_K's one-token pieces and Q8_0 do.)
+// (A kind may specialise it in its own file, as Q6_K's one-token pieces do.)
+
+// A kind whose one-token tile asks for its own lines says how far ahead (kOneTokenAhead, as
+// Q8_0's); one-token calls then skip the window.
+template <class Kind>
+constexpr bool kOneTokenTileAsksAhead = requires {
+  Kind::kOneTokenAhead;
+};
 
 template <class Kind>
 HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
@@ -412,11 +416,10 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
   auto piece = [&](int64_t r0, int, int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA {
     // The window runs on into the next 16 rows of the call, so that their first pieces are in
     // flight too (a 2048-column Q4_K group is 4 pieces: stopping at its end left 2 of them unasked).
-    if (PrefetchWindow<Kind>::one_token_in_tile && in.n_tok == 1)
-      return Kind::repacked_view(group(r0), n_units, u0, count, panel);
     const int64_t p0 = u0 + PrefetchWindow<Kind>::first * count, p1 = p0 + PrefetchWindow<Kind>::count * count;
-    if (p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
-    if (p1 > n_units && r0 + kTileRows < row_end) {
+    const bool window = !kOneTokenTileAsksAhead<Kind> || in.n_tok > 1;
+    if (window && p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
+    if (window && p1 > n_units && r0 + kTileRows < row_end) {
       Kind::repacked_prefetch(group(r0 + kTileRows), n_units, std::max<int64_t>(p0 - n_units, 0),
                               std::min(p1 - n_units, n_units));
     }
