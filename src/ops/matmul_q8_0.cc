@@ -184,7 +184,8 @@ struct Q8_0Tiles {
   // product, and for its fp16 d (2 blocks a line) as many blocks ahead. The window's way, a
   // piece's 34 lines at once at the piece's start, left it at 86-89 % of the bandwidth probe on
   // an AMD EPYC: a burst of prefetches stalls the products behind it. Declaring kOneTokenAhead
-  // turns the window off for one-token calls (RepackedKindRows).
+  // makes one-token calls run each group's blocks in one tile, without pieces or the window
+  // (RepackedKindRows).
   static constexpr size_t kOneTokenAhead = 4096;
   static HWY_INLINE void AskAhead(const __m512i* codes, const __m256i* half, int64_t j) {
     prefetch_ahead(codes, repacked::kQ8_0CodeBytes, kOneTokenAhead);

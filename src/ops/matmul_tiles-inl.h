@@ -330,8 +330,9 @@ HWY_INLINE bool UseTiles(int64_t n_tok, int64_t min_tokens) { return HasVnni() &
 
 // What both kinds of weights share: for each 16 rows, a call of more than 16 tokens takes the
 // whole view whole(r0, valid) of WholeKind and runs every token over it; a smaller call streams
-// the pieces of kUnits units that piece(r0, valid, u0, count) gives.
-template <class Kind, int64_t kUnits, class WholeKind, class Whole, class Piece>
+// the pieces of kUnits units that piece(r0, valid, u0, count) gives. kOneTokenWhole: a one-token
+// call takes the whole view too (a tile that asks for its own lines needs no pieces).
+template <class Kind, int64_t kUnits, class WholeKind, bool kOneTokenWhole, class Whole, class Piece>
 HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
                                          int64_t row_end, float* HWY_RESTRICT y, Whole whole, Piece piece) {
   const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
@@ -341,7 +342,7 @@ HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::Ma
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
-    if (!streamed) {
+    if (!streamed || (kOneTokenWhole && in.n_tok == 1)) {
       WholeRows<WholeKind>(whole(r0, valid), n_units, in, n, y, w.n_rows, r0, mask);
       continue;
     }
@@ -376,7 +377,7 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
     Kind::pack(rows(r0) + u0 * Kind::kUnitBytes, stride, valid, count, panel);
     return Kind::view(panel);
   };
-  GroupRows<Kind, Kind::kStreamUnits, Kind>(w, in, row_begin, row_end, y, whole, piece);
+  GroupRows<Kind, Kind::kStreamUnits, Kind, false>(w, in, row_begin, row_end, y, whole, piece);
 }
 
 // Rows of a repacked matrix (repacked_weights.h), for calls of any number of tokens: each view
@@ -398,7 +399,10 @@ struct PrefetchWindow {
 // (A kind may specialise it in its own file, as Q6_K's one-token pieces do.)
 
 // A kind whose one-token tile asks for its own lines says how far ahead (kOneTokenAhead, as
-// Q8_0's); one-token calls then skip the window.
+// Q8_0's); one-token calls then run each 16 rows' whole group through one tile, with no pieces
+// and no window. Q8_0's pieces of 4 blocks cost 5-15 % of the bandwidth probe on one 640- or
+// 2048-column matrix (the accumulators of a call of up to 16 tokens stored and reloaded every
+// piece; AMD EPYC, docs/results.md).
 template <class Kind>
 constexpr bool kOneTokenTileAsksAhead = requires {
   Kind::kOneTokenAhead;
@@ -417,15 +421,15 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
     // The window runs on into the next 16 rows of the call, so that their first pieces are in
     // flight too (a 2048-column Q4_K group is 4 pieces: stopping at its end left 2 of them unasked).
     const int64_t p0 = u0 + PrefetchWindow<Kind>::first * count, p1 = p0 + PrefetchWindow<Kind>::count * count;
-    const bool window = !kOneTokenTileAsksAhead<Kind> || in.n_tok > 1;
-    if (window && p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
-    if (window && p1 > n_units && r0 + kTileRows < row_end) {
+    if (p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
+    if (p1 > n_units && r0 + kTileRows < row_end) {
       Kind::repacked_prefetch(group(r0 + kTileRows), n_units, std::max<int64_t>(p0 - n_units, 0),
                               std::min(p1 - n_units, n_units));
     }
     return Kind::repacked_view(group(r0), n_units, u0, count, panel);
   };
-  GroupRows<Kind, Kind::kRepackedStreamUnits, typename Kind::WholeKind>(w, in, row_begin, row_end, y, whole, piece);
+  GroupRows<Kind, Kind::kRepackedStreamUnits, typename Kind::WholeKind, kOneTokenTileAsksAhead<Kind>>(
+      w, in, row_begin, row_end, y, whole, piece);
 }
 
 // One panel per thread for the tiles over GGUF rows and one for those over repacked matrices,
