@@ -285,14 +285,14 @@ HWY_INLINE SQUEEZEKV_VNNI int64_t PanelTiles(typename Kind::View panel, int64_t 
 }
 
 // source(u0, n): the view of units [u0, u0 + n) of the 16 rows (packed then, or repacked already),
-// in pieces of kUnits.
-template <class Kind, int64_t kUnits, class Source>
-HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(Source source, int64_t n_units, const TokenQ8* tokens, int64_t n_tok,
-                                            float* y, int64_t n_rows, int64_t r0, __mmask16 mask) {
+// in pieces of piece_units.
+template <class Kind, class Source>
+HWY_INLINE SQUEEZEKV_VNNI void StreamedRows(Source source, int64_t n_units, int64_t piece_units, const TokenQ8* tokens,
+                                            int64_t n_tok, float* y, int64_t n_rows, int64_t r0, __mmask16 mask) {
   __m512 a0[kStreamedMaxTokens], a1[kStreamedMaxTokens];
   for (int64_t t = 0; t < n_tok; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
-  for (int64_t u0 = 0; u0 < n_units; u0 += kUnits) {
-    const int64_t n = std::min(n_units, u0 + kUnits) - u0;
+  for (int64_t u0 = 0; u0 < n_units; u0 += piece_units) {
+    const int64_t n = std::min(n_units, u0 + piece_units) - u0;
     const typename Kind::View panel = source(u0, n);
     const int64_t x0 = u0 * (Kind::kUnitCols / detail::activation_block);
     int64_t t = 0;
@@ -330,24 +330,25 @@ HWY_INLINE bool UseTiles(int64_t n_tok, int64_t min_tokens) { return HasVnni() &
 
 // What both kinds of weights share: for each 16 rows, a call of more than 16 tokens takes the
 // whole view whole(r0, valid) of WholeKind and runs every token over it; a smaller call streams
-// the pieces of kUnits units that piece(r0, valid, u0, count) gives. kOneTokenWhole: a one-token
-// call takes the whole view too (a tile that asks for its own lines needs no pieces).
-template <class Kind, int64_t kUnits, class WholeKind, bool kOneTokenWhole, class Whole, class Piece>
+// the pieces of kUnits units that piece(r0, valid, u0, count) gives. kOneTokenInOnePiece: a
+// one-token call takes the 16 rows' units as one piece (a tile that asks for its own lines).
+template <class Kind, int64_t kUnits, class WholeKind, bool kOneTokenInOnePiece, class Whole, class Piece>
 HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
                                          int64_t row_end, float* HWY_RESTRICT y, Whole whole, Piece piece) {
   const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
   const bool streamed = in.n_tok <= kStreamedMaxTokens;
+  const int64_t piece_units = kOneTokenInOnePiece && in.n_tok == 1 ? n_units : kUnits;
   TokenQ8 tokens[kStreamedMaxTokens];
   for (int64_t t = 0; streamed && t < in.n_tok; ++t) tokens[t] = token_q8(*in.quantized, t, n);
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
     const int valid = static_cast<int>(std::min(kTileRows, row_end - r0));
     const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
-    if (!streamed || (kOneTokenWhole && in.n_tok == 1)) {
+    if (!streamed) {
       WholeRows<WholeKind>(whole(r0, valid), n_units, in, n, y, w.n_rows, r0, mask);
       continue;
     }
     auto source = [&](int64_t u0, int64_t count) SQUEEZEKV_VNNI_LAMBDA { return piece(r0, valid, u0, count); };
-    StreamedRows<Kind, kUnits>(source, n_units, tokens, in.n_tok, y, w.n_rows, r0, mask);
+    StreamedRows<Kind>(source, n_units, piece_units, tokens, in.n_tok, y, w.n_rows, r0, mask);
   }
 }
 
@@ -399,8 +400,8 @@ struct PrefetchWindow {
 // (A kind may specialise it in its own file, as Q6_K's one-token pieces do.)
 
 // A kind whose one-token tile asks for its own lines says how far ahead (kOneTokenAhead, as
-// Q8_0's); one-token calls then run each 16 rows' whole group through one tile, with no pieces
-// and no window. Q8_0's pieces of 4 blocks cost 5-15 % of the bandwidth probe on one 640- or
+// Q8_0's); a one-token call then runs each 16 rows' units through one tile, as one piece without
+// the window. Q8_0's pieces of 4 blocks cost 5-15 % of the bandwidth probe on one 640- or
 // 2048-column matrix (the accumulators of a call of up to 16 tokens stored and reloaded every
 // piece; AMD EPYC, docs/results.md).
 template <class Kind>
@@ -421,8 +422,9 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
     // The window runs on into the next 16 rows of the call, so that their first pieces are in
     // flight too (a 2048-column Q4_K group is 4 pieces: stopping at its end left 2 of them unasked).
     const int64_t p0 = u0 + PrefetchWindow<Kind>::first * count, p1 = p0 + PrefetchWindow<Kind>::count * count;
-    if (p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
-    if (p1 > n_units && r0 + kTileRows < row_end) {
+    const bool window = !kOneTokenTileAsksAhead<Kind> || in.n_tok > 1;
+    if (window && p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
+    if (window && p1 > n_units && r0 + kTileRows < row_end) {
       Kind::repacked_prefetch(group(r0 + kTileRows), n_units, std::max<int64_t>(p0 - n_units, 0),
                               std::min(p1 - n_units, n_units));
     }
