@@ -2,7 +2,8 @@
 // products with --no-repack or without AVX512-VNNI) and the K/V rows of a long decode step. The
 // hardware prefetcher alone leaves both waiting on loads (docs/results.md "Rows asked for ahead").
 // The repacked weight tiles ask for whole pieces into L2 instead (PrefetchWindow, matmul_tiles-inl.h),
-// except Q8_0's one-token tile, which asks for each block's lines here as it reads a block.
+// except the one-token tiles of Q8_0 and the nibble formats, which ask for each block's lines here
+// as they read a block.
 #pragma once
 
 #include <cstddef>
