@@ -2,7 +2,8 @@
 // repetitions, thread counts, starting depths and cache configurations (comma lists in --method
 // and --score give one row each, measured side by side), with the memory-bandwidth probe run
 // after every generation repetition. Tables go to stdout (md, csv or json); progress to stderr
-// (MilestoneLog: every line on a terminal, at most one a minute elsewhere).
+// (MilestoneLog: every line on a terminal, at most one a minute elsewhere; each fill to a depth
+// through Progress: a bar on a terminal, a line a minute elsewhere).
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -255,9 +256,24 @@ void run(BenchArgs& a) {
   a.bench.caches = cache_configs(a.cache);
   const Model model = Model::load(a.model_path, {.repack = !a.no_repack});
   const ModelFacts facts = model_facts(model, a.model_path);
-  MilestoneLog progress("bench");
+  MilestoneLog milestones("bench");
+  // A fill's bar (a line a minute off a terminal), ended before the next milestone line.
+  std::unique_ptr<Progress> fill_bar;
+  std::string filling;
+  auto progress = [&](const std::string& line) {
+    fill_bar.reset();
+    filling.clear();
+    milestones(line);
+  };
+  auto fill_progress = [&](const std::string& what, int64_t fed, int64_t depth) {
+    if (what != filling) {
+      fill_bar = std::make_unique<Progress>("bench: " + what);
+      filling = what;
+    }
+    (*fill_bar)(int(fed), int(depth));  // depth <= 2^20, checked above
+  };
   a.bench.bandwidth_bytes = size_t(a.bandwidth_mib) << 20;
-  const BenchReport report = run_bench(model, a.bench, std::ref(progress));
+  const BenchReport report = run_bench(model, a.bench, progress, fill_progress);
   const std::vector<BenchRow>& rows = report.rows;
   const uint64_t peak_rss = report.peak_rss_bytes;  // before the probe's buffer
   const std::vector<BandwidthResult>& bandwidth = report.bandwidth;

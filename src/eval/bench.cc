@@ -55,13 +55,14 @@ class TokenStream {
 
 // A prompt of `tokens` in n_batch chunks, as one prompt when `as_prompt`, continuing the cache.
 void prefill_tokens(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, int n_batch, bool as_prompt,
-                    int64_t max_rows, std::vector<float>& logits) {
+                    int64_t max_rows, std::vector<float>& logits,
+                    const std::function<void(int64_t)>& after_chunk = {}) {
   PrefillOptions options;
   options.n_batch = n_batch;
   options.max_rows = max_rows;
   options.reset = false;
   options.as_prompt = as_prompt;
-  prefill(engine, cache, tokens, options, logits);
+  prefill(engine, cache, tokens, options, logits, after_chunk);
 }
 
 int64_t mean_rows(const ModelCache& cache) {
@@ -141,7 +142,7 @@ ModelFacts model_facts(const Model& model, const std::string& path) {
 }
 
 BenchReport run_bench(const Model& model, const BenchOptions& o,
-                      const std::function<void(const std::string&)>& progress) {
+                      const std::function<void(const std::string&)>& progress, const FillProgress& fill_progress) {
   require(o.repetitions >= 1, "repetitions", o.repetitions, "must be >= 1");
   require(o.n_batch >= 1, "n_batch", o.n_batch, "must be >= 1");
   require(!o.threads.empty(), "threads", "[]", "give at least one thread count");
@@ -194,7 +195,10 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
         if (depth == 0) continue;
         stream.fill(tokens, depth);
         const auto start = Clock::now();
-        prefill_tokens(engine, *slots.back().cache, tokens, o.n_batch, true, max_rows(depth), logits);
+        const std::string what = "filling " + cache_label(configs[k]) + " to depth " + std::to_string(depth);
+        std::function<void(int64_t)> after_chunk;
+        if (fill_progress) after_chunk = [&](int64_t fed) { fill_progress(what, fed, depth); };
+        prefill_tokens(engine, *slots.back().cache, tokens, o.n_batch, true, max_rows(depth), logits, after_chunk);
         if (progress) {
           progress("filled " + cache_label(configs[k]) + " to depth " + std::to_string(depth) + " with " +
                    std::to_string(threads) + " thread(s) in " + std::to_string(seconds_since(start)) + " s");

@@ -105,6 +105,38 @@ TEST(Bench, OneRowPerCombinationWithOneSamplePerRepetition) {
   EXPECT_GT(report.peak_rss_bytes, 0u);
 }
 
+// Each fill to a depth reports every n_batch chunk, named by its cache and depth, ending at the
+// depth; a depth-0 cache has no fill.
+TEST(Bench, ReportsEveryFillChunkByChunk) {
+  BenchOptions o;
+  o.n_prompt = {4};
+  o.n_gen = {0};
+  o.threads = {1};
+  o.depths = {0, 12};
+  o.repetitions = 1;
+  o.n_batch = 5;
+  o.caches = {cache("window", 8), cache("full", 8)};
+  o.bandwidth_bytes = 0;
+  struct Report {
+    std::string what;
+    int64_t fed, depth;
+    bool operator==(const Report&) const = default;
+  };
+  std::vector<Report> reports;
+  std::vector<std::string> lines;
+  run_bench(
+      stories(), o, [&](const std::string& line) { lines.push_back(line); },
+      [&](const std::string& what, int64_t fed, int64_t depth) {
+        reports.push_back({what, fed, depth});
+      });
+  const std::string window = "filling window b8 to depth 12", full = "filling full to depth 12";
+  const std::vector<Report> expected = {{window, 5, 12}, {window, 10, 12}, {window, 12, 12},
+                                        {full, 5, 12},   {full, 10, 12},   {full, 12, 12}};
+  EXPECT_EQ(reports, expected);
+  ASSERT_GE(lines.size(), 2u);  // each fill's milestone line comes after its chunks
+  EXPECT_EQ(lines[0].rfind("filled window b8 to depth 12", 0), 0u) << lines[0];
+}
+
 TEST(Bench, RejectsBadOptionsByName) {
   auto expect_named = [](BenchOptions o, const std::string& name) {
     try {

@@ -98,10 +98,15 @@ struct BenchReport {
   uint64_t peak_rss_bytes = 0;             // this process's peak resident memory before the probe's buffer
 };
 
+// A fill's progress: what is being filled ("filling full to depth 8192"), tokens fed so far and
+// the depth, after every n_batch chunk (a 32k fill takes minutes).
+using FillProgress = std::function<void(const std::string& what, int64_t fed, int64_t depth)>;
+
 // Measures every (threads, depth, test, cache) combination. progress (may be empty) receives one
-// line per finished measurement.
+// line per finished fill and measurement; fill_progress (may be empty), each fill chunk by chunk.
 BenchReport run_bench(const Model& model, const BenchOptions& options,
-                      const std::function<void(const std::string&)>& progress = {});
+                      const std::function<void(const std::string&)>& progress = {},
+                      const FillProgress& fill_progress = {});
 
 // The memory-bandwidth probe: a buffer allocated and touched once, then read whole (split into
 // page-aligned chunks across a pool's workers) as often as asked.
