@@ -108,15 +108,13 @@ TEST(Bench, OneRowPerCombinationWithOneSamplePerRepetition) {
 // Each fill to a depth reports every n_batch chunk, named by its cache and depth, ending at the
 // depth; a depth-0 cache has no fill.
 TEST(Bench, ReportsEveryFillChunkByChunk) {
-  BenchOptions o;
-  o.n_prompt = {4};
-  o.n_gen = {0};
-  o.threads = {1};
-  o.depths = {0, 12};
-  o.repetitions = 1;
-  o.n_batch = 5;
-  o.caches = {cache("window", 8), cache("full", 8)};
-  o.bandwidth_bytes = 0;
+  const BenchOptions o{.n_prompt = {4},
+                       .n_gen = {0},
+                       .threads = {1},
+                       .depths = {0, 12},
+                       .repetitions = 1,
+                       .n_batch = 5,
+                       .caches = {cache("window", 8), cache("full", 8)}};
   struct Report {
     std::string what;
     int64_t fed, depth;
