@@ -401,7 +401,7 @@ struct PrefetchWindow {
 
 // A kind whose one-token tile asks for its own lines says how far ahead (kOneTokenAhead, as
 // Q8_0's); a one-token call then runs each 16 rows' units through one tile, as one piece without
-// the window. Q8_0's pieces of 4 blocks cost 5-15 % of the bandwidth probe on one 640- or
+// the window. Q8_0's pieces of 4 blocks cost 10-20 % of the bandwidth probe on one 640- or
 // 2048-column matrix (the accumulators of a call of up to 16 tokens stored and reloaded every
 // piece; AMD EPYC, docs/results.md).
 template <class Kind>
