@@ -195,13 +195,14 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
         if (depth == 0) continue;
         stream.fill(tokens, depth);
         const auto start = Clock::now();
-        const std::string what = "filling " + cache_label(configs[k]) + " to depth " + std::to_string(depth);
+        const std::string filled = cache_label(configs[k]) + " to depth " + std::to_string(depth);
+        const std::string filling = "filling " + filled;
         std::function<void(int64_t)> after_chunk;
-        if (fill_progress) after_chunk = [&](int64_t fed) { fill_progress(what, fed, depth); };
+        if (fill_progress) after_chunk = [&](int64_t fed) { fill_progress(filling, fed, depth); };
         prefill_tokens(engine, *slots.back().cache, tokens, o.n_batch, true, max_rows(depth), logits, after_chunk);
         if (progress) {
-          progress("filled " + cache_label(configs[k]) + " to depth " + std::to_string(depth) + " with " +
-                   std::to_string(threads) + " thread(s) in " + std::to_string(seconds_since(start)) + " s");
+          progress("filled " + filled + " with " + std::to_string(threads) + " thread(s) in " +
+                   std::to_string(seconds_since(start)) + " s");
         }
       }
     }

@@ -104,13 +104,12 @@ struct NibbleRepackedTiles {
   // Q4_1 matrix of 2048 columns, one thread, AMD EPYC: 53 % before, 80 % after).
   static constexpr size_t kOneTokenAhead = 4096;
   static HWY_INLINE void AskAhead(const View& v, int64_t j) {
-    constexpr size_t kCode = repacked::NibbleLayout::kCodeBytes, kHalf = repacked::NibbleLayout::kHalfBytes;
-    prefetch_ahead(v.codes + j * 4, kCode, kOneTokenAhead);
-    if constexpr (F::kFifthBit) prefetch_ahead(v.fifth + j, 64, kOneTokenAhead / (kCode / 64));
-    if (j % 2 == 0) {
-      prefetch_ahead(v.d + j, 64, kOneTokenAhead / (kCode / kHalf));
-      if constexpr (F::kHasMin) prefetch_ahead(v.m + j, 64, kOneTokenAhead / (kCode / kHalf));
-    }
+    using Layout = repacked::NibbleLayout;
+    constexpr size_t kBlocksAhead = kOneTokenAhead / Layout::kCodeBytes;
+    prefetch_block_ahead(v.codes + j * 4, j, Layout::kCodeBytes, kBlocksAhead);
+    if constexpr (F::kFifthBit) prefetch_block_ahead(v.fifth + j, j, Layout::kFifthBytes, kBlocksAhead);
+    prefetch_block_ahead(v.d + j, j, Layout::kHalfBytes, kBlocksAhead);
+    if constexpr (F::kHasMin) prefetch_block_ahead(v.m + j, j, Layout::kHalfBytes, kBlocksAhead);
   }
 
   // NibbleProducts' products, from the repacked codes.

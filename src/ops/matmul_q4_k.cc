@@ -314,12 +314,10 @@ struct Q4_KRepackedTiles {
       factors(unit, factor, factor_min);
       const auto* packed = reinterpret_cast<const __m512i*>(unit);
       const int64_t first = x0 + b * 8;  // the activation block of sub-block 0
-      // A sub-block's product: its integer dot times d * scale times the token's block scale.
-      auto scaled_float = [&](__m512 dot, int64_t j, int k) SQUEEZEKV_VNNI_LAMBDA {
+      // A sub-block's product: its dot (as a float) times d * scale times the token's block scale.
+      auto scaled = [&](__m512 dot, int64_t j, int k) SQUEEZEKV_VNNI_LAMBDA {
         return _mm512_mul_ps(dot, _mm512_mul_ps(factor[j], _mm512_set1_ps(x[k].scale[first + j])));
       };
-      auto scaled = [&](__m512i dot, int64_t j, int k)
-                        SQUEEZEKV_VNNI_LAMBDA { return scaled_float(_mm512_cvtepi32_ps(dot), j, k); };
       if constexpr (T == 1) {
         // One token (a decode step): each packed vector is loaded once and feeds both of its
         // sub-blocks, where the general tile loads it once per nibble. Integer sums are exact in
@@ -344,9 +342,8 @@ struct Q4_KRepackedTiles {
         // the true dot exactly. Same bits as the shifted nibbles.
         AddTreeOf8<1>(
             [&](int64_t j, __m512* p) SQUEEZEKV_VNNI_LAMBDA {
-              p[0] = j % 2 == 0
-                         ? scaled(s[j], j, 0)
-                         : scaled_float(_mm512_mul_ps(_mm512_cvtepi32_ps(s[j]), _mm512_set1_ps(1.0f / 16)), j, 0);
+              const __m512 dot = _mm512_cvtepi32_ps(s[j]);
+              p[0] = scaled(j % 2 == 0 ? dot : _mm512_mul_ps(dot, _mm512_set1_ps(1.0f / 16)), j, 0);
             },
             0, a0);
       } else {
@@ -358,7 +355,7 @@ struct Q4_KRepackedTiles {
             const __m512i wg = Q4_KTiles::Nibbles(_mm512_load_si512(packed + (j / 2) * 8 + g), (j & 1) != 0);
             for (int k = 0; k < T; ++k) s[k] = DotBroadcast<T>(s[k], wg, x[k].q8 + column + 4 * g);
           }
-          for (int k = 0; k < T; ++k) p[k] = scaled(s[k], j, k);
+          for (int k = 0; k < T; ++k) p[k] = scaled(_mm512_cvtepi32_ps(s[k]), j, k);
         };
         AddTreeOf8<T>(product, 0, a0);
       }

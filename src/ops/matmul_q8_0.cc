@@ -188,8 +188,9 @@ struct Q8_0Tiles {
   // (RepackedKindRows).
   static constexpr size_t kOneTokenAhead = 4096;
   static HWY_INLINE void AskAhead(const __m512i* codes, const __m256i* half, int64_t j) {
-    prefetch_ahead(codes, repacked::kQ8_0CodeBytes, kOneTokenAhead);
-    if (j % 2 == 0) prefetch_ahead(half, 64, kOneTokenAhead / (repacked::kQ8_0CodeBytes / repacked::kQ8_0HalfBytes));
+    constexpr size_t kBlocksAhead = kOneTokenAhead / repacked::kQ8_0CodeBytes;
+    prefetch_block_ahead(codes, j, repacked::kQ8_0CodeBytes, kBlocksAhead);
+    prefetch_block_ahead(half, j, repacked::kQ8_0HalfBytes, kBlocksAhead);
   }
 
   // Q8_0: block j fused into a[j % 2], as the row kernel (AccumulateInOrder); panels of an even

@@ -328,16 +328,26 @@ HWY_INLINE bool HasVnni() {
 // Whether rows take the tiles for a call of n_tok tokens (min_tokens: the type's threshold).
 HWY_INLINE bool UseTiles(int64_t n_tok, int64_t min_tokens) { return HasVnni() && n_tok >= min_tokens; }
 
+// A kind whose one-token tile asks for its own lines says how far ahead (kOneTokenAhead, as
+// Q8_0's); a one-token call then runs each 16 rows' units through one tile, as one piece without
+// the window. Q8_0's pieces of 4 blocks cost 10-20 % of the bandwidth probe on one 640- or
+// 2048-column matrix (the accumulators of a call of up to 16 tokens stored and reloaded every
+// piece; AMD EPYC, docs/results.md).
+template <class Kind>
+constexpr bool kOneTokenTileAsksAhead = requires {
+  Kind::kOneTokenAhead;
+};
+
 // What both kinds of weights share: for each 16 rows, a call of more than 16 tokens takes the
 // whole view whole(r0, valid) of WholeKind and runs every token over it; a smaller call streams
-// the pieces of kUnits units that piece(r0, valid, u0, count) gives. kOneTokenInOnePiece: a
-// one-token call takes the 16 rows' units as one piece (a tile that asks for its own lines).
-template <class Kind, int64_t kUnits, class WholeKind, bool kOneTokenInOnePiece, class Whole, class Piece>
+// the pieces of kUnits units that piece(r0, valid, u0, count) gives (one piece of every unit for
+// one token when the kind's tile asks ahead itself).
+template <class Kind, int64_t kUnits, class WholeKind, class Whole, class Piece>
 HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
                                          int64_t row_end, float* HWY_RESTRICT y, Whole whole, Piece piece) {
   const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
   const bool streamed = in.n_tok <= kStreamedMaxTokens;
-  const int64_t piece_units = kOneTokenInOnePiece && in.n_tok == 1 ? n_units : kUnits;
+  const int64_t piece_units = kOneTokenTileAsksAhead<Kind> && in.n_tok == 1 ? n_units : kUnits;
   TokenQ8 tokens[kStreamedMaxTokens];
   for (int64_t t = 0; streamed && t < in.n_tok; ++t) tokens[t] = token_q8(*in.quantized, t, n);
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
@@ -378,7 +388,7 @@ HWY_INLINE SQUEEZEKV_VNNI void KindRows(const WeightMatrix& w, const detail::Mat
     Kind::pack(rows(r0) + u0 * Kind::kUnitBytes, stride, valid, count, panel);
     return Kind::view(panel);
   };
-  GroupRows<Kind, Kind::kStreamUnits, Kind, false>(w, in, row_begin, row_end, y, whole, piece);
+  GroupRows<Kind, Kind::kStreamUnits, Kind>(w, in, row_begin, row_end, y, whole, piece);
 }
 
 // Rows of a repacked matrix (repacked_weights.h), for calls of any number of tokens: each view
@@ -398,16 +408,6 @@ struct PrefetchWindow {
   static constexpr int64_t first = 2, count = 1;
 };
 // (A kind may specialise it in its own file, as Q6_K's one-token pieces do.)
-
-// A kind whose one-token tile asks for its own lines says how far ahead (kOneTokenAhead, as
-// Q8_0's); a one-token call then runs each 16 rows' units through one tile, as one piece without
-// the window. Q8_0's pieces of 4 blocks cost 10-20 % of the bandwidth probe on one 640- or
-// 2048-column matrix (the accumulators of a call of up to 16 tokens stored and reloaded every
-// piece; AMD EPYC, docs/results.md).
-template <class Kind>
-constexpr bool kOneTokenTileAsksAhead = requires {
-  Kind::kOneTokenAhead;
-};
 
 template <class Kind>
 HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const detail::MatmulInput& in, int64_t row_begin,
@@ -430,8 +430,7 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
     }
     return Kind::repacked_view(group(r0), n_units, u0, count, panel);
   };
-  GroupRows<Kind, Kind::kRepackedStreamUnits, typename Kind::WholeKind, kOneTokenTileAsksAhead<Kind>>(
-      w, in, row_begin, row_end, y, whole, piece);
+  GroupRows<Kind, Kind::kRepackedStreamUnits, typename Kind::WholeKind>(w, in, row_begin, row_end, y, whole, piece);
 }
 
 // One panel per thread for the tiles over GGUF rows and one for those over repacked matrices,
