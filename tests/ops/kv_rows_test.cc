@@ -155,9 +155,56 @@ TEST(KVRows, WeightedSumsOfManyQueriesEqualTheOneQuerySumsAcrossRowTiles) {
   });
 }
 
+// Key dots of more than 4 queries take a pass over the rows per four (Qwen2.5 has 6 queries a KV
+// head): each query's dots are still its own call's bits, rows plain or turned back by their
+// shifts, over 1,100 rows.
+TEST(KVRows, KeyDotsOfManyQueriesEqualTheOneQueryDots) {
+  testing::for_each_target([] {
+    for (KVType type : {KVType::f16, KVType::f32, KVType::q8_0, KVType::q4_0}) {
+      for (size_t dim : {32u, 64u, 128u}) {
+        const size_t rows = 1100, rb = kv_row_bytes(type, dim);
+        std::vector<std::byte> keys(rows * rb);
+        store_rows(test::normal(rows * dim, dim + 13).data(), keys.data(), type, rows * dim, dim);
+        constexpr size_t kShifts = 9;
+        std::vector<float> cos_sin(dim), turns(kShifts * 2 * dim);
+        for (size_t s = 0; s < kShifts; ++s) {
+          rope_cache(int64_t(s), int64_t(dim), 10000.0f, cos_sin.data());
+          rope_turn_row(cos_sin.data(), dim, true, turns.data() + s * 2 * dim);
+        }
+        std::vector<int32_t> shifts(rows);
+        for (size_t j = 0; j < rows; ++j) shifts[j] = int32_t(j % kShifts);
+        for (size_t n_q : {5u, 6u, 8u, 13u}) {
+          const size_t ld_q = dim + 1, ld_out = rows + 3;
+          const auto q = test::normal(n_q * ld_q, n_q + dim);
+          std::vector<float> all(n_q * ld_out), turned(n_q * ld_out), one(rows), one_turned(rows);
+          row_dots_group(q.data(), n_q, ld_q, keys.data(), type, rows, dim, all.data(), ld_out);
+          const bool floats = type == KVType::f16 || type == KVType::f32;  // the fused turn's formats
+          if (floats) {
+            row_dots_rotated(q.data(), n_q, ld_q, keys.data(), type, shifts.data(), rows, dim, dim, true, turns.data(),
+                             turned.data(), ld_out);
+          }
+          for (size_t g = 0; g < n_q; ++g) {
+            row_dots_group(q.data() + g * ld_q, 1, ld_q, keys.data(), type, rows, dim, one.data(), rows);
+            for (size_t j = 0; j < rows; ++j) {
+              ASSERT_EQ(all[g * ld_out + j], one[j])
+                  << to_string(type) << " dim " << dim << " query " << g << " row " << j;
+            }
+            if (!floats) continue;
+            row_dots_rotated(q.data() + g * ld_q, 1, ld_q, keys.data(), type, shifts.data(), rows, dim, dim, true,
+                             turns.data(), one_turned.data(), rows);
+            for (size_t j = 0; j < rows; ++j) {
+              ASSERT_EQ(turned[g * ld_out + j], one_turned[j]) << to_string(type) << " dim " << dim << " row " << j;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 // A row's dot is the same bits whatever rows share its call and wherever it sits in the kernel's
 // blocks of rows (the engine relies on it: a batch's queries read prefixes of the rows, KIVI's fp16
-// rows are dotted in one call): every row format, every target, query groups of 1 to 5, calls that
+// rows are dotted in one call): every row format, every target, query groups of 1 to 9, calls that
 // start at rows 0 to 5 and single-row calls.
 TEST(KVRows, ARowsDotDoesNotDependOnItsNeighbours) {
   testing::for_each_target([] {
@@ -166,7 +213,7 @@ TEST(KVRows, ARowsDotDoesNotDependOnItsNeighbours) {
         const size_t rows = 37, rb = kv_row_bytes(type, dim);
         std::vector<std::byte> keys(rows * rb);
         store_rows(test::normal(rows * dim, dim + 5).data(), keys.data(), type, rows * dim, dim);
-        for (size_t n_q : {1u, 2u, 3u, 4u, 5u}) {
+        for (size_t n_q : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u}) {
           const auto q = test::normal(n_q * dim, n_q * 3 + dim);
           std::vector<float> all(n_q * rows);
           row_dots_group(q.data(), n_q, dim, keys.data(), type, rows, dim, all.data(), rows);
