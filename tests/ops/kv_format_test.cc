@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hwy_targets.h"
+#include "rope_turns.h"
 #include "ops/kv_format_kernels.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/ops/kv_rows.h"
@@ -108,11 +109,7 @@ void check_format(KVType type, size_t dim, size_t rows) {
       const size_t n_rot = neox && dim % 4 != 0 ? dim - dim % 4 : dim;
       if (n_rot == 0) continue;
       constexpr size_t kShifts = 40;
-      std::vector<float> cos_sin(n_rot), turns(kShifts * 2 * n_rot);
-      for (size_t s = 0; s < kShifts; ++s) {
-        rope_cache(int64_t(s), int64_t(n_rot), 10000.0f, cos_sin.data());
-        rope_turn_row(cos_sin.data(), n_rot, neox, turns.data() + s * 2 * n_rot);
-      }
+      const std::vector<float> turns = test::rope_turns(kShifts, n_rot, neox);
       std::vector<int32_t> shifts(rows);
       for (size_t j = 0; j < rows; ++j) shifts[j] = int32_t((j * 13 + 5) % kShifts) - 2;
       std::vector<float> turned(rows * dim), turned_slow(rows * dim), dots(n_q * ld_out), want(n_q * ld_out);

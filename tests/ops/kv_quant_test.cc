@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hwy_targets.h"
+#include "rope_turns.h"
 #include "ops/kv_format_kernels.h"
 #include "ops/quant_formats.h"
 #include "squeezekv/base/fp16.h"
@@ -291,11 +292,7 @@ TEST(KVQuant, FusedTurnBackEqualsRotateThenAttend) {
       for (const auto& [dim, n_rot] :
            std::initializer_list<std::pair<size_t, size_t>>{{8, 8}, {8, 4}, {64, 64}, {64, 32}}) {
         SCOPED_TRACE(::testing::Message() << "neox " << neox << " dim " << dim << " n_rot " << n_rot);
-        std::vector<float> cos_sin(n_rot), turns(kShifts * 2 * n_rot);
-        for (int s = 0; s < kShifts; ++s) {
-          rope_cache(s, int64_t(n_rot), 10000.0f, cos_sin.data());
-          rope_turn_row(cos_sin.data(), n_rot, neox, turns.data() + size_t(s) * 2 * n_rot);
-        }
+        const std::vector<float> turns = test::rope_turns(size_t(kShifts), n_rot, neox);
         for (KVType type : {KVType::f32, KVType::f16, KVType::q8_0, KVType::q4_0}) {
           for (size_t rows : {23u, 150u}) {  // 150: many blocks of rows
             const size_t n_q = 3, ld = 160;

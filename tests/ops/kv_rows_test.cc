@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "hwy_targets.h"
+#include "rope_turns.h"
 #include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/ops/model_ops.h"
 #include "test_util.h"
@@ -122,6 +123,13 @@ TEST(KVRows, GroupKernelsMatchTheScalarTwinsAndTheSingleKernels) {
   });
 }
 
+// rows x dim normal values stored as `type`'s rows.
+std::vector<std::byte> stored_rows(KVType type, size_t rows, size_t dim, uint64_t seed) {
+  std::vector<std::byte> out(rows * kv_row_bytes(type, dim));
+  store_rows(test::normal(rows * dim, seed).data(), out.data(), type, rows * dim, dim);
+  return out;
+}
+
 // More than 4 queries go over the rows in tiles of about 32 KiB (each tile's passes together):
 // every query's sum is still its one-query sum, bit for bit, with rows past several tiles, rows
 // every query weighs 0 (stale bits: NaN) among them, every row format and target.
@@ -130,8 +138,7 @@ TEST(KVRows, WeightedSumsOfManyQueriesEqualTheOneQuerySumsAcrossRowTiles) {
     for (KVType type : {KVType::f16, KVType::f32, KVType::q8_0, KVType::q4_0}) {
       for (size_t dim : {32u, 64u, 256u}) {
         const size_t rows = 1100, rb = kv_row_bytes(type, dim);
-        std::vector<std::byte> values(rows * rb);
-        store_rows(test::normal(rows * dim, dim + 11).data(), values.data(), type, rows * dim, dim);
+        std::vector<std::byte> values = stored_rows(type, rows, dim, dim + 11);
         for (size_t n_q : {5u, 8u, 13u}) {
           const size_t ld_w = rows + 3;
           std::vector<float> w = test::normal(n_q * ld_w, n_q + dim);
@@ -162,15 +169,10 @@ TEST(KVRows, KeyDotsOfManyQueriesEqualTheOneQueryDots) {
   testing::for_each_target([] {
     for (KVType type : {KVType::f16, KVType::f32, KVType::q8_0, KVType::q4_0}) {
       for (size_t dim : {32u, 64u, 128u}) {
-        const size_t rows = 1100, rb = kv_row_bytes(type, dim);
-        std::vector<std::byte> keys(rows * rb);
-        store_rows(test::normal(rows * dim, dim + 13).data(), keys.data(), type, rows * dim, dim);
+        const size_t rows = 1100;
+        const std::vector<std::byte> keys = stored_rows(type, rows, dim, dim + 13);
         constexpr size_t kShifts = 9;
-        std::vector<float> cos_sin(dim), turns(kShifts * 2 * dim);
-        for (size_t s = 0; s < kShifts; ++s) {
-          rope_cache(int64_t(s), int64_t(dim), 10000.0f, cos_sin.data());
-          rope_turn_row(cos_sin.data(), dim, true, turns.data() + s * 2 * dim);
-        }
+        const std::vector<float> turns = test::rope_turns(kShifts, dim, true);
         std::vector<int32_t> shifts(rows);
         for (size_t j = 0; j < rows; ++j) shifts[j] = int32_t(j % kShifts);
         for (size_t n_q : {5u, 6u, 8u, 13u}) {
@@ -211,8 +213,7 @@ TEST(KVRows, ARowsDotDoesNotDependOnItsNeighbours) {
     for (KVType type : {KVType::f16, KVType::f32, KVType::q8_0, KVType::q4_0}) {
       for (size_t dim : {8u, 32u, 64u, 96u, 128u}) {
         const size_t rows = 37, rb = kv_row_bytes(type, dim);
-        std::vector<std::byte> keys(rows * rb);
-        store_rows(test::normal(rows * dim, dim + 5).data(), keys.data(), type, rows * dim, dim);
+        const std::vector<std::byte> keys = stored_rows(type, rows, dim, dim + 5);
         for (size_t n_q : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u}) {
           const auto q = test::normal(n_q * dim, n_q * 3 + dim);
           std::vector<float> all(n_q * rows);
@@ -268,11 +269,8 @@ TEST(KVRows, RotateRowsBackMatchesTheScalarTwinAndTheInverseRope) {
     const bool neox = style == RopeStyle::neox;
     for (size_t dim : {6u, 8u, 16u, 64u, 128u}) {
       for (size_t n_rot : {dim, dim / 2 % 2 == 0 ? dim / 2 : dim}) {
-        std::vector<float> cos_sin(n_rot), turns(kShifts * 2 * n_rot);
-        for (int s = 0; s < kShifts; ++s) {
-          rope_cache(s, int64_t(n_rot), 10000.0f, cos_sin.data());
-          rope_turn_row(cos_sin.data(), n_rot, neox, turns.data() + size_t(s) * 2 * n_rot);
-        }
+        const std::vector<float> turns = test::rope_turns(size_t(kShifts), n_rot, neox);
+        std::vector<float> cos_sin(n_rot);
         for (KVType type : {KVType::f16, KVType::f32}) {
           const size_t n_rows = 37;
           const auto x = test::normal(n_rows * dim, dim + n_rot);
