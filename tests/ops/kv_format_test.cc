@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "hwy_targets.h"
-#include "rope_turns.h"
 #include "ops/kv_format_kernels.h"
+#include "rope_turns.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/model_ops.h"

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "hwy_targets.h"
-#include "rope_turns.h"
 #include "ops/kv_format_kernels.h"
 #include "ops/quant_formats.h"
+#include "rope_turns.h"
 #include "squeezekv/base/fp16.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/model_ops.h"
