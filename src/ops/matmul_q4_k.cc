@@ -326,13 +326,13 @@ struct Q4_KRepackedTiles {
         __m512i s[8];
         for (int j = 0; j < 8; ++j) s[j] = _mm512_setzero_si512();
         const int8_t* xq = x[0].q8 + first * 32;
-        const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
+        const __m512i high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
 #pragma GCC unroll 4
         for (int pair = 0; pair < 4; ++pair) {
 #pragma GCC unroll 8
           for (int g = 0; g < 8; ++g) {
             const __m512i v = _mm512_load_si512(packed + pair * 8 + g);
-            s[2 * pair] = DotBroadcast<1>(s[2 * pair], _mm512_and_si512(v, low4), xq + 64 * pair + 4 * g);
+            s[2 * pair] = DotBroadcast<1>(s[2 * pair], Q4_KTiles::Nibbles(v, false), xq + 64 * pair + 4 * g);
             s[2 * pair + 1] = DotBroadcast<1>(s[2 * pair + 1], _mm512_and_si512(v, high4), xq + 64 * pair + 32 + 4 * g);
           }
         }

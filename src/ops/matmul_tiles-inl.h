@@ -338,6 +338,12 @@ constexpr bool kOneTokenTileAsksAhead = requires {
   Kind::kOneTokenAhead;
 };
 
+// Whether a call of n_tok tokens takes each 16 rows' units as that one piece (no window).
+template <class Kind>
+HWY_INLINE bool OneTokenInOnePiece(int64_t n_tok) {
+  return kOneTokenTileAsksAhead<Kind> && n_tok == 1;
+}
+
 // What both kinds of weights share: for each 16 rows, a call of more than 16 tokens takes the
 // whole view whole(r0, valid) of WholeKind and runs every token over it; a smaller call streams
 // the pieces of kUnits units that piece(r0, valid, u0, count) gives (one piece of every unit for
@@ -347,7 +353,7 @@ HWY_INLINE SQUEEZEKV_VNNI void GroupRows(const WeightMatrix& w, const detail::Ma
                                          int64_t row_end, float* HWY_RESTRICT y, Whole whole, Piece piece) {
   const int64_t n = w.n_cols, n_units = n / Kind::kUnitCols;
   const bool streamed = in.n_tok <= kStreamedMaxTokens;
-  const int64_t piece_units = kOneTokenTileAsksAhead<Kind> && in.n_tok == 1 ? n_units : kUnits;
+  const int64_t piece_units = OneTokenInOnePiece<Kind>(in.n_tok) ? n_units : kUnits;
   TokenQ8 tokens[kStreamedMaxTokens];
   for (int64_t t = 0; streamed && t < in.n_tok; ++t) tokens[t] = token_q8(*in.quantized, t, n);
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
@@ -422,7 +428,7 @@ HWY_INLINE SQUEEZEKV_VNNI void RepackedKindRows(const WeightMatrix& w, const det
     // The window runs on into the next 16 rows of the call, so that their first pieces are in
     // flight too (a 2048-column Q4_K group is 4 pieces: stopping at its end left 2 of them unasked).
     const int64_t p0 = u0 + PrefetchWindow<Kind>::first * count, p1 = p0 + PrefetchWindow<Kind>::count * count;
-    const bool window = !kOneTokenTileAsksAhead<Kind> || in.n_tok > 1;
+    const bool window = !OneTokenInOnePiece<Kind>(in.n_tok);
     if (window && p0 < n_units) Kind::repacked_prefetch(group(r0), n_units, p0, std::min(p1, n_units));
     if (window && p1 > n_units && r0 + kTileRows < row_end) {
       Kind::repacked_prefetch(group(r0 + kTileRows), n_units, std::max<int64_t>(p0 - n_units, 0),

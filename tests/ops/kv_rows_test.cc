@@ -23,6 +23,13 @@ std::vector<std::byte> stored(const std::vector<float>& x, KVType type, size_t o
   return out;
 }
 
+// rows x dim normal values stored as `type`'s rows.
+std::vector<std::byte> stored_rows(KVType type, size_t rows, size_t dim, uint64_t seed) {
+  std::vector<std::byte> out(rows * kv_row_bytes(type, dim));
+  store_rows(test::normal(rows * dim, seed).data(), out.data(), type, rows * dim, dim);
+  return out;
+}
+
 TEST(KVRows, F16RoundTripIsRoundToNearestEven) {
   EXPECT_EQ(f32_to_fp16(1.0f), 0x3C00);
   EXPECT_EQ(f32_to_fp16(-2.0f), 0xC000);
@@ -121,13 +128,6 @@ TEST(KVRows, GroupKernelsMatchTheScalarTwinsAndTheSingleKernels) {
       }
     }
   });
-}
-
-// rows x dim normal values stored as `type`'s rows.
-std::vector<std::byte> stored_rows(KVType type, size_t rows, size_t dim, uint64_t seed) {
-  std::vector<std::byte> out(rows * kv_row_bytes(type, dim));
-  store_rows(test::normal(rows * dim, seed).data(), out.data(), type, rows * dim, dim);
-  return out;
 }
 
 // More than 4 queries go over the rows in tiles of about 32 KiB (each tile's passes together):
