@@ -10,11 +10,13 @@
 #include "hwy/highway.h"
 // clang-format on
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "ops/activation_q8.h"
+#include "ops/matmul_half_tiles-inl.h"
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
 #include "ops/quant_formats.h"
@@ -27,6 +29,33 @@
 namespace squeezekv::repacked {
 // Q4_K, per 16 rows and super-block: qs (32 vectors), d then dmin (16 fp16 each), scale words.
 inline constexpr size_t kQ4_KHalves = 32 * 64, kQ4_KWords = kQ4_KHalves + 64, kQ4_KUnitBytes = kQ4_KWords + 3 * 64;
+
+// Groups [g0, g1) of w's layout with plain copies, for the targets without the AVX-512
+// transposes: the same bytes as Q4_KRepackedTiles::repack_to (rows past the matrix repeat its
+// last row).
+inline void q4_k_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const size_t stride = row_bytes(w.type, w.n_cols);
+  const int64_t n_super = w.n_cols / quant::q4_k_elems;
+  const auto group_bytes = static_cast<size_t>(n_super) * kQ4_KUnitBytes;  // whole lines already
+  for (int64_t g = g0; g < g1; ++g) {
+    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
+    for (int64_t r = 0; r < 16; ++r) {
+      const int64_t row = std::min(g * 16 + r, w.n_rows - 1);
+      const auto lane = static_cast<size_t>(r);
+      for (int64_t b = 0; b < n_super; ++b) {
+        const uint8_t* block = base + static_cast<size_t>(row) * stride + static_cast<size_t>(b) * quant::q4_k_bytes;
+        uint8_t* unit = group + static_cast<size_t>(b) * kQ4_KUnitBytes;
+        for (size_t v = 0; v < 32; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + quant::q4_k_qs_offset + 4 * v, 4);
+        std::memcpy(unit + kQ4_KHalves + 2 * lane, block, 2);
+        std::memcpy(unit + kQ4_KHalves + 32 + 2 * lane, block + 2, 2);
+        for (size_t k = 0; k < 3; ++k) {
+          std::memcpy(unit + kQ4_KWords + 64 * k + 4 * lane, block + quant::q4_k_scales_offset + 4 * k, 4);
+        }
+      }
+    }
+  }
+}
 }  // namespace squeezekv::repacked
 #endif
 
@@ -92,6 +121,102 @@ HWY_INLINE void DotQ4_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
   }
   for (int k = 0; k < K; ++k) out[k] = acc[k] - acc_min[k];
 }
+
+// The half-group tiles over the repacked layout (matmul_half_tiles-inl.h): a sub-block's 8
+// vpmaddubsw add up in int16 (at most 8 * 2 * 15 * 128 = 30720, no overflow) before one vpmaddwd;
+// the integer sums are exact in any order and the float products and their tree are DotQ4_K's,
+// lane by lane, so the bits are the row kernel's.
+struct Q4_KHalfTiles {
+  static constexpr int64_t kUnitCols = quant::q4_k_elems;
+
+  // d * scale and dmin * min of the 8 sub-blocks of one super-block for half h's 8 rows, as
+  // q4_k_unpack_scales and ScaledBytes compute them (the bytes of scales 0-3, 4-7, mins 0-3, 4-7
+  // decoded in every lane's three scale words at once).
+  static HWY_INLINE void Factors(const uint8_t* unit, size_t h, __m256* factor, __m256* factor_min) {
+    const uint8_t* halves = unit + repacked::kQ4_KHalves + 16 * h;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(halves)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(halves + 32)));
+    const uint8_t* w = unit + repacked::kQ4_KWords + 32 * h;
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64));
+    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128));
+    const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f), low4 = _mm256_set1_epi32(0x0f0f0f0f),
+                  low2 = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xff);
+    const __m256i words[4] = {_mm256_and_si256(w0, low6),
+                              _mm256_or_si256(_mm256_and_si256(w2, low4),
+                                              _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), low2), 4)),
+                              _mm256_and_si256(w1, low6),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), low4),
+                                              _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), low2), 4))};
+    for (int sub = 0; sub < 8; ++sub) {
+      const int shift = 8 * (sub % 4);
+      const __m256i scale = _mm256_and_si256(_mm256_srli_epi32(words[sub / 4], shift), byte);
+      const __m256i min = _mm256_and_si256(_mm256_srli_epi32(words[2 + sub / 4], shift), byte);
+      factor[sub] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale));
+      factor_min[sub] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min));
+    }
+  }
+
+  // The dots of H halves' rows (from half h0 on) with T tokens over n_super super-blocks from
+  // a group's units: out[i * T + k] lane r = row r of half h0 + i with token k.
+  template <int T, int H>
+  static HWY_INLINE void Tile(const uint8_t* units, int64_t n_super, size_t h0, const TokenQ8* x, __m256* out) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[H][T], acc_min[H][T];
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) acc[i][k] = acc_min[i][k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_super; ++b) {
+      const uint8_t* unit = units + b * repacked::kQ4_KUnitBytes;
+      if constexpr (T == 1) prefetch_ahead(unit, repacked::kQ4_KUnitBytes);
+      __m256 factor[H][8], factor_min[H][8];
+      for (int i = 0; i < H; ++i) Factors(unit, h0 + i, factor[i], factor_min[i]);
+      __m256i dots[H][8][T];  // per half, sub-block and token, lane r: row r's integer dot
+      for (int pair = 0; pair < 4; ++pair) {
+        __m256i lo[H][T], hi[H][T];  // int16 sums of sub-blocks 2 * pair (low nibbles) and 2 * pair + 1
+        for (int g = 0; g < 8; ++g) {
+          __m256i nl[H], nh[H];
+          for (int i = 0; i < H; ++i) {
+            const __m256i v =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 64 * (pair * 8 + g) + 32 * (h0 + i)));
+            nl[i] = _mm256_and_si256(v, low4);
+            nh[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+          }
+          for (int k = 0; k < T; ++k) {
+            const int8_t* xq = x[k].q8 + b * quant::q4_k_elems + 64 * pair + 4 * g;
+            const __m256i xl = half_tiles::Broadcast4(xq), xh = half_tiles::Broadcast4(xq + 32);
+            for (int i = 0; i < H; ++i) {
+              const __m256i pl = _mm256_maddubs_epi16(nl[i], xl), ph = _mm256_maddubs_epi16(nh[i], xh);
+              lo[i][k] = g == 0 ? pl : _mm256_add_epi16(lo[i][k], pl);
+              hi[i][k] = g == 0 ? ph : _mm256_add_epi16(hi[i][k], ph);
+            }
+          }
+        }
+        for (int i = 0; i < H; ++i) {
+          for (int k = 0; k < T; ++k) {
+            dots[i][2 * pair][k] = _mm256_madd_epi16(lo[i][k], ones);
+            dots[i][2 * pair + 1][k] = _mm256_madd_epi16(hi[i][k], ones);
+          }
+        }
+      }
+      for (int i = 0; i < H; ++i) {
+        for (int k = 0; k < T; ++k) {
+          __m256 p[8], m[8];
+          for (int j = 0; j < 8; ++j) {
+            p[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(dots[i][j][k]),
+                                 _mm256_mul_ps(factor[i][j], _mm256_set1_ps(x[k].scale[b * 8 + j])));
+            m[j] = _mm256_mul_ps(factor_min[i][j], _mm256_set1_ps(x[k].scaled_sum[b * 8 + j]));
+          }
+          acc[i][k] = _mm256_add_ps(acc[i][k], half_tiles::Tree8(p));
+          acc_min[i][k] = _mm256_add_ps(acc_min[i][k], half_tiles::Tree8(m));
+        }
+      }
+    }
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) out[i * T + k] = _mm256_sub_ps(acc[i][k], acc_min[i][k]);
+    }
+  }
+};
 #else
 // Elsewhere: nibbles and activations widened to int16 (32 lanes decode a group per load on
 // 512-bit vectors; narrower ones loop).
@@ -411,8 +536,15 @@ void MatmulRowsQ4_K(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   if (w.repacked != nullptr && HasVnni()) return RepackedRows<Q4_KRepackedTiles>(w, in, row_begin, row_end, y);
   if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q4_KTiles>(w, in, row_begin, row_end, y);
 #endif
+#if SQUEEZEKV_X86_BYTE_DOT
+  if (w.repacked != nullptr) return HalfTileRows<Q4_KHalfTiles>(w, in, row_begin, row_end, y);
+#endif
   QuantizedRows<Q4_KRows>(w, in, row_begin, row_end, y);
 }
+
+// Whether this target reads and writes Q4_K's repacked layout: every x86 target with byte dots
+// (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group tiles elsewhere).
+bool RepacksQ4_K() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
 
 // Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
 // this target can: can_repack).
@@ -420,7 +552,7 @@ void RepackGroupsQ4_K(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q4_KRepackedTiles>(w, group_begin, group_end, out);
 #endif
-  (void)w, (void)group_begin, (void)group_end, (void)out;
+  repacked::q4_k_repack_groups_by_copies(w, group_begin, group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -432,6 +564,7 @@ namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ4_K);
 HWY_EXPORT(RepackGroupsQ4_K);
+HWY_EXPORT(RepacksQ4_K);
 
 namespace {
 
@@ -454,7 +587,9 @@ void read_unit(const uint8_t* group, int64_t /*n_super*/, int64_t j, size_t lane
   for (size_t i = 0; i < 128; ++i) block[quant::q4_k_qs_offset + i] = unit[(i / 4) * 64 + 4 * lane + i % 4];
 }
 
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
+bool repacks() { return HWY_DYNAMIC_DISPATCH(RepacksQ4_K)(); }
+
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, repacks};
 
 }  // namespace
 

@@ -94,7 +94,7 @@ void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, u
   repacked::read_nibble_unit({.fifth_bits = true, .minimum = false}, group, n_blocks, j, lane, block);
 }
 
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, detail::vnni_tiles_repack};
 
 }  // namespace
 

@@ -10,16 +10,19 @@
 #include "hwy/highway.h"
 // clang-format on
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "ops/activation_q8.h"
+#include "ops/matmul_half_tiles-inl.h"
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
 #include "ops/quant_formats.h"
 #include "ops/stream_prefetch.h"
 #include "ops/weight_kernels.h"
+#include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/weight_matrix.h"
 
 #ifndef SQUEEZEKV_OPS_MATMUL_Q6_K_ONCE_
@@ -28,6 +31,34 @@ namespace squeezekv::repacked {
 // Q6_K, per 16 rows and super-block: ql (32 vectors), qh (16), scale words (4); the fp16 d of all
 // super-blocks after the last.
 inline constexpr size_t kQ6_KQh = 32 * 64, kQ6_KWords = kQ6_KQh + 16 * 64, kQ6_KUnitBytes = kQ6_KWords + 4 * 64;
+
+// Groups [g0, g1) of w's layout with plain copies, for the targets without the AVX-512
+// transposes: the same bytes as Q6_KRepackedTiles::repack_to (rows past the matrix repeat its
+// last row; the group's padding zeroed).
+inline void q6_k_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.type, w.n_cols);
+  const int64_t n_super = w.n_cols / quant::q6_k_elems;
+  const auto units_bytes = static_cast<size_t>(n_super) * kQ6_KUnitBytes;
+  for (int64_t g = g0; g < g1; ++g) {
+    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
+    for (int64_t r = 0; r < 16; ++r) {
+      const int64_t row = std::min(g * 16 + r, w.n_rows - 1);
+      const auto lane = static_cast<size_t>(r);
+      for (int64_t b = 0; b < n_super; ++b) {
+        const uint8_t* block = base + static_cast<size_t>(row) * stride + static_cast<size_t>(b) * quant::q6_k_bytes;
+        uint8_t* unit = group + static_cast<size_t>(b) * kQ6_KUnitBytes;
+        for (size_t v = 0; v < 48; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + 4 * v, 4);  // ql, then qh
+        for (size_t k = 0; k < 4; ++k) {
+          std::memcpy(unit + kQ6_KWords + 64 * k + 4 * lane, block + quant::q6_k_scales_offset + 4 * k, 4);
+        }
+        std::memcpy(group + units_bytes + static_cast<size_t>(b) * 32 + 2 * lane, block + quant::q6_k_d_offset, 2);
+      }
+    }
+    const size_t used = units_bytes + static_cast<size_t>(n_super) * 32;
+    std::memset(group + used, 0, group_bytes - used);
+  }
+}
 }  // namespace squeezekv::repacked
 #endif
 
@@ -148,6 +179,116 @@ HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* 
   }
   for (int k = 0; k < K; ++k) out[k] = acc[k];
 }
+
+// The half-group tiles over the repacked layout (matmul_half_tiles-inl.h). An x block's 6-bit
+// values (0..63) meet the activations in vpmaddubsw; two products add up in int16 (at most
+// 2 * 2 * 63 * 128 = 32256) and vpmaddwd by the half's int8 scale (as int16 pairs) widens them,
+// and the -32 offset enters as q6_k_offset (-32 times the half's activation sum) times the scale:
+// the row kernel's exact integer dot in another order. The float products and their tree are
+// DotQ6_K's, lane by lane, so the bits are the row kernel's.
+struct Q6_KHalfTiles {
+  static constexpr int64_t kUnitCols = quant::q6_k_elems;
+
+  // Vector g of x block 4 * h6 + part (columns 4g..4g + 3 of it) for half h: Q6_KStreams' stream,
+  // rebuilt from the ql and qh vectors as Q6_KRepackedTiles::values4 does.
+  static HWY_INLINE __m256i Values(const uint8_t* unit, size_t h, int h6, int part, int g) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+    auto load = [&](size_t vector) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 64 * vector + 32 * h));
+    };
+    const __m256i q = load(static_cast<size_t>((2 * h6 + part % 2) * 8 + g));  // a (parts 0, 2) or c (1, 3)
+    const __m256i high = load(repacked::kQ6_KQh / 64 + static_cast<size_t>(h6 * 8 + g));
+    const __m256i low = part < 2 ? _mm256_and_si256(q, low4) : _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    __m256i top;
+    switch (part) {
+      case 0:
+        top = _mm256_slli_epi16(high, 4);
+        break;
+      case 1:
+        top = _mm256_slli_epi16(high, 2);
+        break;
+      case 2:
+        top = high;
+        break;
+      default:
+        top = _mm256_srli_epi16(high, 2);
+        break;
+    }
+    return _mm256_or_si256(low, _mm256_and_si256(top, bits45));
+  }
+
+  // The dots of H halves' rows (from half h0 on) with T tokens over n_super super-blocks from a
+  // group: out[i * T + k] lane r = row r of half h0 + i with token k.
+  template <int T, int H>
+  static HWY_INLINE void Tile(const uint8_t* group, int64_t n_super, size_t h0, const TokenQ8* x, __m256* out) {
+    const uint8_t* halves = group + n_super * repacked::kQ6_KUnitBytes;
+    const __m256i low16 = _mm256_set1_epi32(0xffff);
+    __m256 acc[H][T];
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) acc[i][k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_super; ++b) {
+      const uint8_t* unit = group + b * repacked::kQ6_KUnitBytes;
+      if constexpr (T == 1) prefetch_ahead(unit, repacked::kQ6_KUnitBytes);
+      __m256 d[H];
+      __m256i scale[H][16], scale_pairs[H][16];  // per half and sub-block of 16: int32, and as int16 pairs
+      for (int i = 0; i < H; ++i) {
+        const size_t h = h0 + static_cast<size_t>(i);
+        d[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(halves + 32 * b + 16 * h)));
+        for (int word = 0; word < 4; ++word) {
+          const __m256i w = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(unit + repacked::kQ6_KWords + 64 * static_cast<size_t>(word) + 32 * h));
+          for (int byte = 0; byte < 4; ++byte) {
+            const __m256i s = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * byte), 24);
+            scale[i][4 * word + byte] = s;
+            scale_pairs[i][4 * word + byte] = _mm256_or_si256(_mm256_and_si256(s, low16), _mm256_slli_epi32(s, 16));
+          }
+        }
+      }
+      __m256 p[H][T][8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {  // x block j of the super-block
+        const int64_t block = b * 8 + j;
+        __m256i dot[H][T];  // the offset's share first: q6_k_offset of each half times its scale
+        for (int k = 0; k < T; ++k) {
+          const __m256i off_lo = half_tiles::Broadcast4(x[k].q6_k_offset + 2 * block);
+          const __m256i off_hi = half_tiles::Broadcast4(x[k].q6_k_offset + 2 * block + 1);
+          for (int i = 0; i < H; ++i) {
+            dot[i][k] = _mm256_add_epi32(_mm256_mullo_epi32(off_lo, scale[i][2 * j]),
+                                         _mm256_mullo_epi32(off_hi, scale[i][2 * j + 1]));
+          }
+        }
+        for (int g = 0; g < 8; g += 2) {  // columns 4g..4g + 7: half g / 4 of the block
+          __m256i v0[H], v1[H];
+          for (int i = 0; i < H; ++i) {
+            v0[i] = Values(unit, h0 + static_cast<size_t>(i), j / 4, j % 4, g);
+            v1[i] = Values(unit, h0 + static_cast<size_t>(i), j / 4, j % 4, g + 1);
+          }
+          for (int k = 0; k < T; ++k) {
+            const int8_t* xq = x[k].q8 + block * 32 + 4 * g;
+            const __m256i x0 = half_tiles::Broadcast4(xq), x1 = half_tiles::Broadcast4(xq + 4);
+            for (int i = 0; i < H; ++i) {
+              const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(v0[i], x0), _mm256_maddubs_epi16(v1[i], x1));
+              dot[i][k] = _mm256_add_epi32(dot[i][k], _mm256_madd_epi16(pairs, scale_pairs[i][2 * j + g / 4]));
+            }
+          }
+        }
+        for (int i = 0; i < H; ++i) {
+          for (int k = 0; k < T; ++k) {
+            p[i][k][j] =
+                _mm256_mul_ps(_mm256_cvtepi32_ps(dot[i][k]), _mm256_mul_ps(d[i], _mm256_set1_ps(x[k].scale[block])));
+          }
+        }
+      }
+      for (int i = 0; i < H; ++i) {
+        for (int k = 0; k < T; ++k) acc[i][k] = _mm256_add_ps(acc[i][k], half_tiles::Tree8(p[i][k]));
+      }
+    }
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) out[i * T + k] = acc[i][k];
+    }
+  }
+};
 #else
 template <int K>
 HWY_INLINE void DotQ6_K(const uint8_t* row, const TokenQ8* x, int64_t n, float* out) {
@@ -421,8 +562,15 @@ void MatmulRowsQ6_K(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   }
   if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q6_KTiles>(w, in, row_begin, row_end, y);
 #endif
+#if SQUEEZEKV_X86_BYTE_DOT
+  if (w.repacked != nullptr) return HalfTileRows<Q6_KHalfTiles>(w, in, row_begin, row_end, y);
+#endif
   QuantizedRows<Q6_KRows>(w, in, row_begin, row_end, y);
 }
+
+// Whether this target reads and writes Q6_K's repacked layout: every x86 target with byte dots
+// (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group tiles elsewhere).
+bool RepacksQ6_K() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
 
 // Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
 // this target can: can_repack).
@@ -430,7 +578,7 @@ void RepackGroupsQ6_K(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q6_KRepackedTiles>(w, group_begin, group_end, out);
 #endif
-  (void)w, (void)group_begin, (void)group_end, (void)out;
+  repacked::q6_k_repack_groups_by_copies(w, group_begin, group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -442,6 +590,7 @@ namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ6_K);
 HWY_EXPORT(RepackGroupsQ6_K);
+HWY_EXPORT(RepacksQ6_K);
 
 namespace {
 
@@ -466,7 +615,9 @@ void read_unit(const uint8_t* group, int64_t n_super, int64_t j, size_t lane, ui
               group + static_cast<size_t>(n_super) * kQ6_KUnitBytes + static_cast<size_t>(j) * 32 + 2 * lane, 2);
 }
 
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
+bool repacks() { return HWY_DYNAMIC_DISPATCH(RepacksQ6_K)(); }
+
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, repacks};
 
 }  // namespace
 

@@ -281,7 +281,7 @@ void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, u
   for (size_t i = 0; i < quant::q8_0_elems; ++i) block[2 + i] = codes[(i / 4) * 64 + i % 4] ^ 0x80;
 }
 
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, detail::vnni_tiles_repack};
 
 }  // namespace
 

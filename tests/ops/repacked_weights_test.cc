@@ -45,6 +45,27 @@ struct Repacked {
   void poison() { std::fill(rows.begin(), rows.end(), uint8_t{0}); }
 };
 
+// Poisons a Repacked's rows for a scope when the target reads the repacked layout, and gives them
+// back at its end (also when an assertion leaves it early, so the next target is not misled).
+class Poisoned {
+ public:
+  Poisoned(Repacked& repacked, bool reads_repacked) : repacked_(repacked), active_(reads_repacked) {
+    if (!active_) return;
+    saved_ = repacked_.rows;
+    repacked_.poison();
+  }
+  ~Poisoned() {
+    if (active_) repacked_.rows = saved_;
+  }
+  Poisoned(const Poisoned&) = delete;
+  Poisoned& operator=(const Poisoned&) = delete;
+
+ private:
+  Repacked& repacked_;
+  bool active_;
+  std::vector<uint8_t> saved_;
+};
+
 const TensorType kRepackable[] = {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1,
                                   TensorType::q5_0, TensorType::q4_k, TensorType::q6_k};
 
@@ -57,18 +78,27 @@ std::vector<int64_t> columns(TensorType type) {
   return {256, 768, 2304};
 }
 
-bool skip_without_repacking() {
-  if (can_repack(WeightMatrix{nullptr, TensorType::q8_0, 16, 32})) return false;
-  return true;
+// The types this CPU repacks: all six with AVX-512 VNNI, Q4_K and Q6_K on other x86 CPUs with
+// AVX2 (their half-group tiles), none elsewhere.
+std::vector<TensorType> repackable_here() {
+  std::vector<TensorType> types;
+  for (const TensorType type : kRepackable) {
+    if (can_repack(WeightMatrix{nullptr, type, 16, columns(type)[0]})) types.push_back(type);
+  }
+  return types;
 }
 
+constexpr const char* kNothingRepacked = "this CPU repacks no type (it has neither AVX-512 VNNI nor AVX2)";
+
 TEST(ops_repacked_weights, ProductsEqualThoseOfTheGgufRows) {
-  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+  const std::vector<TensorType> types = repackable_here();
+  if (types.empty()) GTEST_SKIP() << kNothingRepacked;
   ThreadPool pool2(2);
   uint32_t seed = 1;
   // Every token count a call can have: 1 to 3 are the row kernels' calls without repacking, up
-  // to 16 streamed pieces, above 16 whole groups.
-  for (const TensorType type : kRepackable) {
+  // to 16 streamed pieces, above 16 whole groups (the half-group tiles: 4 tokens at a time in
+  // chunks of 32).
+  for (const TensorType type : types) {
     for (const int64_t n_cols : columns(type)) {
       for (const int64_t n_rows : {1, 15, 16, 17, 70}) {
         const TestMatrix m = make_matrix(type, n_rows, n_cols, ++seed);
@@ -80,18 +110,12 @@ TEST(ops_repacked_weights, ProductsEqualThoseOfTheGgufRows) {
           testing::for_each_target([&] {
             std::vector<float> expected(static_cast<size_t>(n_tok * n_rows));  // each target its own
             matmul(m.view, x.data(), n_tok, expected.data(), nullptr);
-            const bool reads_repacked = can_repack(repacked.view);
-            std::vector<uint8_t> saved;
-            if (reads_repacked) {
-              saved = repacked.rows;
-              repacked.poison();
-            }
+            const Poisoned poisoned(repacked, can_repack(repacked.view));
             for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
               std::vector<float> y(expected.size());
               matmul(repacked.view, x.data(), n_tok, y.data(), pool);
               ASSERT_EQ(y, expected);
             }
-            if (reads_repacked) repacked.rows = saved;
           });
         }
       }
@@ -102,10 +126,11 @@ TEST(ops_repacked_weights, ProductsEqualThoseOfTheGgufRows) {
 // The fused entry points of the engine (q/k/v in one region, gate/up with SwiGLU) on repacked
 // matrices, split across a pool.
 TEST(ops_repacked_weights, FusedProductsEqualThoseOfTheGgufRows) {
-  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
+  const std::vector<TensorType> types = repackable_here();
+  if (types.empty()) GTEST_SKIP() << kNothingRepacked;
   ThreadPool pool2(2);
   const int64_t n_cols = 1024;
-  for (const TensorType type : kRepackable) {
+  for (const TensorType type : types) {
     const TestMatrix gate = make_matrix(type, 301, n_cols, 7), up = make_matrix(type, 301, n_cols, 8);
     Repacked gate_r(gate, 1), up_r(up, 2);
     gate_r.poison();
@@ -130,8 +155,9 @@ TEST(ops_repacked_weights, FusedProductsEqualThoseOfTheGgufRows) {
 }
 
 TEST(ops_repacked_weights, RowsReadBackAsTheGgufRows) {
-  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
-  for (const TensorType type : kRepackable) {
+  const std::vector<TensorType> types = repackable_here();
+  if (types.empty()) GTEST_SKIP() << kNothingRepacked;
+  for (const TensorType type : types) {
     const int64_t n_cols = columns(type)[1];
     for (const int64_t n_rows : {1, 17, 40}) {
       SCOPED_TRACE(name(type) + " rows " + std::to_string(n_rows));
@@ -150,14 +176,38 @@ TEST(ops_repacked_weights, RowsReadBackAsTheGgufRows) {
 
 // Groups written one call at a time, in any order, give the same bytes as one call.
 TEST(ops_repacked_weights, PiecesGiveTheSameBytes) {
-  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
-  for (const TensorType type : kRepackable) {
+  const std::vector<TensorType> types = repackable_here();
+  if (types.empty()) GTEST_SKIP() << kNothingRepacked;
+  for (const TensorType type : types) {
     SCOPED_TRACE(name(type));
     const TestMatrix m = make_matrix(type, 70, columns(type)[1], 3);
     Repacked whole(m, 1);
     RepackedBuffer pieces = allocate_repacked(m.view);
     for (int64_t g = groups_of(m.view) - 1; g >= 0; --g) repack_groups(m.view, g, g + 1, pieces.get());
     EXPECT_EQ(0, std::memcmp(whole.buffer.get(), pieces.get(), repacked_bytes(m.view)));
+  }
+}
+
+// Every target that repacks a type writes the same bytes (the AVX-512 transposes on the VNNI
+// targets, plain copies on AVX2), so a layout written on one target is read right on another.
+TEST(ops_repacked_weights, EveryTargetWritesTheSameBytes) {
+  const std::vector<TensorType> types = repackable_here();
+  if (types.empty()) GTEST_SKIP() << kNothingRepacked;
+  for (const TensorType type : types) {
+    for (const int64_t n_cols : columns(type)) {
+      SCOPED_TRACE(name(type) + " cols " + std::to_string(n_cols));
+      const TestMatrix m = make_matrix(type, 37, n_cols, static_cast<uint32_t>(n_cols));
+      const Repacked best(m, 1);
+      int targets_repacking = 0;
+      testing::for_each_target([&] {
+        if (!can_repack(m.view)) return;
+        ++targets_repacking;
+        RepackedBuffer bytes = allocate_repacked(m.view);
+        repack_groups(m.view, 0, groups_of(m.view), bytes.get());
+        EXPECT_EQ(0, std::memcmp(best.buffer.get(), bytes.get(), repacked_bytes(m.view)));
+      });
+      EXPECT_GE(targets_repacking, 1);
+    }
   }
 }
 
@@ -185,10 +235,11 @@ TEST(ops_repacked_weights, SizesAreWholeGroupsOfWholeCacheLines) {
 }
 
 TEST(ops_repacked_weights, LargeMatricesStartOnAHugePage) {
-  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is repacked";
-  // 2048 x 1024 Q8_0: 128 groups of 32 x 544 bytes, 2.125 MiB; 32 x 1024: 34 KiB.
-  const WeightMatrix large{nullptr, TensorType::q8_0, 2048, 1024};
-  const WeightMatrix small{nullptr, TensorType::q8_0, 32, 1024};
+  if (repackable_here().empty()) GTEST_SKIP() << kNothingRepacked;
+  // 4096 x 1024 Q4_K (every CPU that repacks repacks it): 256 groups of 4 x 2304 bytes, 2.25 MiB;
+  // 32 x 1024: 18 KiB.
+  const WeightMatrix large{nullptr, TensorType::q4_k, 4096, 1024};
+  const WeightMatrix small{nullptr, TensorType::q4_k, 32, 1024};
   ASSERT_GE(repacked_bytes(large), kRepackedHugePageBytes);
   ASSERT_LT(repacked_bytes(small), kRepackedHugePageBytes);
   for (int i = 0; i < 3; ++i) {
@@ -205,14 +256,14 @@ TEST(ops_repacked_weights, BadInputIsRefused) {
   const TestMatrix f16 = make_matrix(TensorType::f16, 16, 256, 1);
   EXPECT_FALSE(can_repack(f16.view));
   EXPECT_THROW(allocate_repacked(f16.view), InvalidArgument);
-  if (skip_without_repacking()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the rest needs repacking";
-  const TestMatrix m = make_matrix(TensorType::q8_0, 20, 64, 2);
+  if (repackable_here().empty()) GTEST_SKIP() << kNothingRepacked;
+  const TestMatrix m = make_matrix(TensorType::q4_k, 20, 256, 2);
   RepackedBuffer buffer = allocate_repacked(m.view);
   EXPECT_THROW(repack_groups(m.view, 0, 3, buffer.get()), InvalidArgument);  // 2 groups
   EXPECT_THROW(repack_groups(m.view, 2, 1, buffer.get()), InvalidArgument);
   EXPECT_THROW(repack_groups(m.view, -1, 1, buffer.get()), InvalidArgument);
   EXPECT_THROW(repack_groups(m.view, 0, 1, nullptr), InvalidArgument);
-  std::vector<float> row(64);
+  std::vector<float> row(256);
   EXPECT_THROW(dequantize_repacked_row(m.view, 0, row.data()), InvalidArgument);  // not repacked
   WeightMatrix view = m.view;
   view.repacked = buffer.get();
