@@ -11,8 +11,10 @@
 #include <cstring>
 
 #include "hwy/highway.h"
+#include "ops/matmul_half_tiles-inl.h"
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
+#include "ops/nibble_repacked_layout.h"
 #include "ops/stream_prefetch.h"
 
 // clang-format off
@@ -165,6 +167,101 @@ HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n,
   }
   for (int k = 0; k < K; ++k) out[k] = kHasMin ? acc[k] + acc_min[k] : acc[k];
 }
+
+// The half-group tiles of Q4_0 and Q4_1 over their repacked layout (nibble_repacked_layout.h,
+// matmul_half_tiles-inl.h): a block's 8 vpmaddubsw add up in int16 (at most 8 * 2 * 15 * 128 =
+// 30720) before one vpmaddwd, Q4_0's offset term is added in integers, and the float products,
+// runs of 8 as trees then the rest one by one, are DotNibbleTokens', lane by lane: the row
+// kernel's bits. (Q5_0's codes reach 31, which int16 sums of 8 would overflow: it keeps its rows.)
+template <class F>
+struct NibbleHalfTiles {
+  static_assert(!F::kFifthBit, "codes of 4 bits");
+  static constexpr int64_t kUnitCols = 32;
+  static constexpr repacked::NibbleLayout kLayout{.fifth_bits = false, .minimum = F::kHasMin};
+
+  // The dots of H halves' rows (from half h0 on) with T tokens over n_blocks blocks from a group:
+  // out[i * T + k] lane r = row r of half h0 + i with token k.
+  template <int T, int H>
+  static HWY_INLINE void Tile(const uint8_t* group, int64_t n_blocks, size_t h0, const TokenQ8* x, __m256* out) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const uint8_t* d_half = group + kLayout.d_offset(n_blocks);
+    const uint8_t* m_half = group + (F::kHasMin ? kLayout.m_offset(n_blocks) : 0);
+    __m256 acc[H][T], acc_min[H][T];
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) acc[i][k] = acc_min[i][k] = _mm256_setzero_ps();
+    }
+    // The products of block j: p[i][k] = float(its dot) * (d * the token's block scale), and
+    // Q4_1's m[i][k] = m * the token's scaled sum.
+    auto products = [&](int64_t j, __m256(*p)[T], __m256(*m)[T]) {
+      const uint8_t* codes = group + static_cast<size_t>(j) * repacked::NibbleLayout::kCodeBytes;
+      if constexpr (T == 1) prefetch_ahead(codes, repacked::NibbleLayout::kCodeBytes);
+      __m256i sum[H][T];
+      for (int v = 0; v < 4; ++v) {
+        __m256i lo[H], hi[H];
+        for (int i = 0; i < H; ++i) {
+          const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * v + 32 * (h0 + i)));
+          lo[i] = _mm256_and_si256(packed, low4);                        // elements 4v..4v + 3
+          hi[i] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);  // elements 16 + 4v..
+        }
+        for (int k = 0; k < T; ++k) {
+          const int8_t* xq = x[k].q8 + j * 32 + 4 * v;
+          const __m256i xl = half_tiles::Broadcast4(xq), xh = half_tiles::Broadcast4(xq + 16);
+          for (int i = 0; i < H; ++i) {
+            const __m256i both = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], xl), _mm256_maddubs_epi16(hi[i], xh));
+            sum[i][k] = v == 0 ? both : _mm256_add_epi16(sum[i][k], both);
+          }
+        }
+      }
+      for (int i = 0; i < H; ++i) {
+        const size_t h = h0 + static_cast<size_t>(i);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+            d_half + static_cast<size_t>(j) * repacked::NibbleLayout::kHalfBytes + 16 * h)));
+        [[maybe_unused]] __m256 minimum;
+        if constexpr (F::kHasMin) {
+          minimum = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+              m_half + static_cast<size_t>(j) * repacked::NibbleLayout::kHalfBytes + 16 * h)));
+        }
+        for (int k = 0; k < T; ++k) {
+          __m256i dot = _mm256_madd_epi16(sum[i][k], ones);
+          if constexpr (!F::kHasMin) {
+            dot = _mm256_add_epi32(dot, _mm256_set1_epi32(x[k].q8_0_offset[j] >> F::kOffsetShift));
+          }
+          p[i][k] = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(x[k].scale[j])));
+          if constexpr (F::kHasMin) m[i][k] = _mm256_mul_ps(minimum, _mm256_set1_ps(x[k].scaled_sum[j]));
+        }
+      }
+    };
+    int64_t b = 0;
+    for (; b + 8 <= n_blocks; b += 8) {  // runs of 8 as trees
+      __m256 p[8][H][T], m[8][H][T];
+      for (int j = 0; j < 8; ++j) products(b + j, p[j], m[j]);
+      for (int i = 0; i < H; ++i) {
+        for (int k = 0; k < T; ++k) {
+          __m256 run[8], run_min[8];
+          for (int j = 0; j < 8; ++j) {
+            run[j] = p[j][i][k];
+            run_min[j] = m[j][i][k];
+          }
+          acc[i][k] = _mm256_add_ps(acc[i][k], half_tiles::Tree8(run));
+          if constexpr (F::kHasMin) acc_min[i][k] = _mm256_add_ps(acc_min[i][k], half_tiles::Tree8(run_min));
+        }
+      }
+    }
+    for (; b < n_blocks; ++b) {  // then one by one
+      __m256 p[H][T], m[H][T];
+      products(b, p, m);
+      for (int i = 0; i < H; ++i) {
+        for (int k = 0; k < T; ++k) {
+          acc[i][k] = _mm256_add_ps(acc[i][k], p[i][k]);
+          if constexpr (F::kHasMin) acc_min[i][k] = _mm256_add_ps(acc_min[i][k], m[i][k]);
+        }
+      }
+    }
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) out[i * T + k] = F::kHasMin ? _mm256_add_ps(acc[i][k], acc_min[i][k]) : acc[i][k];
+    }
+  }
+};
 #endif
 
 // One row of a nibble format dotted with K tokens (the row kernel of its file).
