@@ -168,16 +168,26 @@ HWY_INLINE void DotNibbleTokens(const uint8_t* row, const TokenQ8* x, int64_t n,
   for (int k = 0; k < K; ++k) out[k] = kHasMin ? acc[k] + acc_min[k] : acc[k];
 }
 
-// The half-group tiles of Q4_0 and Q4_1 over their repacked layout (nibble_repacked_layout.h,
-// matmul_half_tiles-inl.h): a block's 8 vpmaddubsw add up in int16 (at most 8 * 2 * 15 * 128 =
-// 30720) before one vpmaddwd, Q4_0's offset term is added in integers, and the float products,
-// runs of 8 as trees then the rest one by one, are DotNibbleTokens', lane by lane: the row
-// kernel's bits. (Q5_0's codes reach 31, which int16 sums of 8 would overflow: it keeps its rows.)
+// The half-group tiles of the nibble formats over their repacked layout (nibble_repacked_layout.h,
+// matmul_half_tiles-inl.h): a block's vpmaddubsw products add up in int16 (Q4_0, Q4_1: 8 of at
+// most 2 * 15 * 128, 30720; Q5_0, codes to 31: 4 of at most 2 * 31 * 128, 31744) before vpmaddwd,
+// the offset term of Q4_0 and Q5_0 is added in integers, and the float products, runs of 8 as
+// trees then the rest one by one, are DotNibbleTokens', lane by lane: the row kernel's bits.
 template <class F>
 struct NibbleHalfTiles {
-  static_assert(!F::kFifthBit, "codes of 4 bits");
   static constexpr int64_t kUnitCols = 32;
-  static constexpr repacked::NibbleLayout kLayout{.fifth_bits = false, .minimum = F::kHasMin};
+  static constexpr repacked::NibbleLayout kLayout{.fifth_bits = F::kFifthBit, .minimum = F::kHasMin};
+
+  // Q5_0's fifth bits of vector v's low (elements 4v..4v + 3) or high (16 + 4v..) codes as bytes, 16
+  // where set: each byte takes the byte of its row's qh that holds its bit (pshufb), then tests it.
+  static HWY_INLINE __m256i FifthBytes(__m256i qh, int v, bool high) {
+    const __m256i row_bytes = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8, 8,
+                                              8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+    const __m256i spread = _mm256_shuffle_epi8(
+        qh, _mm256_add_epi8(row_bytes, _mm256_set1_epi8(static_cast<char>((high ? 2 : 0) + v / 2))));
+    const __m256i bit = _mm256_set1_epi32(v % 2 == 0 ? 0x08040201 : static_cast<int32_t>(0x80402010u));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
+  }
 
   // The dots of H halves' rows (from half h0 on) with T tokens over n_blocks blocks from a group:
   // out[i * T + k] lane r = row r of half h0 + i with token k.
@@ -186,6 +196,9 @@ struct NibbleHalfTiles {
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const uint8_t* d_half = group + kLayout.d_offset(n_blocks);
     const uint8_t* m_half = group + (F::kHasMin ? kLayout.m_offset(n_blocks) : 0);
+    const uint8_t* fifth = group + kLayout.fifth_offset(n_blocks);
+    // Vectors of int16 sums before a vpmaddwd: all 4 of a block, or 2 with Q5_0's larger codes.
+    constexpr int kVectorsInt16 = F::kFifthBit ? 2 : 4;
     __m256 acc[H][T], acc_min[H][T];
     for (int i = 0; i < H; ++i) {
       for (int k = 0; k < T; ++k) acc[i][k] = acc_min[i][k] = _mm256_setzero_ps();
@@ -195,20 +208,35 @@ struct NibbleHalfTiles {
     auto products = [&](int64_t j, __m256(*p)[T], __m256(*m)[T]) {
       const uint8_t* codes = group + static_cast<size_t>(j) * repacked::NibbleLayout::kCodeBytes;
       if constexpr (T == 1) prefetch_ahead(codes, repacked::NibbleLayout::kCodeBytes);
-      __m256i sum[H][T];
+      [[maybe_unused]] __m256i qh[H];
+      if constexpr (F::kFifthBit) {
+        for (int i = 0; i < H; ++i) {
+          qh[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+              fifth + static_cast<size_t>(j) * repacked::NibbleLayout::kFifthBytes + 32 * (h0 + i)));
+        }
+      }
+      __m256i sum[H][T], dot[H][T];
       for (int v = 0; v < 4; ++v) {
         __m256i lo[H], hi[H];
         for (int i = 0; i < H; ++i) {
           const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * v + 32 * (h0 + i)));
           lo[i] = _mm256_and_si256(packed, low4);                        // elements 4v..4v + 3
           hi[i] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);  // elements 16 + 4v..
+          if constexpr (F::kFifthBit) {
+            lo[i] = _mm256_or_si256(lo[i], FifthBytes(qh[i], v, false));
+            hi[i] = _mm256_or_si256(hi[i], FifthBytes(qh[i], v, true));
+          }
         }
         for (int k = 0; k < T; ++k) {
           const int8_t* xq = x[k].q8 + j * 32 + 4 * v;
           const __m256i xl = half_tiles::Broadcast4(xq), xh = half_tiles::Broadcast4(xq + 16);
           for (int i = 0; i < H; ++i) {
             const __m256i both = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], xl), _mm256_maddubs_epi16(hi[i], xh));
-            sum[i][k] = v == 0 ? both : _mm256_add_epi16(sum[i][k], both);
+            sum[i][k] = v % kVectorsInt16 == 0 ? both : _mm256_add_epi16(sum[i][k], both);
+            if (v % kVectorsInt16 == kVectorsInt16 - 1) {
+              const __m256i widened = _mm256_madd_epi16(sum[i][k], ones);
+              dot[i][k] = v < kVectorsInt16 ? widened : _mm256_add_epi32(dot[i][k], widened);
+            }
           }
         }
       }
@@ -222,11 +250,10 @@ struct NibbleHalfTiles {
               m_half + static_cast<size_t>(j) * repacked::NibbleLayout::kHalfBytes + 16 * h)));
         }
         for (int k = 0; k < T; ++k) {
-          __m256i dot = _mm256_madd_epi16(sum[i][k], ones);
           if constexpr (!F::kHasMin) {
-            dot = _mm256_add_epi32(dot, _mm256_set1_epi32(x[k].q8_0_offset[j] >> F::kOffsetShift));
+            dot[i][k] = _mm256_add_epi32(dot[i][k], _mm256_set1_epi32(x[k].q8_0_offset[j] >> F::kOffsetShift));
           }
-          p[i][k] = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(x[k].scale[j])));
+          p[i][k] = _mm256_mul_ps(_mm256_cvtepi32_ps(dot[i][k]), _mm256_mul_ps(d, _mm256_set1_ps(x[k].scale[j])));
           if constexpr (F::kHasMin) m[i][k] = _mm256_mul_ps(minimum, _mm256_set1_ps(x[k].scaled_sum[j]));
         }
       }

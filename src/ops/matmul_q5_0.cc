@@ -22,6 +22,7 @@
 #include "ops/nibble_repacked_layout.h"
 #include "ops/quant_formats.h"
 #include "ops/weight_kernels.h"
+#include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/weight_matrix.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -58,8 +59,15 @@ void MatmulRowsQ5_0(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   if (w.repacked != nullptr && HasVnni()) return RepackedRows<Q5_0RepackedTiles>(w, in, row_begin, row_end, y);
   if (UseTiles(in.n_tok, kTileMinTokens)) return TiledRows<Q5_0Tiles>(w, in, row_begin, row_end, y);
 #endif
+#if SQUEEZEKV_X86_BYTE_DOT
+  if (w.repacked != nullptr) return HalfTileRows<NibbleHalfTiles<Q5_0Format>>(w, in, row_begin, row_end, y);
+#endif
   QuantizedRows<Q5_0Rows>(w, in, row_begin, row_end, y);
 }
+
+// Whether this target reads and writes Q5_0's repacked layout: every x86 target with byte dots
+// (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group tiles elsewhere).
+bool RepacksQ5_0() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
 
 // Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
 // this target can: can_repack).
@@ -67,7 +75,10 @@ void RepackGroupsQ5_0(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q5_0RepackedTiles>(w, group_begin, group_end, out);
 #endif
-  (void)w, (void)group_begin, (void)group_end, (void)out;
+  repacked::nibble_repack_groups_by_copies({.fifth_bits = true, .minimum = false}, static_cast<const uint8_t*>(w.data),
+                                           row_bytes(w.type, w.n_cols), w.n_rows, w.n_cols / 32,
+                                           Q5_0Format::kBlockBytes, repacked_group_bytes(w.type, w.n_cols), group_begin,
+                                           group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -79,6 +90,7 @@ namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ5_0);
 HWY_EXPORT(RepackGroupsQ5_0);
+HWY_EXPORT(RepacksQ5_0);
 
 namespace {
 
@@ -94,7 +106,9 @@ void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, u
   repacked::read_nibble_unit({.fifth_bits = true, .minimum = false}, group, n_blocks, j, lane, block);
 }
 
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, detail::vnni_tiles_repack};
+bool repacks() { return HWY_DYNAMIC_DISPATCH(RepacksQ5_0)(); }
+
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, repacks};
 
 }  // namespace
 

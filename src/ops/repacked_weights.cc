@@ -20,7 +20,7 @@
 namespace squeezekv {
 
 std::string detail::repacking_needs() {
-  return "repacking needs " + repackable_type_names("or") + " and AVX-512 VNNI, or Q4_0, Q4_1, Q4_K or Q6_K and AVX2";
+  return "repacking needs " + repackable_type_names("or") + " and AVX-512 VNNI, or any of them but Q8_0 and AVX2";
 }
 
 std::string detail::repackable_type_names(std::string_view conjunction) {

@@ -78,8 +78,8 @@ std::vector<int64_t> columns(TensorType type) {
   return {256, 768, 2304};
 }
 
-// The types this CPU repacks: all six with AVX-512 VNNI, Q4_0, Q4_1, Q4_K and Q6_K on other x86
-// CPUs with AVX2 (their half-group tiles), none elsewhere.
+// The types this CPU repacks: all six with AVX-512 VNNI, all but Q8_0 on other x86 CPUs
+// with AVX2 (their half-group tiles), none elsewhere.
 std::vector<TensorType> repackable_here() {
   std::vector<TensorType> types;
   for (const TensorType type : kRepackable) {
