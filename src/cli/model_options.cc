@@ -15,7 +15,7 @@ std::unique_ptr<ThreadPool> ModelOptions::make_pool() const {
 void add_repack_flag(CLI::App& app, bool& no_repack) {
   app.add_flag("--no-repack", no_repack,
                "read quantised weights as the file stores them instead of repacking them at load for the tiles "
-               "(AVX-512 VNNI: every quantised type; AVX2: all but Q8_0; same results; repacking makes "
+               "(x86 with AVX2; same results; repacking makes "
                "generation, batches and prompts faster)");
 }
 

@@ -38,10 +38,8 @@ CpuInfo cpu_info() {
 #if HWY_ARCH_X86
   const bool vnni = (best == HWY_AVX3 || best == HWY_AVX3_DL) && __builtin_cpu_supports("avx512vnni");
   const bool byte_dot = best == HWY_AVX2 || best == HWY_AVX3 || best == HWY_AVX3_DL;
-  // Without VNNI repacked Q4_0, Q4_1, Q5_0, Q4_K and Q6_K take the half-group tiles, Q8_0 rows.
-  info.int8_dot = vnni       ? "vpdpbusd (AVX512-VNNI) tiles"
-                  : byte_dot ? "vpmaddubsw tiles (Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) and rows"
-                             : "int16 rows";
+  // Without VNNI repacked matrices take the half-group tiles, the rest (--no-repack) rows.
+  info.int8_dot = vnni ? "vpdpbusd (AVX512-VNNI) tiles" : byte_dot ? "vpmaddubsw half-group tiles" : "int16 rows";
 #else
   info.int8_dot = "int16 rows";
 #endif

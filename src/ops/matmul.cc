@@ -2,7 +2,7 @@
 // the rows of every matrix of a call into tasks across the thread pool, and runs each task by its
 // weight type's kernels (src/ops/matmul_<type>.cc), which the traits table (tensor_type.cc)
 // names. The kernels are compiled once per SIMD target and pick the best at run time; so is the
-// one question asked here per target, whether it has the AVX-512 VNNI tiles.
+// one question asked here per target, whether it repacks.
 // clang-format off: the target include must come first, then foreach_target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/matmul.cc"
@@ -16,15 +16,10 @@ HWY_BEFORE_NAMESPACE();
 namespace squeezekv {
 namespace HWY_NAMESPACE {
 
-// Whether this target has the AVX-512 VNNI tiles, which read and write every repacked layout
-// (repacked_weights.h).
-bool VnniTilesRepack() {
-#if SQUEEZEKV_VNNI_TILES
-  return HasVnni();
-#else
-  return false;
-#endif
-}
+// Whether this target reads and writes repacked matrices (repacked_weights.h): every x86 target
+// with byte dots, by the AVX-512 VNNI tiles where the CPU has VNNI and by the half-group tiles
+// (matmul_half_tiles-inl.h) elsewhere.
+bool Repacks() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace squeezekv
@@ -44,7 +39,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace squeezekv {
 
-HWY_EXPORT(VnniTilesRepack);
+HWY_EXPORT(Repacks);
 
 namespace {
 
@@ -183,15 +178,14 @@ void matvec(const WeightMatrix& w, const float* x, float* y, ThreadPool* pool) {
 
 bool can_repack(const WeightMatrix& w) {
   return has_repacked_layout(w.type) && w.n_rows > 0 && w.n_cols > 0 &&
-         w.n_cols % block_layout(w.type).block_elems == 0 && detail::weight_kernels(w.type).repacked->repacks();
+         w.n_cols % block_layout(w.type).block_elems == 0 && HWY_DYNAMIC_DISPATCH(Repacks)();
 }
-
-bool detail::vnni_tiles_repack() { return HWY_DYNAMIC_DISPATCH(VnniTilesRepack)(); }
 
 void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
   if (!can_repack(w)) {
     require(false, "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
-            "cannot be repacked on this CPU (" + detail::repacking_needs() + ")");
+            "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") +
+                " and an x86 CPU with AVX2)");
   }
   check_shape(w, 1);
   const int64_t n_groups = (w.n_rows + kRepackedGroupRows - 1) / kRepackedGroupRows;

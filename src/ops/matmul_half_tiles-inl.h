@@ -1,4 +1,4 @@
-// The repacked layouts of Q4_0, Q4_1, Q5_0, Q4_K and Q6_K (repacked_weights.h) on x86 targets without the AVX-512 VNNI
+// The repacked layouts (repacked_weights.h) on x86 targets without the AVX-512 VNNI
 // tiles (AVX2 CPUs): half-group tiles read 8 rows at a time, the 32-byte half h of each 64-byte
 // vector of a group (lane r = row 8h + r), for T tokens. The row kernels spend much of their work
 // on horizontal sums, once per (row, token, super-block or run of 8 blocks); with a row per lane

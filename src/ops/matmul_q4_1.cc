@@ -95,10 +95,6 @@ void MatmulRowsQ4_1(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   QuantizedRows<Q4_1Rows>(w, in, row_begin, row_end, y);
 }
 
-// Whether this target reads and writes Q4_1's repacked layout: every x86 target with byte dots
-// (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group tiles elsewhere).
-bool RepacksQ4_1() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
-
 // Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
 // this target can: can_repack).
 void RepackGroupsQ4_1(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
@@ -120,7 +116,6 @@ namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ4_1);
 HWY_EXPORT(RepackGroupsQ4_1);
-HWY_EXPORT(RepacksQ4_1);
 
 namespace {
 
@@ -136,9 +131,7 @@ void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, u
   repacked::read_nibble_unit({.fifth_bits = false, .minimum = true}, group, n_blocks, j, lane, block);
 }
 
-bool repacks() { return HWY_DYNAMIC_DISPATCH(RepacksQ4_1)(); }
-
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, repacks};
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
 
 }  // namespace
 

@@ -542,10 +542,6 @@ void MatmulRowsQ4_K(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   QuantizedRows<Q4_KRows>(w, in, row_begin, row_end, y);
 }
 
-// Whether this target reads and writes Q4_K's repacked layout: every x86 target with byte dots
-// (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group tiles elsewhere).
-bool RepacksQ4_K() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
-
 // Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
 // this target can: can_repack).
 void RepackGroupsQ4_K(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
@@ -564,7 +560,6 @@ namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ4_K);
 HWY_EXPORT(RepackGroupsQ4_K);
-HWY_EXPORT(RepacksQ4_K);
 
 namespace {
 
@@ -587,9 +582,7 @@ void read_unit(const uint8_t* group, int64_t /*n_super*/, int64_t j, size_t lane
   for (size_t i = 0; i < 128; ++i) block[quant::q4_k_qs_offset + i] = unit[(i / 4) * 64 + 4 * lane + i % 4];
 }
 
-bool repacks() { return HWY_DYNAMIC_DISPATCH(RepacksQ4_K)(); }
-
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, repacks};
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
 
 }  // namespace
 

@@ -65,10 +65,6 @@ void MatmulRowsQ5_0(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   QuantizedRows<Q5_0Rows>(w, in, row_begin, row_end, y);
 }
 
-// Whether this target reads and writes Q5_0's repacked layout: every x86 target with byte dots
-// (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group tiles elsewhere).
-bool RepacksQ5_0() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
-
 // Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
 // this target can: can_repack).
 void RepackGroupsQ5_0(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
@@ -90,7 +86,6 @@ namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ5_0);
 HWY_EXPORT(RepackGroupsQ5_0);
-HWY_EXPORT(RepacksQ5_0);
 
 namespace {
 
@@ -106,9 +101,7 @@ void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, u
   repacked::read_nibble_unit({.fifth_bits = true, .minimum = false}, group, n_blocks, j, lane, block);
 }
 
-bool repacks() { return HWY_DYNAMIC_DISPATCH(RepacksQ5_0)(); }
-
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, repacks};
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
 
 }  // namespace
 

@@ -568,10 +568,6 @@ void MatmulRowsQ6_K(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   QuantizedRows<Q6_KRows>(w, in, row_begin, row_end, y);
 }
 
-// Whether this target reads and writes Q6_K's repacked layout: every x86 target with byte dots
-// (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group tiles elsewhere).
-bool RepacksQ6_K() { return SQUEEZEKV_X86_BYTE_DOT != 0; }
-
 // Groups [group_begin, group_end) of w's repacked layout into out (repack_groups checks that
 // this target can: can_repack).
 void RepackGroupsQ6_K(const WeightMatrix& w, int64_t group_begin, int64_t group_end, uint8_t* out) {
@@ -590,7 +586,6 @@ namespace squeezekv {
 
 HWY_EXPORT(MatmulRowsQ6_K);
 HWY_EXPORT(RepackGroupsQ6_K);
-HWY_EXPORT(RepacksQ6_K);
 
 namespace {
 
@@ -615,9 +610,7 @@ void read_unit(const uint8_t* group, int64_t n_super, int64_t j, size_t lane, ui
               group + static_cast<size_t>(n_super) * kQ6_KUnitBytes + static_cast<size_t>(j) * 32 + 2 * lane, 2);
 }
 
-bool repacks() { return HWY_DYNAMIC_DISPATCH(RepacksQ6_K)(); }
-
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, repacks};
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
 
 }  // namespace
 

@@ -9,16 +9,19 @@
 #include "hwy/highway.h"
 // clang-format on
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "ops/activation_q8.h"
+#include "ops/matmul_half_tiles-inl.h"
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
 #include "ops/quant_formats.h"
 #include "ops/stream_prefetch.h"
 #include "ops/weight_kernels.h"
+#include "squeezekv/ops/repacked_weights.h"
 #include "squeezekv/ops/weight_matrix.h"
 
 #ifndef SQUEEZEKV_OPS_MATMUL_Q8_0_ONCE_
@@ -26,6 +29,30 @@
 namespace squeezekv::repacked {
 // Q8_0, per 16 rows: each block's codes (8 vectors); the fp16 d of all blocks after the last.
 inline constexpr size_t kQ8_0CodeBytes = 8 * 64, kQ8_0HalfBytes = 32;
+
+// Groups [g0, g1) of w's layout with plain copies, for the targets without the AVX-512
+// transposes: the same bytes as Q8_0Tiles::pack_to (codes as w + 128; rows past the matrix
+// repeat its last row; the group's padding zeroed).
+inline void q8_0_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.type, w.n_cols);
+  const auto n_blocks = static_cast<size_t>(w.n_cols / quant::q8_0_elems);
+  for (int64_t g = g0; g < g1; ++g) {
+    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
+    for (size_t lane = 0; lane < 16; ++lane) {
+      const int64_t row = std::min(g * 16 + static_cast<int64_t>(lane), w.n_rows - 1);
+      for (size_t j = 0; j < n_blocks; ++j) {
+        const uint8_t* block = base + static_cast<size_t>(row) * stride + j * quant::q8_0_bytes;
+        for (size_t i = 0; i < quant::q8_0_elems; ++i) {
+          group[j * kQ8_0CodeBytes + (i / 4) * 64 + 4 * lane + i % 4] = block[2 + i] ^ 0x80;
+        }
+        std::memcpy(group + n_blocks * kQ8_0CodeBytes + j * kQ8_0HalfBytes + 2 * lane, block, 2);
+      }
+    }
+    const size_t used = n_blocks * (kQ8_0CodeBytes + kQ8_0HalfBytes);
+    std::memset(group + used, 0, group_bytes - used);
+  }
+}
 }  // namespace squeezekv::repacked
 #endif
 
@@ -115,6 +142,61 @@ HWY_INLINE void DotQ8_0Tokens(const uint8_t* row, const TokenQ8* x, int64_t n, f
   DotQ8_0Wide<K>(row, x, n, out);
 #endif
 }
+
+#if SQUEEZEKV_X86_BYTE_DOT
+// The half-group tiles over the repacked layout (matmul_half_tiles-inl.h): the codes come back
+// signed (u ^ 0x80), |w| meets x with w's sign moved onto it as in the row kernel (pairs below
+// 2 * 128 * 127, so each product is widened at once), and each block's float(dot) * (d * the
+// token's block scale) is fused into the chain of its parity in block order, the two chains added
+// at the end: DotQ8_0Tokens' order, lane by lane, so its bits.
+struct Q8_0HalfTiles {
+  static constexpr int64_t kUnitCols = quant::q8_0_elems;
+
+  // The dots of H halves' rows (from half h0 on) with T tokens over n_blocks blocks from a group:
+  // out[i * T + k] lane r = row r of half h0 + i with token k.
+  template <int T, int H>
+  static HWY_INLINE void Tile(const uint8_t* group, int64_t n_blocks, size_t h0, const TokenQ8* x, __m256* out) {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+    const uint8_t* halves = group + n_blocks * repacked::kQ8_0CodeBytes;
+    __m256 acc[H][T][2];
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) acc[i][k][0] = acc[i][k][1] = _mm256_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_blocks; ++j) {
+      const uint8_t* codes = group + j * repacked::kQ8_0CodeBytes;
+      if constexpr (T == 1) prefetch_ahead(codes, repacked::kQ8_0CodeBytes);
+      __m256i dot[H][T];
+      for (int v = 0; v < 8; ++v) {
+        __m256i w[H], magnitude[H];
+        for (int i = 0; i < H; ++i) {
+          w[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * v + 32 * (h0 + i))),
+                                  flip);
+          magnitude[i] = _mm256_abs_epi8(w[i]);
+        }
+        for (int k = 0; k < T; ++k) {
+          const __m256i xv = half_tiles::Broadcast4(x[k].q8 + j * 32 + 4 * v);
+          for (int i = 0; i < H; ++i) {
+            const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[i], _mm256_sign_epi8(xv, w[i])), ones);
+            dot[i][k] = v == 0 ? d : _mm256_add_epi32(dot[i][k], d);
+          }
+        }
+      }
+      for (int i = 0; i < H; ++i) {
+        const __m256 d = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(halves + j * repacked::kQ8_0HalfBytes + 16 * (h0 + i))));
+        for (int k = 0; k < T; ++k) {
+          __m256& chain = acc[i][k][j & 1];
+          chain =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][k]), _mm256_mul_ps(d, _mm256_set1_ps(x[k].scale[j])), chain);
+        }
+      }
+    }
+    for (int i = 0; i < H; ++i) {
+      for (int k = 0; k < T; ++k) out[i * T + k] = _mm256_add_ps(acc[i][k][0], acc[i][k][1]);
+    }
+  }
+};
+#endif
 
 #if SQUEEZEKV_VNNI_TILES
 struct Q8_0Tiles {
@@ -239,6 +321,9 @@ void MatmulRowsQ8_0(const WeightMatrix& w, const detail::MatmulInput& in, int64_
   if (w.repacked != nullptr && HasVnni()) return RepackedRows<Q8_0Tiles>(w, in, row_begin, row_end, y);
   if (UseTiles(in.n_tok, kTileMinTokensQ8_0)) return TiledRows<Q8_0Tiles>(w, in, row_begin, row_end, y);
 #endif
+#if SQUEEZEKV_X86_BYTE_DOT
+  if (w.repacked != nullptr) return HalfTileRows<Q8_0HalfTiles>(w, in, row_begin, row_end, y);
+#endif
   QuantizedRows<Q8_0Rows>(w, in, row_begin, row_end, y);
 }
 
@@ -248,7 +333,7 @@ void RepackGroupsQ8_0(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q8_0Tiles>(w, group_begin, group_end, out);
 #endif
-  (void)w, (void)group_begin, (void)group_end, (void)out;
+  repacked::q8_0_repack_groups_by_copies(w, group_begin, group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -281,7 +366,7 @@ void read_unit(const uint8_t* group, int64_t n_blocks, int64_t j, size_t lane, u
   for (size_t i = 0; i < quant::q8_0_elems; ++i) block[2 + i] = codes[(i / 4) * 64 + i % 4] ^ 0x80;
 }
 
-constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit, detail::vnni_tiles_repack};
+constexpr detail::RepackedLayout kRepacked{repack_groups, read_unit};
 
 }  // namespace
 

@@ -19,10 +19,6 @@
 
 namespace squeezekv {
 
-std::string detail::repacking_needs() {
-  return "repacking needs " + repackable_type_names("or") + " and AVX-512 VNNI, or any of them but Q8_0 and AVX2";
-}
-
 std::string detail::repackable_type_names(std::string_view conjunction) {
   std::string names;
   std::vector<std::string_view> repackable;
@@ -91,7 +87,8 @@ RepackedBuffer allocate_repacked_bytes(size_t bytes) {
 RepackedBuffer allocate_repacked(const WeightMatrix& w) {
   if (!can_repack(w)) {
     require(false, "weight type", tensor_type_name(static_cast<uint32_t>(w.type)),
-            "cannot be repacked on this CPU (" + detail::repacking_needs() + ")");
+            "cannot be repacked on this CPU (repacking needs " + detail::repackable_type_names("or") +
+                " and an x86 CPU with AVX2)");
   }
   return allocate_repacked_bytes(repacked_bytes(w));
 }

@@ -21,13 +21,7 @@ struct RepackedLayout {
   // Unit j (a block or super-block) of row `lane` of a group of n_units units, rebuilt as GGUF
   // stores it (block_layout(type).block_bytes bytes).
   void (*read_unit)(const uint8_t* group, int64_t n_units, int64_t j, size_t lane, uint8_t* unit);
-  // Whether the best SIMD target reads and writes the layout.
-  bool (*repacks)();
 };
-
-// Whether the best SIMD target has the AVX-512 VNNI tiles, which read every repacked layout (the
-// repacks of the types that have no other reader).
-bool vnni_tiles_repack();
 
 struct WeightKernels {
   // y[t * n_rows + r] = dot(row r of w, token t) for rows [row_begin, row_end) and every token of
@@ -40,9 +34,6 @@ struct WeightKernels {
 // The types with a repacked layout, by name, for messages: "Q8_0, Q4_0, ... and Q6_K" (conjunction
 // "and").
 std::string repackable_type_names(std::string_view conjunction);
-
-// What a CPU needs to repack, for messages.
-std::string repacking_needs();
 
 // The kernels of a type squeezekv computes on; InvalidArgument for any other.
 const WeightKernels& weight_kernels(TensorType type);

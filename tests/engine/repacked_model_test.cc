@@ -88,7 +88,7 @@ TEST(RepackedModel, SameLogitsAsTheFileReadInPlace) {
       repacked.embed(token, b.data());
       ASSERT_EQ(a, b) << "token " << token;
     }
-    // On every target: those without AVX-512 VNNI read all but Q8_0 by their own tiles.
+    // On every target: those without AVX-512 VNNI read the layouts by the half-group tiles.
     ThreadPool pool(2);
     testing::for_each_target([&] {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {

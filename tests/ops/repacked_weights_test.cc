@@ -78,8 +78,8 @@ std::vector<int64_t> columns(TensorType type) {
   return {256, 768, 2304};
 }
 
-// The types this CPU repacks: all six with AVX-512 VNNI, all but Q8_0 on other x86 CPUs
-// with AVX2 (their half-group tiles), none elsewhere.
+// The types this CPU repacks: all six on x86 CPUs with AVX2 (the VNNI tiles or the half-group
+// tiles), none elsewhere.
 std::vector<TensorType> repackable_here() {
   std::vector<TensorType> types;
   for (const TensorType type : kRepackable) {

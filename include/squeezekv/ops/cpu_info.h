@@ -10,9 +10,8 @@ namespace squeezekv {
 struct CpuInfo {
   std::string model;        // e.g. "AMD EPYC 9R14 96-Core Processor" ("unknown" if not found)
   std::string simd_target;  // Highway's name of the dispatched target, e.g. "AVX3_DL", "AVX2"
-  std::string
-      int8_dot;    // e.g. "vpdpbusd (AVX512-VNNI) tiles", "vpmaddubsw tiles (Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) and rows"
-  double mhz = 0;  // the clock the OS reports for core 0 (0 if not found; may be nominal)
+  std::string int8_dot;     // e.g. "vpdpbusd (AVX512-VNNI) tiles", "vpmaddubsw half-group tiles"
+  double mhz = 0;           // the clock the OS reports for core 0 (0 if not found; may be nominal)
 };
 
 // Thread-safe; reads /proc/cpuinfo once per call.

@@ -1,5 +1,5 @@
-// Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) repacked at load for the AVX-512 VNNI tiles, and all but Q8_0 also for
-// the AVX2 half-group tiles of CPUs without VNNI (src/ops/matmul_half_tiles-inl.h) (llama.cpp calls the
+// Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) repacked at load for the AVX-512 VNNI tiles, and for the
+// AVX2 half-group tiles of CPUs without VNNI (src/ops/matmul_half_tiles-inl.h) (llama.cpp calls the
 // same idea its CPU "repack"). In GGUF a block's 32 bytes belong to one row; the tiles want the
 // same 4 columns of 16 rows in one 512-bit vector, and without a repacked copy they regroup every
 // 16 rows on every call (about a third of a small batch's time: `ops_bench` matmul 16 tokens; more
@@ -46,9 +46,9 @@ size_t repacked_group_bytes(TensorType type, int64_t n_cols);
 // Bytes of the whole repacked matrix.
 size_t repacked_bytes(const WeightMatrix& w);
 
-// Whether this CPU and build repack w: a type with a repacked layout (the quantised ones) on a
-// target with 512-bit VNNI tiles, or every type but Q8_0 on any x86 target with AVX2 (the half-group
-// tiles); the type's kernels are asked (detail::RepackedLayout::repacks).
+// Whether this CPU and build repack w: a type with a repacked layout (the quantised ones) on an
+// x86 target with AVX2 or more (the VNNI tiles where the CPU has AVX-512 VNNI, the half-group
+// tiles elsewhere).
 bool can_repack(const WeightMatrix& w);
 
 struct FreeDeleter {
