@@ -26,8 +26,9 @@ class Model:
     def load(cls, path: Union[str, os.PathLike], repack: bool = True) -> "Model":
         """Raises FormatError (an OSError and a ValueError) naming what is missing or malformed.
 
-        repack: regroup quantised matrices at load for CPUs with AVX-512 VNNI (same results, faster
-        batches and prompts, still one resident copy of the weights); False reads the file in place.
+        repack: regroup quantised matrices at load for x86 CPUs with AVX2 or AVX-512 (same
+        results, faster batches and prompts, still one resident copy of the weights); False reads
+        the file in place.
         """
         return cls(_native.Model.load(os.fspath(path), bool(repack)))
 
