@@ -20,6 +20,7 @@
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
 #include "ops/quant_formats.h"
+#include "ops/repack_by_copies.h"
 #include "ops/stream_prefetch.h"
 #include "ops/weight_kernels.h"
 #include "squeezekv/ops/weight_matrix.h"
@@ -30,31 +31,18 @@ namespace squeezekv::repacked {
 // Q4_K, per 16 rows and super-block: qs (32 vectors), d then dmin (16 fp16 each), scale words.
 inline constexpr size_t kQ4_KHalves = 32 * 64, kQ4_KWords = kQ4_KHalves + 64, kQ4_KUnitBytes = kQ4_KWords + 3 * 64;
 
-// Groups [g0, g1) of w's layout with plain copies, for the targets without the AVX-512
-// transposes: the same bytes as Q4_KRepackedTiles::repack_to (rows past the matrix repeat its
-// last row).
+// Groups [g0, g1) of w's layout by plain copies: the bytes Q4_KRepackedTiles::repack_to writes.
 inline void q4_k_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  const size_t stride = row_bytes(w.type, w.n_cols);
-  const int64_t n_super = w.n_cols / quant::q4_k_elems;
-  const auto group_bytes = static_cast<size_t>(n_super) * kQ4_KUnitBytes;  // whole lines already
-  for (int64_t g = g0; g < g1; ++g) {
-    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
-    for (int64_t r = 0; r < 16; ++r) {
-      const int64_t row = std::min(g * 16 + r, w.n_rows - 1);
-      const auto lane = static_cast<size_t>(r);
-      for (int64_t b = 0; b < n_super; ++b) {
-        const uint8_t* block = base + static_cast<size_t>(row) * stride + static_cast<size_t>(b) * quant::q4_k_bytes;
-        uint8_t* unit = group + static_cast<size_t>(b) * kQ4_KUnitBytes;
+  repack_groups_by_copies(
+      w, quant::q4_k_bytes, g0, g1, out, [](const uint8_t* block, uint8_t* group, size_t b, size_t lane) {
+        uint8_t* unit = group + b * kQ4_KUnitBytes;
         for (size_t v = 0; v < 32; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + quant::q4_k_qs_offset + 4 * v, 4);
         std::memcpy(unit + kQ4_KHalves + 2 * lane, block, 2);
         std::memcpy(unit + kQ4_KHalves + 32 + 2 * lane, block + 2, 2);
         for (size_t k = 0; k < 3; ++k) {
           std::memcpy(unit + kQ4_KWords + 64 * k + 4 * lane, block + quant::q4_k_scales_offset + 4 * k, 4);
         }
-      }
-    }
-  }
+      });
 }
 }  // namespace squeezekv::repacked
 #endif

@@ -71,10 +71,8 @@ void RepackGroupsQ5_0(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q5_0RepackedTiles>(w, group_begin, group_end, out);
 #endif
-  repacked::nibble_repack_groups_by_copies({.fifth_bits = true, .minimum = false}, static_cast<const uint8_t*>(w.data),
-                                           row_bytes(w.type, w.n_cols), w.n_rows, w.n_cols / 32,
-                                           Q5_0Format::kBlockBytes, repacked_group_bytes(w.type, w.n_cols), group_begin,
-                                           group_end, out);
+  repacked::nibble_repack_groups_by_copies({.fifth_bits = true, .minimum = false}, w, Q5_0Format::kBlockBytes,
+                                           group_begin, group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE

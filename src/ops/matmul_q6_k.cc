@@ -20,6 +20,7 @@
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
 #include "ops/quant_formats.h"
+#include "ops/repack_by_copies.h"
 #include "ops/stream_prefetch.h"
 #include "ops/weight_kernels.h"
 #include "squeezekv/ops/repacked_weights.h"
@@ -32,32 +33,18 @@ namespace squeezekv::repacked {
 // super-blocks after the last.
 inline constexpr size_t kQ6_KQh = 32 * 64, kQ6_KWords = kQ6_KQh + 16 * 64, kQ6_KUnitBytes = kQ6_KWords + 4 * 64;
 
-// Groups [g0, g1) of w's layout with plain copies, for the targets without the AVX-512
-// transposes: the same bytes as Q6_KRepackedTiles::repack_to (rows past the matrix repeat its
-// last row; the group's padding zeroed).
+// Groups [g0, g1) of w's layout by plain copies: the bytes Q6_KRepackedTiles::repack_to writes.
 inline void q6_k_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.type, w.n_cols);
-  const int64_t n_super = w.n_cols / quant::q6_k_elems;
-  const auto units_bytes = static_cast<size_t>(n_super) * kQ6_KUnitBytes;
-  for (int64_t g = g0; g < g1; ++g) {
-    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
-    for (int64_t r = 0; r < 16; ++r) {
-      const int64_t row = std::min(g * 16 + r, w.n_rows - 1);
-      const auto lane = static_cast<size_t>(r);
-      for (int64_t b = 0; b < n_super; ++b) {
-        const uint8_t* block = base + static_cast<size_t>(row) * stride + static_cast<size_t>(b) * quant::q6_k_bytes;
-        uint8_t* unit = group + static_cast<size_t>(b) * kQ6_KUnitBytes;
+  const auto units_bytes = static_cast<size_t>(w.n_cols / quant::q6_k_elems) * kQ6_KUnitBytes;
+  repack_groups_by_copies(
+      w, quant::q6_k_bytes, g0, g1, out, [&](const uint8_t* block, uint8_t* group, size_t b, size_t lane) {
+        uint8_t* unit = group + b * kQ6_KUnitBytes;
         for (size_t v = 0; v < 48; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + 4 * v, 4);  // ql, then qh
         for (size_t k = 0; k < 4; ++k) {
           std::memcpy(unit + kQ6_KWords + 64 * k + 4 * lane, block + quant::q6_k_scales_offset + 4 * k, 4);
         }
-        std::memcpy(group + units_bytes + static_cast<size_t>(b) * 32 + 2 * lane, block + quant::q6_k_d_offset, 2);
-      }
-    }
-    const size_t used = units_bytes + static_cast<size_t>(n_super) * 32;
-    std::memset(group + used, 0, group_bytes - used);
-  }
+        std::memcpy(group + units_bytes + b * 32 + 2 * lane, block + quant::q6_k_d_offset, 2);
+      });
 }
 }  // namespace squeezekv::repacked
 #endif

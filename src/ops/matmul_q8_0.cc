@@ -19,6 +19,7 @@
 #include "ops/matmul_rows-inl.h"
 #include "ops/matmul_tiles-inl.h"
 #include "ops/quant_formats.h"
+#include "ops/repack_by_copies.h"
 #include "ops/stream_prefetch.h"
 #include "ops/weight_kernels.h"
 #include "squeezekv/ops/repacked_weights.h"
@@ -30,28 +31,17 @@ namespace squeezekv::repacked {
 // Q8_0, per 16 rows: each block's codes (8 vectors); the fp16 d of all blocks after the last.
 inline constexpr size_t kQ8_0CodeBytes = 8 * 64, kQ8_0HalfBytes = 32;
 
-// Groups [g0, g1) of w's layout with plain copies, for the targets without the AVX-512
-// transposes: the same bytes as Q8_0Tiles::pack_to (codes as w + 128; rows past the matrix
-// repeat its last row; the group's padding zeroed).
+// Groups [g0, g1) of w's layout by plain copies: the bytes Q8_0Tiles::pack_to writes (codes as
+// w + 128).
 inline void q8_0_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.type, w.n_cols);
   const auto n_blocks = static_cast<size_t>(w.n_cols / quant::q8_0_elems);
-  for (int64_t g = g0; g < g1; ++g) {
-    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
-    for (size_t lane = 0; lane < 16; ++lane) {
-      const int64_t row = std::min(g * 16 + static_cast<int64_t>(lane), w.n_rows - 1);
-      for (size_t j = 0; j < n_blocks; ++j) {
-        const uint8_t* block = base + static_cast<size_t>(row) * stride + j * quant::q8_0_bytes;
-        for (size_t i = 0; i < quant::q8_0_elems; ++i) {
-          group[j * kQ8_0CodeBytes + (i / 4) * 64 + 4 * lane + i % 4] = block[2 + i] ^ 0x80;
-        }
-        std::memcpy(group + n_blocks * kQ8_0CodeBytes + j * kQ8_0HalfBytes + 2 * lane, block, 2);
-      }
-    }
-    const size_t used = n_blocks * (kQ8_0CodeBytes + kQ8_0HalfBytes);
-    std::memset(group + used, 0, group_bytes - used);
-  }
+  repack_groups_by_copies(w, quant::q8_0_bytes, g0, g1, out,
+                          [&](const uint8_t* block, uint8_t* group, size_t j, size_t lane) {
+                            for (size_t i = 0; i < quant::q8_0_elems; ++i) {
+                              group[j * kQ8_0CodeBytes + (i / 4) * 64 + 4 * lane + i % 4] = block[2 + i] ^ 0x80;
+                            }
+                            std::memcpy(group + n_blocks * kQ8_0CodeBytes + j * kQ8_0HalfBytes + 2 * lane, block, 2);
+                          });
 }
 }  // namespace squeezekv::repacked
 #endif

@@ -6,10 +6,12 @@
 // (matmul_nibbles_repacked-inl.h) and each format's scalar unit reader.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+
+#include "ops/repack_by_copies.h"
+#include "squeezekv/ops/weight_matrix.h"
 
 namespace squeezekv::repacked {
 
@@ -42,20 +44,13 @@ inline void read_nibble_unit(NibbleLayout layout, const uint8_t* group, int64_t 
   for (size_t i = 0; i < 16; ++i) block[layout.codes_in_block() + i] = codes[(i / 4) * 64 + i % 4];
 }
 
-// Groups [g0, g1) of a nibble-format matrix's layout with plain copies, for the targets without
-// the AVX-512 transposes: the bytes NibbleRepackedTiles::repack_to writes. rows: the matrix's
-// rows (n_rows of n_blocks blocks of block_bytes, stride apart); groups group_bytes apart, rows
-// past the matrix repeating its last, the padding after a group's sections zeroed.
-inline void nibble_repack_groups_by_copies(NibbleLayout layout, const uint8_t* rows, size_t stride, int64_t n_rows,
-                                           int64_t n_blocks, size_t block_bytes, size_t group_bytes, int64_t g0,
+// Groups [g0, g1) of a nibble-format matrix's layout by plain copies: the bytes
+// NibbleRepackedTiles::repack_to writes.
+inline void nibble_repack_groups_by_copies(NibbleLayout layout, const WeightMatrix& w, size_t block_bytes, int64_t g0,
                                            int64_t g1, uint8_t* out) {
-  const auto blocks = static_cast<size_t>(n_blocks);
-  for (int64_t g = g0; g < g1; ++g) {
-    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
-    for (size_t lane = 0; lane < 16; ++lane) {
-      const int64_t row = std::min(g * 16 + static_cast<int64_t>(lane), n_rows - 1);
-      for (size_t j = 0; j < blocks; ++j) {
-        const uint8_t* block = rows + static_cast<size_t>(row) * stride + j * block_bytes;
+  const int64_t n_blocks = w.n_cols / 32;
+  repack_groups_by_copies(
+      w, block_bytes, g0, g1, out, [&](const uint8_t* block, uint8_t* group, size_t j, size_t lane) {
         for (size_t v = 0; v < 4; ++v) {
           std::memcpy(group + j * NibbleLayout::kCodeBytes + 64 * v + 4 * lane, block + layout.codes_in_block() + 4 * v,
                       4);
@@ -67,11 +62,7 @@ inline void nibble_repack_groups_by_copies(NibbleLayout layout, const uint8_t* r
         if (layout.fifth_bits) {
           std::memcpy(group + layout.fifth_offset(n_blocks) + j * NibbleLayout::kFifthBytes + 4 * lane, block + 2, 4);
         }
-      }
-    }
-    const size_t used = 16 * blocks * block_bytes;
-    std::memset(group + used, 0, group_bytes - used);
-  }
+      });
 }
 
 }  // namespace squeezekv::repacked
