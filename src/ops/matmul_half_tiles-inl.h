@@ -1,10 +1,11 @@
-// The repacked layouts (repacked_weights.h) on x86 targets without the AVX-512 VNNI
-// tiles (AVX2 CPUs): half-group tiles read 8 rows at a time, the 32-byte half h of each 64-byte
-// vector of a group (lane r = row 8h + r), for T tokens. The row kernels spend much of their work
-// on horizontal sums, once per (row, token, super-block or run of 8 blocks); with a row per lane
-// there are none. Each kind's tile (src/ops/matmul_<type>.cc, matmul_nibbles-inl.h) keeps its row kernel's arithmetic order lane by lane, so
-// results are bit for bit the row kernel's. This file: what the tiles share and the driver.
-// Per-target code with Highway's per-target include guard, as matmul_rows-inl.h.
+// The repacked layouts (repacked_weights.h) on x86 targets without the AVX-512 VNNI tiles (AVX2
+// CPUs): half-group tiles read 8 rows at a time, the 32-byte half h of each 64-byte vector of a
+// group (lane r = row 8h + r), for T tokens. The row kernels spend much of their work on
+// horizontal sums, once per (row, token, super-block or run of 8 blocks); with a row per lane
+// there are none. Each kind's tile (src/ops/matmul_<type>.cc, matmul_nibbles-inl.h) keeps its row
+// kernel's arithmetic order lane by lane, so results are bit for bit the row kernel's. This file:
+// what the tiles share and the driver. Per-target code with Highway's per-target include guard,
+// as matmul_rows-inl.h.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -181,10 +181,10 @@ struct NibbleHalfTiles {
   // Q5_0's fifth bits of vector v's low (elements 4v..4v + 3) or high (16 + 4v..) codes as bytes, 16
   // where set: each byte takes the byte of its row's qh that holds its bit (pshufb), then tests it.
   static HWY_INLINE __m256i FifthBytes(__m256i qh, int v, bool high) {
-    const __m256i row_bytes = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8, 8,
-                                              8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+    const __m256i dword_starts = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8,
+                                                 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
     const __m256i spread = _mm256_shuffle_epi8(
-        qh, _mm256_add_epi8(row_bytes, _mm256_set1_epi8(static_cast<char>((high ? 2 : 0) + v / 2))));
+        qh, _mm256_add_epi8(dword_starts, _mm256_set1_epi8(static_cast<char>((high ? 2 : 0) + v / 2))));
     const __m256i bit = _mm256_set1_epi32(v % 2 == 0 ? 0x08040201 : static_cast<int32_t>(0x80402010u));
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
   }
