@@ -7,6 +7,7 @@
 // what the tiles share and the driver. Per-target code with Highway's per-target include guard,
 // as matmul_rows-inl.h.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -49,6 +50,13 @@ HWY_INLINE void StoreHalf(__m256 result, float* y, int64_t n_rows, int64_t t, in
   _mm256_store_ps(lanes, result);
   std::memcpy(dst, lanes, static_cast<size_t>(valid) * sizeof(float));
 }
+
+// How far ahead a one-token tile asks for its lines (a unit's worth at a time): 9 KiB, four Q4_K
+// units. From 1 KiB (the row kernels' distance) on the AVX2 build, AMD EPYC, alternated:
+// `ops_bench --benchmark_filter='matmul_from_memory/.*repacked.*threads:2'` Q4_K 44.1 / 42.6 ->
+// 50.3 / 55.6 GB/s, the other types level to better; Qwen's decode 39.9 / 40.4 / 39.2 -> 41.4 /
+// 42.0 / 42.6 tokens/s. 18 and 36 KiB were no better than 9 on Q4_K.
+inline constexpr size_t kOneTokenAheadBytes = 9216;
 
 // Tokens per pass over a task's rows: their activations (a few tens of KiB) stay in L2 while each
 // half's rows are read from it once per tile.

@@ -207,7 +207,7 @@ struct NibbleHalfTiles {
     // Q4_1's m[i][k] = m * the token's scaled sum.
     auto products = [&](int64_t j, __m256(*p)[T], __m256(*m)[T]) {
       const uint8_t* codes = group + static_cast<size_t>(j) * repacked::NibbleLayout::kCodeBytes;
-      if constexpr (T == 1) prefetch_ahead(codes, repacked::NibbleLayout::kCodeBytes);
+      if constexpr (T == 1) prefetch_ahead(codes, repacked::NibbleLayout::kCodeBytes, half_tiles::kOneTokenAheadBytes);
       [[maybe_unused]] __m256i qh[H];
       if constexpr (F::kFifthBit) {
         for (int i = 0; i < H; ++i) {

@@ -156,7 +156,7 @@ struct Q4_KHalfTiles {
     }
     for (int64_t b = 0; b < n_super; ++b) {
       const uint8_t* unit = units + b * repacked::kQ4_KUnitBytes;
-      if constexpr (T == 1) prefetch_ahead(unit, repacked::kQ4_KUnitBytes);
+      if constexpr (T == 1) prefetch_ahead(unit, repacked::kQ4_KUnitBytes, half_tiles::kOneTokenAheadBytes);
       __m256 factor[H][8], factor_min[H][8];
       for (int i = 0; i < H; ++i) Factors(unit, h0 + i, factor[i], factor_min[i]);
       __m256i dots[H][8][T];  // per half, sub-block and token, lane r: row r's integer dot

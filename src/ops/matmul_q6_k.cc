@@ -216,7 +216,7 @@ struct Q6_KHalfTiles {
     }
     for (int64_t b = 0; b < n_super; ++b) {
       const uint8_t* unit = group + b * repacked::kQ6_KUnitBytes;
-      if constexpr (T == 1) prefetch_ahead(unit, repacked::kQ6_KUnitBytes);
+      if constexpr (T == 1) prefetch_ahead(unit, repacked::kQ6_KUnitBytes, half_tiles::kOneTokenAheadBytes);
       __m256 d[H];
       __m256i scale[H][16], scale_pairs[H][16];  // per half and sub-block of 16: int32, and as int16 pairs
       for (int i = 0; i < H; ++i) {

@@ -154,7 +154,7 @@ struct Q8_0HalfTiles {
     }
     for (int64_t j = 0; j < n_blocks; ++j) {
       const uint8_t* codes = group + j * repacked::kQ8_0CodeBytes;
-      if constexpr (T == 1) prefetch_ahead(codes, repacked::kQ8_0CodeBytes);
+      if constexpr (T == 1) prefetch_ahead(codes, repacked::kQ8_0CodeBytes, half_tiles::kOneTokenAheadBytes);
       __m256i dot[H][T];
       for (int v = 0; v < 8; ++v) {
         __m256i w[H], magnitude[H];
