@@ -69,8 +69,7 @@ void RepackGroupsQ4_0(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q4_0RepackedTiles>(w, group_begin, group_end, out);
 #endif
-  repacked::nibble_repack_groups_by_copies({.fifth_bits = false, .minimum = false}, w, Q4_0Format::kBlockBytes,
-                                           group_begin, group_end, out);
+  repacked::nibble_repack_groups_by_copies({.fifth_bits = false, .minimum = false}, w, group_begin, group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -101,8 +101,7 @@ void RepackGroupsQ4_1(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q4_1RepackedTiles>(w, group_begin, group_end, out);
 #endif
-  repacked::nibble_repack_groups_by_copies({.fifth_bits = false, .minimum = true}, w, Q4_1Format::kBlockBytes,
-                                           group_begin, group_end, out);
+  repacked::nibble_repack_groups_by_copies({.fifth_bits = false, .minimum = true}, w, group_begin, group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -33,16 +33,15 @@ inline constexpr size_t kQ4_KHalves = 32 * 64, kQ4_KWords = kQ4_KHalves + 64, kQ
 
 // Groups [g0, g1) of w's layout by plain copies: the bytes Q4_KRepackedTiles::repack_to writes.
 inline void q4_k_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
-  repack_groups_by_copies(
-      w, quant::q4_k_bytes, g0, g1, out, [](const uint8_t* block, uint8_t* group, size_t b, size_t lane) {
-        uint8_t* unit = group + b * kQ4_KUnitBytes;
-        for (size_t v = 0; v < 32; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + quant::q4_k_qs_offset + 4 * v, 4);
-        std::memcpy(unit + kQ4_KHalves + 2 * lane, block, 2);
-        std::memcpy(unit + kQ4_KHalves + 32 + 2 * lane, block + 2, 2);
-        for (size_t k = 0; k < 3; ++k) {
-          std::memcpy(unit + kQ4_KWords + 64 * k + 4 * lane, block + quant::q4_k_scales_offset + 4 * k, 4);
-        }
-      });
+  repack_groups_by_copies(w, g0, g1, out, [](const uint8_t* block, uint8_t* group, size_t b, size_t lane) {
+    uint8_t* unit = group + b * kQ4_KUnitBytes;
+    for (size_t v = 0; v < 32; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + quant::q4_k_qs_offset + 4 * v, 4);
+    std::memcpy(unit + kQ4_KHalves + 2 * lane, block, 2);
+    std::memcpy(unit + kQ4_KHalves + 32 + 2 * lane, block + 2, 2);
+    for (size_t k = 0; k < 3; ++k) {
+      std::memcpy(unit + kQ4_KWords + 64 * k + 4 * lane, block + quant::q4_k_scales_offset + 4 * k, 4);
+    }
+  });
 }
 }  // namespace squeezekv::repacked
 #endif
@@ -119,7 +118,10 @@ struct Q4_KHalfTiles {
 
   // d * scale and dmin * min of the 8 sub-blocks of one super-block for half h's 8 rows, as
   // q4_k_unpack_scales and ScaledBytes compute them (the bytes of scales 0-3, 4-7, mins 0-3, 4-7
-  // decoded in every lane's three scale words at once).
+  // decoded in every lane's three scale words at once). Q4_KRepackedTiles::factors is the same in
+  // 512-bit registers; one width-generic version in Highway ops made the 512-bit tiles 2-5 %
+  // slower (`ops_bench --benchmark_filter='^matmul/Q4_K/(2048x2048|8192x2048)/repacked/tokens:(1|128)/threads:1'`),
+  // so each width keeps its own.
   static HWY_INLINE void Factors(const uint8_t* unit, size_t h, __m256* factor, __m256* factor_min) {
     const uint8_t* halves = unit + repacked::kQ4_KHalves + 16 * h;
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(halves)));

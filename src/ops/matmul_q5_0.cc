@@ -71,8 +71,7 @@ void RepackGroupsQ5_0(const WeightMatrix& w, int64_t group_begin, int64_t group_
 #if SQUEEZEKV_VNNI_TILES
   if (HasVnni()) return RepackGroupsOf<Q5_0RepackedTiles>(w, group_begin, group_end, out);
 #endif
-  repacked::nibble_repack_groups_by_copies({.fifth_bits = true, .minimum = false}, w, Q5_0Format::kBlockBytes,
-                                           group_begin, group_end, out);
+  repacked::nibble_repack_groups_by_copies({.fifth_bits = true, .minimum = false}, w, group_begin, group_end, out);
 }
 
 }  // namespace HWY_NAMESPACE

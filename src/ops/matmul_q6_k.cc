@@ -36,15 +36,14 @@ inline constexpr size_t kQ6_KQh = 32 * 64, kQ6_KWords = kQ6_KQh + 16 * 64, kQ6_K
 // Groups [g0, g1) of w's layout by plain copies: the bytes Q6_KRepackedTiles::repack_to writes.
 inline void q6_k_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
   const auto units_bytes = static_cast<size_t>(w.n_cols / quant::q6_k_elems) * kQ6_KUnitBytes;
-  repack_groups_by_copies(
-      w, quant::q6_k_bytes, g0, g1, out, [&](const uint8_t* block, uint8_t* group, size_t b, size_t lane) {
-        uint8_t* unit = group + b * kQ6_KUnitBytes;
-        for (size_t v = 0; v < 48; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + 4 * v, 4);  // ql, then qh
-        for (size_t k = 0; k < 4; ++k) {
-          std::memcpy(unit + kQ6_KWords + 64 * k + 4 * lane, block + quant::q6_k_scales_offset + 4 * k, 4);
-        }
-        std::memcpy(group + units_bytes + b * 32 + 2 * lane, block + quant::q6_k_d_offset, 2);
-      });
+  repack_groups_by_copies(w, g0, g1, out, [&](const uint8_t* block, uint8_t* group, size_t b, size_t lane) {
+    uint8_t* unit = group + b * kQ6_KUnitBytes;
+    for (size_t v = 0; v < 48; ++v) std::memcpy(unit + 64 * v + 4 * lane, block + 4 * v, 4);  // ql, then qh
+    for (size_t k = 0; k < 4; ++k) {
+      std::memcpy(unit + kQ6_KWords + 64 * k + 4 * lane, block + quant::q6_k_scales_offset + 4 * k, 4);
+    }
+    std::memcpy(group + units_bytes + b * 32 + 2 * lane, block + quant::q6_k_d_offset, 2);
+  });
 }
 }  // namespace squeezekv::repacked
 #endif

@@ -35,13 +35,12 @@ inline constexpr size_t kQ8_0CodeBytes = 8 * 64, kQ8_0HalfBytes = 32;
 // w + 128).
 inline void q8_0_repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
   const auto n_blocks = static_cast<size_t>(w.n_cols / quant::q8_0_elems);
-  repack_groups_by_copies(w, quant::q8_0_bytes, g0, g1, out,
-                          [&](const uint8_t* block, uint8_t* group, size_t j, size_t lane) {
-                            for (size_t i = 0; i < quant::q8_0_elems; ++i) {
-                              group[j * kQ8_0CodeBytes + (i / 4) * 64 + 4 * lane + i % 4] = block[2 + i] ^ 0x80;
-                            }
-                            std::memcpy(group + n_blocks * kQ8_0CodeBytes + j * kQ8_0HalfBytes + 2 * lane, block, 2);
-                          });
+  repack_groups_by_copies(w, g0, g1, out, [&](const uint8_t* block, uint8_t* group, size_t j, size_t lane) {
+    for (size_t i = 0; i < quant::q8_0_elems; ++i) {
+      group[j * kQ8_0CodeBytes + (i / 4) * 64 + 4 * lane + i % 4] = block[2 + i] ^ 0x80;
+    }
+    std::memcpy(group + n_blocks * kQ8_0CodeBytes + j * kQ8_0HalfBytes + 2 * lane, block, 2);
+  });
 }
 }  // namespace squeezekv::repacked
 #endif
@@ -146,7 +145,7 @@ struct Q8_0HalfTiles {
   // out[i * T + k] lane r = row r of half h0 + i with token k.
   template <int T, int H>
   static HWY_INLINE void Tile(const uint8_t* group, int64_t n_blocks, size_t h0, const TokenQ8* x, __m256* out) {
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     const uint8_t* halves = group + n_blocks * repacked::kQ8_0CodeBytes;
     __m256 acc[H][T][2];
     for (int i = 0; i < H; ++i) {
@@ -166,7 +165,7 @@ struct Q8_0HalfTiles {
         for (int k = 0; k < T; ++k) {
           const __m256i xv = half_tiles::Broadcast4(x[k].q8 + j * 32 + 4 * v);
           for (int i = 0; i < H; ++i) {
-            const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[i], _mm256_sign_epi8(xv, w[i])), ones);
+            const __m256i d = ByteDot(magnitude[i], _mm256_sign_epi8(xv, w[i]));
             dot[i][k] = v == 0 ? d : _mm256_add_epi32(dot[i][k], d);
           }
         }

@@ -46,23 +46,21 @@ inline void read_nibble_unit(NibbleLayout layout, const uint8_t* group, int64_t 
 
 // Groups [g0, g1) of a nibble-format matrix's layout by plain copies: the bytes
 // NibbleRepackedTiles::repack_to writes.
-inline void nibble_repack_groups_by_copies(NibbleLayout layout, const WeightMatrix& w, size_t block_bytes, int64_t g0,
-                                           int64_t g1, uint8_t* out) {
+inline void nibble_repack_groups_by_copies(NibbleLayout layout, const WeightMatrix& w, int64_t g0, int64_t g1,
+                                           uint8_t* out) {
   const int64_t n_blocks = w.n_cols / 32;
-  repack_groups_by_copies(
-      w, block_bytes, g0, g1, out, [&](const uint8_t* block, uint8_t* group, size_t j, size_t lane) {
-        for (size_t v = 0; v < 4; ++v) {
-          std::memcpy(group + j * NibbleLayout::kCodeBytes + 64 * v + 4 * lane, block + layout.codes_in_block() + 4 * v,
-                      4);
-        }
-        std::memcpy(group + layout.d_offset(n_blocks) + j * NibbleLayout::kHalfBytes + 2 * lane, block, 2);
-        if (layout.minimum) {
-          std::memcpy(group + layout.m_offset(n_blocks) + j * NibbleLayout::kHalfBytes + 2 * lane, block + 2, 2);
-        }
-        if (layout.fifth_bits) {
-          std::memcpy(group + layout.fifth_offset(n_blocks) + j * NibbleLayout::kFifthBytes + 4 * lane, block + 2, 4);
-        }
-      });
+  repack_groups_by_copies(w, g0, g1, out, [&](const uint8_t* block, uint8_t* group, size_t j, size_t lane) {
+    for (size_t v = 0; v < 4; ++v) {
+      std::memcpy(group + j * NibbleLayout::kCodeBytes + 64 * v + 4 * lane, block + layout.codes_in_block() + 4 * v, 4);
+    }
+    std::memcpy(group + layout.d_offset(n_blocks) + j * NibbleLayout::kHalfBytes + 2 * lane, block, 2);
+    if (layout.minimum) {
+      std::memcpy(group + layout.m_offset(n_blocks) + j * NibbleLayout::kHalfBytes + 2 * lane, block + 2, 2);
+    }
+    if (layout.fifth_bits) {
+      std::memcpy(group + layout.fifth_offset(n_blocks) + j * NibbleLayout::kFifthBytes + 4 * lane, block + 2, 4);
+    }
+  });
 }
 
 }  // namespace squeezekv::repacked

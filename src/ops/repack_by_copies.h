@@ -9,17 +9,19 @@
 #include <cstring>
 
 #include "squeezekv/ops/repacked_weights.h"
+#include "squeezekv/ops/tensor_type.h"
 #include "squeezekv/ops/weight_matrix.h"
 
 namespace squeezekv::repacked {
 
 // Groups [g0, g1) of w's layout into out: for each of a group's 16 lanes (rows past the matrix
-// repeat its last, as the SIMD writers' do) and each unit j (a block or super-block) of
-// unit_bytes in the lane's GGUF row, put(unit, group, j, lane) copies the unit's bytes to their
-// places in the group; the bytes after the group's 16 rows' worth are zeroed.
+// repeat its last, as the SIMD writers' do) and each unit j (a block or super-block, as
+// block_layout has it) of the lane's GGUF row, put(unit, group, j, lane) copies the unit's bytes to
+// their places in the group; the bytes after the group's 16 rows' worth are zeroed.
 template <class Put>
-void repack_groups_by_copies(const WeightMatrix& w, size_t unit_bytes, int64_t g0, int64_t g1, uint8_t* out, Put put) {
+void repack_groups_by_copies(const WeightMatrix& w, int64_t g0, int64_t g1, uint8_t* out, Put put) {
   const auto* base = static_cast<const uint8_t*>(w.data);
+  const auto unit_bytes = static_cast<size_t>(block_layout(w.type).block_bytes);
   const size_t stride = row_bytes(w.type, w.n_cols), group_bytes = repacked_group_bytes(w.type, w.n_cols);
   const size_t n_units = stride / unit_bytes, used = kRepackedGroupRows * stride;
   for (int64_t g = g0; g < g1; ++g) {
