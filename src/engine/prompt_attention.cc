@@ -61,7 +61,7 @@ bool Engine::attention_in_blocks(int l, LayerCache& layer, int row0, int n, int6
   const auto hd = size_t(c.head_dim);
   const auto group = size_t(c.group());
   const auto n_kv = size_t(c.n_kv_heads);
-  const size_t ld_kt = (size_t(max_slots) + 31) / 32 * 32;  // query_block_dots: a multiple of 32
+  const size_t ld_kt = transposed_keys_stride(size_t(max_slots));
   const size_t q_dim = size_t(c.n_heads) * hd;
   const float scale = lc.attention_scale;
   const int64_t window = lc.attention == AttentionKind::sliding ? lc.window : 0;

@@ -100,6 +100,11 @@ void query_block_dots(const float* q, size_t m, size_t ld_q, const float* kt, si
   HWY_DYNAMIC_DISPATCH(QueryBlockDots)(q, m, ld_q, kt, ld_kt, n, head_dim, out, ld_out);
 }
 
+size_t transposed_keys_stride(size_t n) {
+  const size_t tiles = (n + 31) / 32;
+  return (tiles % 2 == 0 ? tiles + 1 : tiles) * 32;
+}
+
 void query_block_dots_scalar(const float* q, size_t m, size_t ld_q, const float* kt, size_t ld_kt, size_t n,
                              size_t head_dim, float* out, size_t ld_out) {
   for (size_t i = 0; i < m; ++i) {

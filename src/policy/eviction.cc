@@ -140,7 +140,7 @@ void accumulate_key_proxy(LayerRows& layer, const UpdateRows& update, float deca
       continue;
     }
     // Prefill: keys transposed once (f32 [dim][ld]) so blocks of queries run as a small GEMM.
-    const size_t ld = (size_t(n_slots) + 31) / 32 * 32;
+    const size_t ld = transposed_keys_stride(size_t(n_slots));
     scratch.kt.assign(size_t(dim) * ld, 0.0f);
     std::vector<float> row(static_cast<size_t>(dim));
     for (int s = 0; s < n_slots; ++s) {

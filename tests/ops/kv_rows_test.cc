@@ -241,7 +241,7 @@ TEST(KVRows, QueryBlockDotsMatchesTheScalarTwin) {
   for (size_t dim : {1u, 8u, 13u, 64u, 128u}) {
     for (size_t m : {1u, 3u, 4u, 5u, 8u, 9u, 12u, 13u, 17u, 64u}) {
       for (size_t n : {1u, 15u, 16u, 17u, 32u, 33u, 70u}) {
-        const size_t ld = (n + 31) / 32 * 32;
+        const size_t ld = transposed_keys_stride(n);
         std::vector<float> kt(dim * ld, 0.0f);
         const auto src = test::normal(dim * n, n * 7 + dim);
         for (size_t d = 0; d < dim; ++d) {
@@ -257,6 +257,24 @@ TEST(KVRows, QueryBlockDotsMatchesTheScalarTwin) {
           }
         }
       }
+    }
+  }
+}
+
+// An odd number of 32-float tiles, the fewest that hold n: rows 128 bytes times an odd number apart
+// (4,608 keys would put a tile's 64 rows into 2 of an L1's 64 sets; 4,640 spreads them).
+TEST(KVRows, TransposedKeysStrideIsTheFirstOddMultipleOf32FromNUp) {
+  EXPECT_EQ(transposed_keys_stride(4608), 4640u);
+  EXPECT_EQ(transposed_keys_stride(4577), 4640u);
+  EXPECT_EQ(transposed_keys_stride(4641), 4704u);
+  EXPECT_EQ(transposed_keys_stride(1), 32u);
+  for (size_t n = 1; n < 20000; ++n) {
+    const size_t ld = transposed_keys_stride(n);
+    ASSERT_GE(ld, n);
+    ASSERT_EQ(ld % 64, 32u) << n;
+    ASSERT_LT(ld - n, 64u) << n;
+    if (n > 32) {
+      ASSERT_LE(transposed_keys_stride(n - 32), ld) << n;
     }
   }
 }
