@@ -1,4 +1,7 @@
-// Per-block 8-bit quantisation of activations (see activation_q8.h).
+// Per-block 8-bit quantisation of activations (see activation_q8.h). The codes are computed once
+// per instruction set by Highway (a prompt chunk quantises every token's input to every product on
+// the calling thread: SmolLM2 pp512 spent as long there as a third of its products, scalar); the
+// scales stay scalar, one a block. The scalar form is the tests' oracle.
 #include "ops/activation_q8.h"
 
 #include <algorithm>
@@ -7,7 +10,126 @@
 
 #include "squeezekv/base/fp16.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/activation_q8.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
 namespace squeezekv::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 16 lanes, so that each half of a block (16 codes: Q6_K's offsets) is whole vectors.
+using DF = hn::CappedTag<float, 16>;
+
+// The largest |x| over n elements (a multiple of the lanes); NaNs skipped, as std::max(amax,
+// fabs(x)) skips them.
+HWY_INLINE float AbsMax(const float* x, size_t n) {
+  const DF d;
+  auto acc = hn::Zero(d);
+  for (size_t i = 0; i < n; i += hn::Lanes(d)) {
+    const auto a = hn::Abs(hn::LoadU(d, x + i));
+    acc = hn::IfThenElse(hn::Gt(a, acc), a, acc);
+  }
+  return hn::GetLane(hn::MaxOfLanes(d, acc));
+}
+
+// Block b's codes, clamp(round-half-even(x * inv), -127, 127) as the scalar round_half_even
+// below forms them (x * inv + 1.5 * 2^23, its bits less those of 1.5 * 2^23), and its
+// integer offsets; returns the sum of its codes.
+HWY_INLINE int32_t QuantizeBlockCodes(const float* xb, float inv, int16_t* qb, int8_t* q8b, int32_t* q8_0_offset,
+                                      int32_t* q6_k_offset) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int16_t, DF> d16;
+  const hn::Rebind<int8_t, DF> d8;
+  const size_t N = hn::Lanes(d);
+  const auto vinv = hn::Set(d, inv), magic = hn::Set(d, 12582912.0f);
+  const auto bias = hn::Set(di, 0x4B400000), lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+  auto halves = hn::Zero(di), second = hn::Zero(di);
+  for (size_t i = 0; i < size_t(activation_block); i += N) {
+    const auto r = hn::Add(hn::Mul(hn::LoadU(d, xb + i), vinv), magic);
+    const auto v = hn::Min(hn::Max(hn::Sub(hn::BitCast(di, r), bias), lo), hi);
+    hn::StoreU(hn::DemoteTo(d16, v), d16, qb + i);
+    hn::StoreU(hn::DemoteTo(d8, v), d8, q8b + i);
+    if (i < size_t(activation_block) / 2) {
+      halves = hn::Add(halves, v);
+    } else {
+      second = hn::Add(second, v);
+    }
+  }
+  const int32_t first_half = hn::GetLane(hn::SumOfLanes(di, halves));
+  const int32_t total = first_half + hn::GetLane(hn::SumOfLanes(di, second));
+  *q8_0_offset = -128 * total;
+  q6_k_offset[0] = -32 * first_half;
+  q6_k_offset[1] = -32 * (total - first_half);
+  return total;
+}
+
+void QuantizeBlocks(const float* x, size_t n_blocks, QuantizedCodes out) {
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const float* xb = x + b * activation_block;
+    const float amax = AbsMax(xb, activation_block);
+    const int32_t total =
+        QuantizeBlockCodes(xb, amax != 0.0f ? 127.0f / amax : 0.0f, out.q + b * activation_block,
+                           out.q8 + b * activation_block, out.q8_0_offset + b, out.q6_k_offset + 2 * b);
+    const float s = amax / 127.0f;
+    out.scale[b] = fp16_to_f32(f32_to_fp16(s));
+    out.scaled_sum[b] = fp16_to_f32(f32_to_fp16(s * static_cast<float>(total)));
+  }
+}
+
+void QuantizeSuperBlocks(const float* x, size_t n_blocks, QuantizedCodes out) {
+  constexpr size_t kPerSuper = 256 / activation_block;
+  const DF d;
+  for (size_t sb = 0; sb < n_blocks / kPerSuper; ++sb) {
+    const float* xs = x + sb * 256;
+    const float amax = AbsMax(xs, 256);
+    // The first element of that magnitude: its sign gives the scale's.
+    float max = 0.0f;
+    for (size_t i = 0; amax != 0.0f && i < 256; i += hn::Lanes(d)) {
+      const intptr_t at = hn::FindFirstTrue(d, hn::Eq(hn::Abs(hn::LoadU(d, xs + i)), hn::Set(d, amax)));
+      if (at >= 0) {
+        max = xs[i + size_t(at)];
+        break;
+      }
+    }
+    const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+    const float scale = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    for (size_t b = sb * kPerSuper; b < (sb + 1) * kPerSuper; ++b) {
+      const int32_t total =
+          QuantizeBlockCodes(x + b * activation_block, iscale, out.q + b * activation_block,
+                             out.q8 + b * activation_block, out.q8_0_offset + b, out.q6_k_offset + 2 * b);
+      out.scale[b] = scale;
+      out.scaled_sum[b] = scale * static_cast<float>(total);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace squeezekv::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace squeezekv::detail {
+
+HWY_EXPORT(QuantizeBlocks);
+HWY_EXPORT(QuantizeSuperBlocks);
+
+QuantizedCodes QuantizedActivations::codes() {
+  return {q.data(), q8.data(), scale.data(), scaled_sum.data(), q8_0_offset.data(), q6_k_offset.data()};
+}
+
+void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks) {
+  resize(n_tok, n_cols);
+  const size_t n_blocks = scale.size();
+  if (super_blocks) {
+    HWY_DYNAMIC_DISPATCH(QuantizeSuperBlocks)(x, n_blocks, codes());
+  } else {
+    HWY_DYNAMIC_DISPATCH(QuantizeBlocks)(x, n_blocks, codes());
+  }
+}
 
 namespace {
 
@@ -20,7 +142,7 @@ inline float fp16_round(float v) { return fp16_to_f32(f32_to_fp16(v)); }
 
 }  // namespace
 
-void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks) {
+void QuantizedActivations::resize(int64_t n_tok, int64_t n_cols) {
   const auto n = static_cast<size_t>(n_tok * n_cols);
   const size_t n_blocks = n / activation_block;
   q.resize(n);
@@ -29,6 +151,11 @@ void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols,
   scaled_sum.resize(n_blocks);
   q8_0_offset.resize(n_blocks);
   q6_k_offset.resize(2 * n_blocks);
+}
+
+void QuantizedActivations::assign_scalar(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks) {
+  resize(n_tok, n_cols);
+  const size_t n_blocks = scale.size();
   if (super_blocks) {
     assign_super_blocks(x, n_blocks);
     return;
@@ -84,3 +211,4 @@ int32_t QuantizedActivations::quantize_block(const float* xb, float inv, size_t 
 }
 
 }  // namespace squeezekv::detail
+#endif  // HWY_ONCE

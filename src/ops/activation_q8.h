@@ -10,6 +10,16 @@ namespace squeezekv::detail {
 
 inline constexpr int64_t activation_block = 32;
 
+// Where the per-target quantisers write: QuantizedActivations' arrays.
+struct QuantizedCodes {
+  int16_t* q;
+  int8_t* q8;
+  float* scale;
+  float* scaled_sum;
+  int32_t* q8_0_offset;
+  int32_t* q6_k_offset;
+};
+
 struct QuantizedActivations {
   // x[i] ~= scale[i / 32] * q[i], |q| <= 127; q is widened to int16 once here so kernels load
   // it directly. As ggml's q8_0 and q8_1 blocks (so that greedy output matches llama.cpp's on
@@ -31,8 +41,12 @@ struct QuantizedActivations {
   // magnitude), scale = 1 / iscale in f32 (negative when that element is positive), repeated for
   // each of the 8 blocks of 32, and scaled_sum = scale * sum(q) over each block of 32.
   void assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks = false);
+  // The same, scalar: the oracle of the per-target codes.
+  void assign_scalar(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks = false);
 
  private:
+  void resize(int64_t n_tok, int64_t n_cols);
+  QuantizedCodes codes();
   void assign_super_blocks(const float* x, size_t n_blocks);
   // Block b's codes q = round-half-even(x * inv) and its integer offsets; returns sum(q).
   int32_t quantize_block(const float* xb, float inv, size_t b);

@@ -6,11 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "hwy_targets.h"
 
 namespace squeezekv::detail {
 namespace {
@@ -101,6 +105,92 @@ TEST(ActivationQ8, NaNStaysWithinTheCodeRange) {
     QuantizedActivations a;
     a.assign(x.data(), 1, 256, super);
     for (const int16_t q : a.q) ASSERT_LE(std::abs(int(q)), 127);
+  }
+}
+
+// Values x below 3 whose float product x * (127 / 3) is exactly a half, k + 0.5, while the exact
+// product is not: rounding the float product gives k + 0.5's even neighbour, a fused
+// multiply-add (one rounding) the other side's. ggml multiplies, then rounds.
+std::vector<float> near_halves(size_t count) {
+  const double inv = double(127.0f / 3.0f);
+  std::vector<float> out;
+  for (int k = 0; k < 126 && out.size() < count; ++k) {
+    const auto x0 = float((k + 0.5) / inv);
+    float x = std::nextafter(std::nextafter(x0, 0.0f), 0.0f);
+    for (int step = 0; step < 5; ++step, x = std::nextafter(x, 4.0f)) {
+      const double exact = double(x) * inv;  // exact: two 24-bit significands
+      if (float(exact) == float(k + 0.5) && exact != k + 0.5 && x < 3.0f) {
+        out.push_back(x);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(ActivationQ8, ProductsAreRoundedBeforeTheirHalvesAre) {
+  const std::vector<float> halves = near_halves(31);
+  ASSERT_GE(halves.size(), 16u);
+  std::vector<float> x(256, 0.0f);
+  for (size_t b = 0; b < 8; ++b) {
+    x[b * 32] = 3.0f;  // every block's largest: 127 / 3 in both modes (the super-block's negated)
+    for (size_t i = 0; i < halves.size(); ++i) x[b * 32 + 1 + i] = b % 2 == 0 ? halves[i] : -halves[i];
+  }
+  for (const bool super : {false, true}) {
+    QuantizedActivations a;
+    a.assign(x.data(), 1, 256, super);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float product = x[i] * (super ? -127.0f / 3.0f : 127.0f / 3.0f);  // rounded to float
+      ASSERT_EQ(a.q[i], int16_t(std::nearbyint(product)))                     // halves to even
+          << (super ? "super-blocks" : "blocks of 32") << ", x = " << x[i];
+    }
+  }
+}
+
+// Every SIMD target's codes, scales and offsets equal the scalar quantiser's, bit for bit, on
+// random input with the cases where orders or roundings could part: halves to round (x * inv
+// an odd multiple of 0.5), NaN and infinities, blocks of zeros, a largest magnitude that occurs
+// twice with both signs, and values just over the clamp.
+TEST(ActivationQ8, EveryTargetEqualsTheScalarQuantiser) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n_tok = 5, n_cols = 1024;
+  std::vector<float> x(size_t(n_tok * n_cols));
+  for (float& v : x) v = normal(rng) * (rng() % 40 == 0 ? 1000.0f : 1.0f);
+  for (size_t i = 0; i < 32; ++i) x[64 + i] = float(int(i) - 16) + 0.5f;  // max 15.5: x * 127 / 15.5
+  x[96 + 5] = 127.0f;                                                     // block 3: x itself, every half a tie
+  for (size_t i = 0; i < 32; ++i) x[96 + 6 + (i % 26)] = float(i % 7) - 3.5f;
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // a whole super-block of zeros
+  x[600] = std::numeric_limits<float>::quiet_NaN();
+  x[700] = std::numeric_limits<float>::infinity();
+  x[800] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 1024; i < 1280; ++i) x[i] = std::clamp(x[i], -5.0f, 5.0f);
+  x[1030] = 9.0f;  // the largest magnitude twice, the negative first
+  x[1025] = -9.0f;
+  x[2100] = -std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> halves = near_halves(31);  // a super-block of them (see above)
+  for (size_t b = 0; b < 8; ++b) {
+    x[3072 + b * 32] = 3.0f;
+    for (size_t i = 0; i < halves.size(); ++i) x[3072 + b * 32 + 1 + i] = halves[i];
+  }
+  for (const bool super : {false, true}) {
+    SCOPED_TRACE(super ? "super-blocks" : "blocks of 32");
+    QuantizedActivations expected;
+    expected.assign_scalar(x.data(), n_tok, n_cols, super);
+    squeezekv::testing::for_each_target([&] {
+      QuantizedActivations a;
+      a.assign(x.data(), n_tok, n_cols, super);
+      ASSERT_EQ(a.q, expected.q);
+      ASSERT_EQ(a.q8, expected.q8);
+      ASSERT_EQ(a.q8_0_offset, expected.q8_0_offset);
+      ASSERT_EQ(a.q6_k_offset, expected.q6_k_offset);
+      ASSERT_EQ(a.scale.size(), expected.scale.size());
+      for (size_t b = 0; b < a.scale.size(); ++b) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(a.scale[b]), std::bit_cast<uint32_t>(expected.scale[b])) << "block " << b;
+        ASSERT_EQ(std::bit_cast<uint32_t>(a.scaled_sum[b]), std::bit_cast<uint32_t>(expected.scaled_sum[b]))
+            << "block " << b;
+      }
+    });
   }
 }
 
