@@ -117,18 +117,36 @@ namespace squeezekv::detail {
 HWY_EXPORT(QuantizeBlocks);
 HWY_EXPORT(QuantizeSuperBlocks);
 
-QuantizedCodes QuantizedActivations::codes() {
-  return {q.data(), q8.data(), scale.data(), scaled_sum.data(), q8_0_offset.data(), q6_k_offset.data()};
+QuantizedCodes QuantizedActivations::codes(size_t first_block) {
+  const size_t first = first_block * activation_block;
+  return {q.data() + first,
+          q8.data() + first,
+          scale.data() + first_block,
+          scaled_sum.data() + first_block,
+          q8_0_offset.data() + first_block,
+          q6_k_offset.data() + 2 * first_block};
 }
 
-void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks) {
+void QuantizedActivations::assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks, ThreadPool* pool) {
   resize(n_tok, n_cols);
-  const size_t n_blocks = scale.size();
-  if (super_blocks) {
-    HWY_DYNAMIC_DISPATCH(QuantizeSuperBlocks)(x, n_blocks, codes());
-  } else {
-    HWY_DYNAMIC_DISPATCH(QuantizeBlocks)(x, n_blocks, codes());
-  }
+  // Blocks [b0, b1): whole tokens, so whole super-blocks.
+  auto quantize = [&](size_t b0, size_t b1) {
+    const float* xb = x + b0 * activation_block;
+    if (super_blocks) {
+      HWY_DYNAMIC_DISPATCH(QuantizeSuperBlocks)(xb, b1 - b0, codes(b0));
+    } else {
+      HWY_DYNAMIC_DISPATCH(QuantizeBlocks)(xb, b1 - b0, codes(b0));
+    }
+  };
+  const auto blocks_a_token = size_t(n_cols / activation_block);
+  const size_t workers = pool != nullptr ? pool->num_workers() : 1;
+  if (workers == 1 || n_tok < kParallelTokens) return quantize(0, size_t(n_tok) * blocks_a_token);
+  const size_t tokens_a_task = (size_t(n_tok) + workers - 1) / workers;
+  pool->parallel_for(workers, [&](size_t task, size_t /*worker*/) {
+    const size_t t0 = std::min(size_t(n_tok), task * tokens_a_task);
+    const size_t t1 = std::min(size_t(n_tok), t0 + tokens_a_task);
+    if (t0 < t1) quantize(t0 * blocks_a_token, t1 * blocks_a_token);
+  });
 }
 
 namespace {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "squeezekv/ops/thread_pool.h"
+
 namespace squeezekv::detail {
 
 inline constexpr int64_t activation_block = 32;
@@ -40,13 +42,16 @@ struct QuantizedActivations {
   // weights: q = min(127, round-half-even(x * iscale)), iscale = -127 / (the element of largest
   // magnitude), scale = 1 / iscale in f32 (negative when that element is positive), repeated for
   // each of the 8 blocks of 32, and scaled_sum = scale * sum(q) over each block of 32.
-  void assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks = false);
+  // With a pool, a call of kParallelTokens tokens or more splits them over its workers (a prompt
+  // chunk's activations, written in disjoint ranges; every code the same as on one thread).
+  void assign(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks = false, ThreadPool* pool = nullptr);
+  static constexpr int64_t kParallelTokens = 16;
   // The same, scalar: the oracle of the per-target codes.
   void assign_scalar(const float* x, int64_t n_tok, int64_t n_cols, bool super_blocks = false);
 
  private:
   void resize(int64_t n_tok, int64_t n_cols);
-  QuantizedCodes codes();
+  QuantizedCodes codes(size_t first_block);
   void assign_super_blocks(const float* x, size_t n_blocks);
   // Block b's codes q = round-half-even(x * inv) and its integer offsets; returns sum(q).
   int32_t quantize_block(const float* xb, float inv, size_t b);

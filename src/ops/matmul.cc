@@ -105,7 +105,8 @@ void run_rows(std::span<const MatmulOutput> outputs, const detail::MatmulInput& 
 }
 
 // Reused across calls on this thread, so steady-state inference allocates nothing here.
-detail::MatmulInput prepare_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tok) {
+detail::MatmulInput prepare_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tok,
+                                  ThreadPool* pool) {
   thread_local detail::QuantizedActivations quantized;
   detail::MatmulInput in{x, nullptr, n_tok};
   // K-quant weights take activations in 256-element blocks, the others in blocks of 32 (as ggml
@@ -117,7 +118,10 @@ detail::MatmulInput prepare_input(std::span<const MatmulOutput> outputs, const f
     all_k_quants = all_k_quants && block_layout(o.w->type).block_elems == 256;
   }
   if (any_quantized) {
-    quantized.assign(x, n_tok, outputs.front().w->n_cols, all_k_quants);
+    // The pool quantises only for calls that run their rows on it too (run_rows' threshold).
+    int64_t macs = 0;
+    for (const MatmulOutput& o : outputs) macs += o.w->n_rows * o.w->n_cols * n_tok;
+    quantized.assign(x, n_tok, outputs.front().w->n_cols, all_k_quants, macs >= kMatmulParallelMacs ? pool : nullptr);
     in.quantized = &quantized;
   }
   return in;
@@ -133,7 +137,7 @@ void matmul_many(std::span<const MatmulOutput> outputs, const float* x, int64_t 
     }
   }
   if (n_tok == 0) return;
-  run_rows(outputs, prepare_input(outputs, x, n_tok), pool);
+  run_rows(outputs, prepare_input(outputs, x, n_tok, pool), pool);
 }
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool) {
@@ -153,7 +157,7 @@ void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float
   // Gate and up rows [begin, end) go to the same task (interleaved outputs), so the task can apply
   // silu(gate) * up to its slice as soon as both are written.
   const MatmulOutput outputs[2] = {{&gate, gate_out}, {&up, up_out}};
-  const detail::MatmulInput in = prepare_input(outputs, x, n_tok);
+  const detail::MatmulInput in = prepare_input(outputs, x, n_tok, pool);
   const int64_t rows = gate.n_rows;
   const size_t workers = pool != nullptr ? pool->num_workers() : 1;
   auto slice = [&](int64_t begin, int64_t end) {

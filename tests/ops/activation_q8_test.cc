@@ -147,6 +147,19 @@ TEST(ActivationQ8, ProductsAreRoundedBeforeTheirHalvesAre) {
   }
 }
 
+void ExpectSameCodes(const QuantizedActivations& a, const QuantizedActivations& expected) {
+  ASSERT_EQ(a.q, expected.q);
+  ASSERT_EQ(a.q8, expected.q8);
+  ASSERT_EQ(a.q8_0_offset, expected.q8_0_offset);
+  ASSERT_EQ(a.q6_k_offset, expected.q6_k_offset);
+  ASSERT_EQ(a.scale.size(), expected.scale.size());
+  for (size_t b = 0; b < a.scale.size(); ++b) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(a.scale[b]), std::bit_cast<uint32_t>(expected.scale[b])) << "block " << b;
+    ASSERT_EQ(std::bit_cast<uint32_t>(a.scaled_sum[b]), std::bit_cast<uint32_t>(expected.scaled_sum[b]))
+        << "block " << b;
+  }
+}
+
 // Every SIMD target's codes, scales and offsets equal the scalar quantiser's, bit for bit, on
 // random input with the cases where orders or roundings could part: halves to round (x * inv
 // an odd multiple of 0.5), NaN and infinities, blocks of zeros, a largest magnitude that occurs
@@ -180,17 +193,25 @@ TEST(ActivationQ8, EveryTargetEqualsTheScalarQuantiser) {
     squeezekv::testing::for_each_target([&] {
       QuantizedActivations a;
       a.assign(x.data(), n_tok, n_cols, super);
-      ASSERT_EQ(a.q, expected.q);
-      ASSERT_EQ(a.q8, expected.q8);
-      ASSERT_EQ(a.q8_0_offset, expected.q8_0_offset);
-      ASSERT_EQ(a.q6_k_offset, expected.q6_k_offset);
-      ASSERT_EQ(a.scale.size(), expected.scale.size());
-      for (size_t b = 0; b < a.scale.size(); ++b) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(a.scale[b]), std::bit_cast<uint32_t>(expected.scale[b])) << "block " << b;
-        ASSERT_EQ(std::bit_cast<uint32_t>(a.scaled_sum[b]), std::bit_cast<uint32_t>(expected.scaled_sum[b]))
-            << "block " << b;
-      }
+      ExpectSameCodes(a, expected);
     });
+  }
+}
+
+// A pool splits the tokens (unevenly: 37 over 3 workers) and writes the same codes.
+TEST(ActivationQ8, APoolWritesTheSameCodesAsOneThread) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n_tok = 37, n_cols = 512;
+  std::vector<float> x(size_t(n_tok * n_cols));
+  for (float& v : x) v = normal(rng) * (rng() % 40 == 0 ? 30.0f : 1.0f);
+  ThreadPool pool(3);
+  for (const bool super : {false, true}) {
+    SCOPED_TRACE(super ? "super-blocks" : "blocks of 32");
+    QuantizedActivations expected, a;
+    expected.assign_scalar(x.data(), n_tok, n_cols, super);
+    a.assign(x.data(), n_tok, n_cols, super, &pool);
+    ExpectSameCodes(a, expected);
   }
 }
 
