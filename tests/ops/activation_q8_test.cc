@@ -160,16 +160,22 @@ void ExpectSameCodes(const QuantizedActivations& a, const QuantizedActivations& 
   }
 }
 
+// n normal values, one in 40 of them `outlier` times larger.
+std::vector<float> random_activations(size_t n, uint32_t seed, float outlier) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng) * (rng() % 40 == 0 ? outlier : 1.0f);
+  return x;
+}
+
 // Every SIMD target's codes, scales and offsets equal the scalar quantiser's, bit for bit, on
 // random input with the cases where orders or roundings could part: halves to round (x * inv
-// an odd multiple of 0.5), NaN and infinities, blocks of zeros, a largest magnitude that occurs
-// twice with both signs, and values just over the clamp.
+// an odd multiple of 0.5), NaN and infinities, blocks of zeros, and a largest magnitude that
+// occurs twice with both signs.
 TEST(ActivationQ8, EveryTargetEqualsTheScalarQuantiser) {
-  std::mt19937 rng(23);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t n_tok = 5, n_cols = 1024;
-  std::vector<float> x(size_t(n_tok * n_cols));
-  for (float& v : x) v = normal(rng) * (rng() % 40 == 0 ? 1000.0f : 1.0f);
+  std::vector<float> x = random_activations(size_t(n_tok * n_cols), 23, 1000.0f);
   for (size_t i = 0; i < 32; ++i) x[64 + i] = float(int(i) - 16) + 0.5f;  // max 15.5: x * 127 / 15.5
   x[96 + 5] = 127.0f;                                                     // block 3: x itself, every half a tie
   for (size_t i = 0; i < 32; ++i) x[96 + 6 + (i % 26)] = float(i % 7) - 3.5f;
@@ -200,11 +206,8 @@ TEST(ActivationQ8, EveryTargetEqualsTheScalarQuantiser) {
 
 // A pool splits the tokens (unevenly: 37 over 3 workers) and writes the same codes.
 TEST(ActivationQ8, APoolWritesTheSameCodesAsOneThread) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t n_tok = 37, n_cols = 512;
-  std::vector<float> x(size_t(n_tok * n_cols));
-  for (float& v : x) v = normal(rng) * (rng() % 40 == 0 ? 30.0f : 1.0f);
+  const std::vector<float> x = random_activations(size_t(n_tok * n_cols), 5, 30.0f);
   ThreadPool pool(3);
   for (const bool super : {false, true}) {
     SCOPED_TRACE(super ? "super-blocks" : "blocks of 32");
