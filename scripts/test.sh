@@ -3,8 +3,8 @@
 # whole test suite: GoogleTest, the C API's C tests, pytest on the Python module (build/python), and
 # the install test. `scripts/test.sh --sanitize` does the same under ASan + UBSan in build-asan/
 # (without the Python module, which cannot load the sanitizer runtime), then the tests that use
-# threads (the thread pool, a cache shared by threads, the server) under ThreadSanitizer in build-tsan/, where
-# only those test programs are built.
+# threads (the thread pool, a prompt's activations quantised over it, a cache shared by threads,
+# the server) under ThreadSanitizer in build-tsan/, where only those test programs are built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -21,12 +21,13 @@ cmake -S . -B "$build" -G Ninja "${flags[@]}" >/dev/null
 cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
 if [ "${1:-}" = "--sanitize" ]; then
-  tsan_tests=(ops_thread_pool_test core_concurrency_test engine_fragment_memo_test serve_http_test serve_contract_test
-              serve_kept_test)
+  tsan_tests=(ops_thread_pool_test ops_activation_q8_test core_concurrency_test engine_fragment_memo_test serve_http_test
+              serve_contract_test serve_kept_test)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSQUEEZEKV_WERROR=ON -DSQUEEZEKV_TSAN=ON \
     -DSQUEEZEKV_BUILD_BENCHMARKS=OFF -DSQUEEZEKV_BUILD_SHARED=OFF >/dev/null
   cmake --build build-tsan --target "${tsan_tests[@]}"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/ops/ops_thread_pool_test
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/ops/ops_activation_q8_test
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/core/core_concurrency_test
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/engine/engine_fragment_memo_test
   # Debian's cpp-httplib is uninstrumented: its regex internals are suppressed (tests/serve/tsan.supp).
