@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "squeezekv/base/fp16.h"
+#include "squeezekv/ops/thread_pool.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/activation_q8.cc"
@@ -75,8 +76,8 @@ void QuantizeBlocks(const float* x, size_t n_blocks, QuantizedCodes out) {
         QuantizeBlockCodes(xb, amax != 0.0f ? 127.0f / amax : 0.0f, out.q + b * activation_block,
                            out.q8 + b * activation_block, out.q8_0_offset + b, out.q6_k_offset + 2 * b);
     const float s = amax / 127.0f;
-    out.scale[b] = fp16_to_f32(f32_to_fp16(s));
-    out.scaled_sum[b] = fp16_to_f32(f32_to_fp16(s * static_cast<float>(total)));
+    out.scale[b] = fp16_round(s);
+    out.scaled_sum[b] = fp16_round(s * static_cast<float>(total));
   }
 }
 
@@ -155,8 +156,6 @@ namespace {
 // the low mantissa bits (ggml's nearest_int; vectorises, unlike lrintf, and matches the
 // _mm256_round_ps that ggml's AVX2 quantiser uses).
 inline int round_half_even(float r) { return std::bit_cast<int32_t>(r + 12582912.0f) - 0x4B400000; }
-
-inline float fp16_round(float v) { return fp16_to_f32(f32_to_fp16(v)); }
 
 }  // namespace
 

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "squeezekv/ops/thread_pool.h"
+namespace squeezekv {
+class ThreadPool;
+}
 
 namespace squeezekv::detail {
 

@@ -67,23 +67,30 @@ void run_kernel(const WeightMatrix& w, const detail::MatmulInput& in, int64_t be
 // Task sizes in whole 16-row tiles (the prompt tiles' height), except for matrices smaller than one.
 int64_t round_rows(int64_t rows) { return (rows + 15) / 16 * 16; }
 
+// The pool a call runs on: none for one worker or a call under kMatmulParallelMacs, where the
+// hand-off would cost more than it saves. Quantising the activations and the rows both use it.
+ThreadPool* pool_for(std::span<const MatmulOutput> outputs, int64_t n_tok, ThreadPool* pool) {
+  if (pool == nullptr || pool->num_workers() == 1) return nullptr;
+  int64_t macs = 0;
+  for (const MatmulOutput& o : outputs) macs += o.w->n_rows * o.w->n_cols * n_tok;
+  return macs >= kMatmulParallelMacs ? pool : nullptr;
+}
+
 }  // namespace
 
 // Splits the rows of every output into tasks of about equal size (a few per worker, to balance
-// uneven progress) and runs them in one parallel region. Tasks are whole rows, so the split never
-// changes any result.
+// uneven progress) and runs them in one parallel region (pool from pool_for; none: in turn).
+// Tasks are whole rows, so the split never changes any result.
 void run_rows(std::span<const MatmulOutput> outputs, const detail::MatmulInput& in, ThreadPool* pool) {
   int64_t total_rows = 0;
   for (const MatmulOutput& o : outputs) total_rows += o.w->n_rows;
-  const int64_t n_cols = outputs.front().w->n_cols;
-  const size_t workers = pool != nullptr ? pool->num_workers() : 1;
-  if (workers == 1 || total_rows * n_cols * in.n_tok < kMatmulParallelMacs) {
+  if (pool == nullptr) {
     for (size_t m = 0; m < outputs.size(); ++m) {
       run_kernel(*outputs[m].w, in, 0, outputs[m].w->n_rows, outputs[m].y);
     }
     return;
   }
-  const int64_t target_tasks = std::min<int64_t>(total_rows, static_cast<int64_t>(workers) * 4);
+  const int64_t target_tasks = std::min<int64_t>(total_rows, static_cast<int64_t>(pool->num_workers()) * 4);
   const int64_t rows_per_task = round_rows((total_rows + target_tasks - 1) / target_tasks);
   int64_t n_tasks = 0;
   for (const MatmulOutput& o : outputs) n_tasks += (o.w->n_rows + rows_per_task - 1) / rows_per_task;
@@ -104,7 +111,8 @@ void run_rows(std::span<const MatmulOutput> outputs, const detail::MatmulInput& 
   });
 }
 
-// Reused across calls on this thread, so steady-state inference allocates nothing here.
+// Reused across calls on this thread, so steady-state inference allocates nothing here. A pool
+// (pool_for's) quantises a prompt's tokens on every worker.
 detail::MatmulInput prepare_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tok,
                                   ThreadPool* pool) {
   thread_local detail::QuantizedActivations quantized;
@@ -118,10 +126,7 @@ detail::MatmulInput prepare_input(std::span<const MatmulOutput> outputs, const f
     all_k_quants = all_k_quants && block_layout(o.w->type).block_elems == 256;
   }
   if (any_quantized) {
-    // The pool quantises only for calls that run their rows on it too (run_rows' threshold).
-    int64_t macs = 0;
-    for (const MatmulOutput& o : outputs) macs += o.w->n_rows * o.w->n_cols * n_tok;
-    quantized.assign(x, n_tok, outputs.front().w->n_cols, all_k_quants, macs >= kMatmulParallelMacs ? pool : nullptr);
+    quantized.assign(x, n_tok, outputs.front().w->n_cols, all_k_quants, pool);
     in.quantized = &quantized;
   }
   return in;
@@ -137,7 +142,8 @@ void matmul_many(std::span<const MatmulOutput> outputs, const float* x, int64_t 
     }
   }
   if (n_tok == 0) return;
-  run_rows(outputs, prepare_input(outputs, x, n_tok, pool), pool);
+  ThreadPool* used = pool_for(outputs, n_tok, pool);
+  run_rows(outputs, prepare_input(outputs, x, n_tok, used), used);
 }
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool) {
@@ -157,9 +163,9 @@ void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float
   // Gate and up rows [begin, end) go to the same task (interleaved outputs), so the task can apply
   // silu(gate) * up to its slice as soon as both are written.
   const MatmulOutput outputs[2] = {{&gate, gate_out}, {&up, up_out}};
-  const detail::MatmulInput in = prepare_input(outputs, x, n_tok, pool);
+  ThreadPool* used = pool_for(outputs, n_tok, pool);
+  const detail::MatmulInput in = prepare_input(outputs, x, n_tok, used);
   const int64_t rows = gate.n_rows;
-  const size_t workers = pool != nullptr ? pool->num_workers() : 1;
   auto slice = [&](int64_t begin, int64_t end) {
     run_kernel(gate, in, begin, end, gate_out);
     run_kernel(up, in, begin, end, up_out);
@@ -168,10 +174,11 @@ void matmul_swiglu(const WeightMatrix& gate, const WeightMatrix& up, const float
       swiglu(g, up_out + t * rows + begin, end - begin, g);
     }
   };
-  if (workers == 1 || 2 * rows * gate.n_cols * n_tok < kMatmulParallelMacs) return slice(0, rows);
-  const int64_t rows_per_task = round_rows((rows + int64_t(workers) * 4 - 1) / (int64_t(workers) * 4));
+  if (used == nullptr) return slice(0, rows);
+  const auto workers = static_cast<int64_t>(used->num_workers());
+  const int64_t rows_per_task = round_rows((rows + workers * 4 - 1) / (workers * 4));
   const int64_t n_tasks = (rows + rows_per_task - 1) / rows_per_task;
-  pool->parallel_for(static_cast<size_t>(n_tasks), [&](size_t task, size_t /*worker*/) {
+  used->parallel_for(static_cast<size_t>(n_tasks), [&](size_t task, size_t /*worker*/) {
     const int64_t begin = static_cast<int64_t>(task) * rows_per_task;
     const int64_t end = std::min(rows, begin + rows_per_task);
     if (begin < end) slice(begin, end);

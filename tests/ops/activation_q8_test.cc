@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hwy_targets.h"
+#include "squeezekv/ops/thread_pool.h"
 
 namespace squeezekv::detail {
 namespace {

@@ -47,6 +47,9 @@ inline uint16_t f32_to_fp16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
+// v rounded to the nearest fp16 value, as a float (ggml's f16 scales).
+inline float fp16_round(float v) { return fp16_to_f32(f32_to_fp16(v)); }
+
 inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 inline uint16_t f32_to_bf16(float f) {
