@@ -43,7 +43,18 @@ needle=("${needle_at[@]}" "${grid[@]}")
 methods_combos=full,h2o,snapkv,adakv,pyramidkv,squeeze,squeeze_snapkv,squeeze_adakv,h2o_adakv
 combos=("${needle_at[@]}" --lengths 4096 --budget-shares "$shares" --methods "$methods_combos")
 
-pieces=(combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-books-2pct combos-gemma3 combos-gemma3-qag combos-gemma3-books
+# Query-agnostic compression (read once, ask later): kvzip read once and streaming, under the
+# global ranking and under squeeze, beside the cheap query-agnostic baselines and the cumulative
+# scorers, at 5, 10 and 25 % of the rows (pieces kvzip-*).
+methods_kvzip=full,kvzip,kvzip_stream,kvzip_global,squeeze_kvzip,expected_attention,keydiff,h2o,squeeze,snapkv
+kvzip_shares=0.05,0.1,0.25
+kvzip=("${needle_at[@]}" --budget-shares "$kvzip_shares" --methods "$methods_kvzip")
+qwen=${QWEN:-$HOME/.cache/squeezekv/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
+on_qwen=(build/squeezekv needle -m "$qwen" --task single -t "$threads" --samples "$samples" --seed 0 --resume
+  --depths "$depths" --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_global,kvzip_stream,squeeze)
+
+pieces=(kvzip-2k kvzip-4k kvzip-8k-a kvzip-8k-b kvzip-tasks kvzip-questions kvzip-qwen-4k kvzip-qwen-8k kvzip-books
+  kvzip-cost combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-books-2pct combos-gemma3 combos-gemma3-qag combos-gemma3-books
   combos-gemma3-shares combos-gemma3-qag-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage storage-shares books-4096 books-8192 books-storage
   stream)
 
@@ -112,6 +123,55 @@ run_piece() {
     combos-books-kjv) combos_sweep "$model" kjv 205,410,819,1638 combos ;;
     combos-books-2pct)
       for book in austen-emma kjv; do combos_sweep "$model" "$book" 82 combos_2pct; done
+      ;;
+    kvzip-2k | kvzip-4k)
+      local n=2048
+      [[ $1 == kvzip-4k ]] && n=4096
+      "${kvzip[@]}" --lengths "$n" --json "$out/kvzip_qag.jsonl"
+      ;;
+    kvzip-8k-a | kvzip-8k-b)
+      local half=0,0.25,0.5
+      [[ $1 == kvzip-8k-b ]] && half=0.75,1
+      "${needle_cmd[@]}" --depths "$half" --lengths 8192 --budget-shares "$kvzip_shares" --methods "$methods_kvzip" \
+        --json "$out/kvzip_qag.jsonl"
+      ;;
+    kvzip-tasks)
+      # multikey and multivalue at 4096, query-agnostic: the same methods at 10 and 25 %.
+      for task in multikey multivalue; do
+        build/squeezekv needle -m "$model" --task "$task" -t "$threads" --samples "$samples" --seed 0 --resume \
+          --depths "$depths" --lengths 4096 --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_global,squeeze,h2o \
+          --json "$out/kvzip_$task.jsonl"
+      done
+      ;;
+    kvzip-questions)
+      # Four needles with different keys, asked in turn against one compressed cache (a chat over
+      # a document), at 4096 tokens.
+      "${needle_at[@]}" --lengths 4096 --questions 4 --budget-shares 0.1,0.25 \
+        --methods full,kvzip,kvzip_global,kvzip_stream,squeeze,h2o --json "$out/kvzip_questions.jsonl"
+      ;;
+    kvzip-qwen-4k | kvzip-qwen-8k)
+      local n=4096
+      [[ $1 == kvzip-qwen-8k ]] && n=8192
+      "${on_qwen[@]}" --lengths "$n" --json "$out/kvzip_qwen.jsonl"
+      ;;
+    kvzip-books)
+      # The books' KL at n_ctx 4096, 20 % of the rows: does retrieval cost kvzip the books?
+      for book in austen-emma kjv; do
+        sweep_book 4096 "$book" "books_4096_kvzip_$book" -m "$model" \
+          --methods full,kvzip,kvzip_global,kvzip_stream,squeeze,expected_attention,keydiff --budgets 819
+      done
+      ;;
+    kvzip-cost)
+      # The scoring pass against a plain prefill of the same context: `bench`'s prompt speed with
+      # the full cache and with kvzip at a budget above the prompt (nothing evicted: the pass alone
+      # added), 3 repetitions, on SmolLM2 and Qwen2.5-1.5B.
+      for m in "$model" "$qwen"; do
+        local stem
+        stem=kvzip_cost_$(basename "$m" .gguf)
+        [[ -s $out/$stem.json ]] && continue
+        build/squeezekv bench -m "$m" -p 2048,4096 -n 0 -r 3 -t "$threads" --method full,kvzip --budget 8192 \
+          --bandwidth-mib 0 -o json > "$out/$stem.json"
+      done
       ;;
     qag-1k2k) "${needle[@]}" --lengths 1024,2048 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-4k) "${needle[@]}" --lengths 4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;

@@ -165,7 +165,62 @@ void LayerCache::add_attention(int h, const float* probs, int n_queries) {
                   std::to_string(h) + ")");
     }
   }
-  policy_->score_attention(rows_, h, probs, n_queries, head(h).n_slots());
+  if (rows_.reconstruction) {
+    policy_->score_reconstruction(rows_, h, probs, n_queries, head(h).n_slots());
+  } else {
+    policy_->score_attention(rows_, h, probs, n_queries, head(h).n_slots());
+  }
+}
+
+void LayerCache::add_queries(const UpdateQueries& queries) {
+  require(queries.q != nullptr && queries.n >= 0 && queries.n_heads >= 1, "queries", "null or empty",
+          "an update's queries must be given");
+  if (wants_queries()) policy_->add_queries(rows_, queries);
+}
+
+void LayerCache::begin_reconstruction(int64_t first, int64_t end) {
+  if (in_update_) throw InvalidArgument("begin_reconstruction: an update is in progress (call end_update)");
+  if (rows_.reconstruction) throw InvalidArgument("begin_reconstruction: a reconstruction is under way already");
+  if (!(first >= 0 && first < end && end <= rows_.tokens_seen)) {
+    std::string range = "[";
+    range += std::to_string(first);
+    range += ", ";
+    range += std::to_string(end);
+    range += ")";
+    require(false, "reconstruction chunk", range,
+            "must be a non-empty range of the " + std::to_string(rows_.tokens_seen) + " positions the cache has seen");
+  }
+  rows_.reconstruction = ReconstructionSpan{config_.n_sink, first, end, rows_.tokens_seen};
+}
+
+void LayerCache::end_reconstruction() {
+  if (in_update_) throw InvalidArgument("end_reconstruction: an update is in progress (call end_update)");
+  if (!rows_.reconstruction) throw InvalidArgument("end_reconstruction: no reconstruction under way");
+  const int64_t from = rows_.reconstruction->from;
+  for (HeadStore& head : rows_.heads) {
+    for (int s = 0; s < head.n_slots(); ++s) {
+      if (head.positions()[s] >= from) head.evict(s);
+    }
+    head.apply_evictions();  // the reconstruction's rows were the newest: no kept row shifts
+  }
+  rows_.tokens_seen = from;
+  rows_.reconstruction.reset();
+}
+
+void LayerCache::pin_head_budgets(std::vector<int> counts) {
+  require(counts.size() == rows_.heads.size(), "counts.size()", counts.size(),
+          "one per head (" + std::to_string(rows_.heads.size()) + ")");
+  int64_t rows = 0;
+  for (const int c : counts) {
+    require(c >= 1, "head budget", c, "must be at least 1");
+    rows += c;
+  }
+  head_budgets_ = std::move(counts);
+  heads_pinned_ = true;
+  // What the layer holds per head on average is its budget now (accounting).
+  budget_ = budget_now_ = int((rows + int64_t(head_budgets_.size()) - 1) / int64_t(head_budgets_.size()));
+  budget_final_ = true;
+  follows_schedule_ = false;
 }
 
 void LayerCache::end_update(ThreadPool* pool) {
@@ -270,9 +325,25 @@ int LayerCache::budget_at(int64_t tokens) {
 }
 
 void LayerCache::settle(ThreadPool* pool) {
-  if (!budget_final_) return;  // keep the whole prompt until the schedule is known
+  if (!budget_final_) return;        // keep the whole prompt until the schedule is known
+  if (rows_.reconstruction) return;  // the reconstruction's rows leave at its end; nothing else moves
   const bool prompt_end = prompt_pending_;
   prompt_pending_ = false;
+  if (heads_pinned_) {  // each head to the count a ranking across layers gave it
+    const int64_t before_pinned = rows_.tokens_seen - config_.max_distance;
+    for (size_t h = 0; h < rows_.heads.size(); ++h) {
+      if (ages_rows()) evict_aged(rows_.heads[h], before_pinned);
+      policy_->evict_head(rows_, int(h), head_budget(h));
+    }
+    if (prompt_end) {
+      int most = 1;
+      for (const HeadStore& head : rows_.heads) most = std::max(most, head.n_live());
+      policy_->finish_prompt(rows_, most);
+    }
+    for_each_head(pool, total_slots() >= kParallelHeadSlots,
+                  [&](size_t h) { settle_head(rows_.heads[h], prompt_end, head_budget(h)); });
+    return;
+  }
   const int now = budget_at(rows_.tokens_seen);
   if (now != budget_now_) head_budgets_.clear();  // the last split shared another budget
   budget_now_ = now;
@@ -384,6 +455,13 @@ void LayerCache::clear() {
   policy_->reset();
   in_update_ = first_update_done_ = explicit_prompt_ = prompt_pending_ = false;
   head_budgets_.clear();
+  rows_.reconstruction.reset();
+  if (heads_pinned_) {  // the budget pin_head_budgets replaced comes back
+    heads_pinned_ = false;
+    budget_ = budget_now_ = initial_budget_;
+    budget_final_ = coordinator_ == nullptr;
+    follows_schedule_ = schedule_ != nullptr;
+  }
   concentration_ = 0.0;
   if (coordinator_) {
     // One layer's reset keeps a published schedule (its next report is ignored, so clearing it

@@ -1,6 +1,7 @@
 #include "squeezekv/cache/model_cache.h"
 
 #include "cache/exclusive.h"
+#include "squeezekv/alloc/head_split.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
@@ -33,6 +34,7 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
   std::vector<int> budgets(size_t(n_layers), 0);
   if (n_evicting > 0) {
     std::shared_ptr<const BudgetAllocator> allocator = make_allocator(config);
+    if (resolved_allocator_info(config).ranks_globally) allocator_ = allocator;
     std::vector<int> schedule;
     if (allocator->source() != MeasureSource::none) {
       coordinator_ = std::make_unique<BudgetCoordinator>(n_layers, allocator, evicting);
@@ -78,7 +80,67 @@ void ModelCache::begin_prompt() {
 }
 
 void ModelCache::end_prompt() {
+  if (allocator_) rank_globally();
   for (auto& layer : layers_) layer->end_prompt();
+}
+
+void ModelCache::begin_reconstruction(int64_t first, int64_t end) {
+  for (auto& layer : layers_) layer->begin_reconstruction(first, end);
+}
+
+void ModelCache::end_reconstruction() {
+  for (auto& layer : layers_) layer->end_reconstruction();
+}
+
+void ModelCache::compress() {
+  Exclusive only(busy_, "compress");
+  if (allocator_) rank_globally();
+  for (auto& layer : layers_) layer->settle();
+}
+
+void ModelCache::rank_globally() {
+  std::vector<LayerCache*> ranked;
+  for (auto& layer : layers_) {
+    if (!layer->sliding() && !layer->reconstruction()) ranked.push_back(layer.get());
+  }
+  if (ranked.empty()) return;
+  const LayerCache& first = *ranked.front();
+  const int n_batch = first.rows().n_batch, n_kv = first.rows().n_kv_heads;
+  const int budget = first.initial_budget_;  // the uniform average every layer was built with
+  std::vector<std::vector<int>> counts(ranked.size(), std::vector<int>(size_t(n_batch) * size_t(n_kv), budget));
+  bool split_any = false;
+  // One ranking per sequence (batch item) over every (layer, head) of it.
+  for (int b = 0; b < n_batch; ++b) {
+    std::vector<std::vector<float>> priorities(ranked.size() * size_t(n_kv));
+    std::vector<HeadPriorities> views;
+    int64_t live = 0;
+    bool scored = true;
+    for (size_t l = 0; l < ranked.size() && scored; ++l) {
+      LayerCache& layer = *ranked[l];
+      for (int h = 0; h < n_kv && scored; ++h) {
+        const int head = b * n_kv + h;
+        std::vector<float>& p = priorities[l * size_t(n_kv) + size_t(h)];
+        scored = layer.policy_->keep_priorities(layer.rows_, head, budget, true, p);
+        const HeadStore& store = layer.head(head);
+        views.push_back({store.positions(), p.data(), store.n_slots()});
+        live += store.n_live();
+      }
+    }
+    const int64_t total = int64_t(budget) * n_kv * int64_t(ranked.size());
+    if (!scored || live <= total) continue;  // nothing to rank by yet, or nothing to evict
+    const HeadSplit split = split_heads(views, total, head_floor_rows(allocator_->head_floor(), budget));
+    for (size_t l = 0; l < ranked.size(); ++l) {
+      for (int h = 0; h < n_kv; ++h) {
+        const size_t i = l * size_t(n_kv) + size_t(h);
+        HeadStore& store = ranked[l]->rows_.heads[size_t(b * n_kv + h)];
+        for (const int s : split.evict[i]) store.evict(s);
+        counts[l][size_t(b * n_kv + h)] = std::max(1, split.kept[i]);
+      }
+    }
+    split_any = true;
+  }
+  if (!split_any) return;
+  for (size_t l = 0; l < ranked.size(); ++l) ranked[l]->pin_head_budgets(std::move(counts[l]));
 }
 
 void ModelCache::reset() {

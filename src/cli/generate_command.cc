@@ -27,6 +27,8 @@ struct GenerateArgs {
   GenerateOptions gen;
   std::string prompt = "Once upon a time";
   std::string prompt_file;
+  std::string question;
+  CLI::Option* question_option = nullptr;
   bool stats = false;
   bool json = false;
   bool chat = false;
@@ -70,6 +72,15 @@ void run(GenerateArgs& a) {
   } else {
     prompt_tokens = model.tokenizer().encode(a.prompt, true);
   }
+  if (a.question_option->count() > 0) {
+    if (a.chat) throw InvalidArgument(invalid_value("--question", a.question, "has no chat form: drop --chat"));
+    a.gen.question = model.tokenizer().encode(a.question, false);
+    require(!a.gen.question.empty(), "--question", "\"\"", "encodes to no token");
+    if (!a.json) {
+      std::printf("%s", a.question.c_str());
+      std::fflush(stdout);
+    }
+  }
   Utf8Stream text;  // never prints half a character
   const GenerateResult r = generate(engine, *cache, std::move(prompt_tokens), a.gen, [&](int32_t token) {
     if (a.json) return;
@@ -84,6 +95,7 @@ void run(GenerateArgs& a) {
   const std::vector<int> windows = sliding_windows_of(cache->layer_kinds());
   if (a.json) {
     nlohmann::json out = {{"prompt", valid_utf8(a.prompt)},
+                          {"question_tokens", r.question_tokens},
                           {"text", valid_utf8(model.tokenizer().decode(r.tokens))},
                           {"prompt_tokens", r.prompt_tokens.size()},
                           {"generated_tokens", r.n_generated},
@@ -138,6 +150,10 @@ void register_generate(CLI::App& app) {
   add_model_options(*cmd, args->model);
   auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "prompt text")->capture_default_str();
   cmd->add_option("-f,--file", args->prompt_file, "read the prompt from this file (instead of -p)")->excludes(prompt);
+  args->question_option = cmd->add_option(
+      "--question", args->question,
+      "text asked after the prompt has ended: the cache chooses its rows from the prompt alone (a document read "
+      "once, asked about later: query-agnostic), then the question goes in as a chunk of its own");
   cmd->add_option("-n,--n-predict", args->gen.n_predict, "tokens to generate")
       ->capture_default_str()
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));

@@ -61,11 +61,14 @@ void print_json() {
     nlohmann::json j = component_json(*p);
     j["scores_rows"] = p->scores_rows;
     j["splits_heads"] = p->splits_heads;
+    j["ranks_across_layers"] = p->ranks_across_layers;
+    j["reconstructs_context"] = p->reconstruction != nullptr;
     policies.push_back(j);
   }
   for (const AllocatorInfo* a : all_allocators()) {
     nlohmann::json j = component_json(*a);
     j["measures"] = a->measures;
+    j["ranks_globally"] = a->ranks_globally;
     allocators.push_back(j);
   }
   for (const ParamSpec* spec : all_params()) params.push_back(param_json(*spec));
@@ -95,13 +98,27 @@ void print_text() {
   }
   std::printf("Token policies (--policy):\n");
   for (const PolicyInfo* p : all_policies()) {
-    std::printf("  %-11s %s%s%s\n", std::string(p->id).c_str(), std::string(p->summary).c_str(),
-                p->scores_rows ? " (reads --score)" : "", p->splits_heads ? " (--head-split adakv)" : "");
+    std::printf("  %-11s %s%s%s%s\n", std::string(p->id).c_str(), std::string(p->summary).c_str(),
+                p->scores_rows ? " (reads --score)" : "", p->splits_heads ? " (--head-split adakv)" : "",
+                p->ranks_across_layers ? " (--allocator global)" : "");
+    if (p->reconstruction != nullptr) {
+      std::printf("              scores by a reconstruction pass after the prompt (its time counts in the prefill)\n");
+    }
   }
   std::printf("\nLayer allocators (--allocator):\n");
   for (const AllocatorInfo* a : all_allocators()) {
     std::printf("  %-11s %s\n", std::string(a->id).c_str(), std::string(a->summary).c_str());
     if (!a->measures.empty()) std::printf("              measures: %s\n", std::string(a->measures).c_str());
+    if (a->ranks_globally) {
+      std::string able;
+      for (const PolicyInfo* p : all_policies()) {
+        if (p->ranks_across_layers) able += (able.empty() ? "" : ", ") + std::string(p->id);
+      }
+      std::printf(
+          "              ranks every layer's rows together: only over scores that mean the same in every "
+          "layer (%s)\n",
+          able.c_str());
+    }
   }
   std::printf("\nK/V storage formats (--kv-type, or --k-type / --v-type apart), bits per value:\n");
   for (const KVFormat& f : kKVFormats) {

@@ -49,19 +49,23 @@ struct NeedleArgs {
   CLI::Option* haystack_option = nullptr;
   bool question_in_prompt = false;
   int n_predict = 0;
+  int questions = 1;
   std::string json_path, csv_path;
   bool resume = false;
 };
 
 // What must agree between a run and the rows of the file it resumes.
 nlohmann::json run_identity(const NeedleArgs& a, const std::string& model_name) {
-  return {{"task", a.task},
-          {"model", model_name},
-          {"seed", a.seed},
-          {"samples", a.samples},
-          {"question_in_prompt", a.question_in_prompt},
-          {"n_batch", a.model.n_batch},
-          {"haystack", a.task == "passkey" ? "" : std::filesystem::path(a.haystack).filename().string()}};
+  nlohmann::json identity = {
+      {"task", a.task},
+      {"model", model_name},
+      {"seed", a.seed},
+      {"samples", a.samples},
+      {"question_in_prompt", a.question_in_prompt},
+      {"n_batch", a.model.n_batch},
+      {"haystack", a.task == "passkey" ? "" : std::filesystem::path(a.haystack).filename().string()}};
+  if (a.questions > 1) identity["questions"] = a.questions;  // files of one question stay resumable
+  return identity;
 }
 
 // A cell's identity within a run: the variant, budget, length and depth.
@@ -226,12 +230,15 @@ void run(NeedleArgs& a) {
   // Every length must fit the task's needles; checked before any model work.
   for (int64_t length : a.lengths) {
     try {
-      make_needle_sample(model.tokenizer(), {task, length, 0.5, a.seed}, haystack);
+      make_needle_sample(model.tokenizer(), {task, length, 0.5, a.seed, a.questions}, haystack);
     } catch (const InvalidArgument& e) {
       // The library names its own field ("length = N: why"): the command line names its option
       // instead of both. Any other field's message (the haystack's) stands as it is.
-      const std::string field = invalid_value("length", length, "");
       const std::string_view why = e.what();
+      const std::string field = invalid_value("length", length, "");
+      const std::string asked = invalid_value("questions", a.questions, "");
+      if (why.starts_with(asked))
+        throw InvalidArgument(invalid_value("--questions", a.questions, why.substr(asked.size())));
       if (!why.starts_with(field)) throw;
       throw InvalidArgument(invalid_value("--lengths", length, why.substr(field.size())));
     }
@@ -288,8 +295,8 @@ void run(NeedleArgs& a) {
         }
         if (samples.empty()) {
           for (int i = 0; i < a.samples; ++i) {
-            samples.push_back(
-                make_needle_sample(model.tokenizer(), {task, length, depth, needle_sample_seed(a.seed, i)}, haystack));
+            samples.push_back(make_needle_sample(
+                model.tokenizer(), {task, length, depth, needle_sample_seed(a.seed, i), a.questions}, haystack));
           }
         }
         const NeedleCell cell = run_needle_cell(engine, c, samples, task, options, [&] {
@@ -298,9 +305,23 @@ void run(NeedleArgs& a) {
         nlohmann::json correct = nlohmann::json::array(), outputs = nlohmann::json::array(),
                        answers = nlohmann::json::array();
         for (size_t i = 0; i < samples.size(); ++i) {
-          correct.push_back(cell.outcomes[i].correct);
-          outputs.push_back(valid_utf8(cell.outcomes[i].text));
-          answers.push_back(samples[i].answers);
+          const NeedleOutcome& o = cell.outcomes[i];
+          if (o.more_correct.empty()) {
+            correct.push_back(o.correct);
+            outputs.push_back(valid_utf8(o.text));
+            answers.push_back(samples[i].answers);
+            continue;
+          }
+          // Several questions: per sample, one entry per question.
+          nlohmann::json rights = {o.correct}, texts = {valid_utf8(o.text)}, wanted = {samples[i].answers};
+          for (size_t q = 0; q < o.more_correct.size(); ++q) {
+            rights.push_back(bool(o.more_correct[q]));
+            texts.push_back(valid_utf8(o.more_texts[q]));
+            wanted.push_back(samples[i].more[q].answers);
+          }
+          correct.push_back(rights);
+          outputs.push_back(texts);
+          answers.push_back(wanted);
         }
         nlohmann::json row = identity;
         const std::string kv_type = to_string(c.kv_type);
@@ -320,6 +341,7 @@ void run(NeedleArgs& a) {
                     {"kv_rows", cell.kv_rows},
                     {"full_rows", length},
                     {"seconds", cell.seconds}});
+        if (a.questions > 1) row["question_accuracy"] = cell.question_accuracy;
         done[key] = row;
         rows.push_back(row);
         json_out.write(row.dump() + "\n");
@@ -383,6 +405,12 @@ void register_needle(CLI::App& app) {
                 "query-aware: the question is part of the one prefilled prompt, so that snapkv's observation "
                 "window sees it (default: query-agnostic, the cache chooses its rows before the question "
                 "arrives as a chunk of its own)");
+  cmd->add_option("--questions", args->questions,
+                  "task single: this many needles with different keys, each asked in turn (after the answer to "
+                  "the one before) against one cache compressed from the context; accuracy counts every question, "
+                  "and question_accuracy in --json gives each")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxNeedleQuestions));
   cmd->add_option("-n,--n-predict", args->n_predict,
                   "tokens decoded for the answer (0 = the task's: passkey 12, "
                   "single and multikey 16, multivalue 64)")

@@ -212,6 +212,11 @@ void Engine::attention_block(int l, std::span<const SequenceStep> steps, int n, 
     const SeqSpan& sp = spans_[s];
     ModelCache& cache = *steps[s].cache;
     LayerCache& layer = cache.layer(l);
+    if (layer.wants_queries()) {  // before RoPE: a policy that models the coming queries turns them itself
+      const size_t q_dim = size_t(c.n_heads) * hd;
+      layer.add_queries({q_.data() + size_t(sp.row0) * q_dim, sp.n, c.n_heads, q_dim, sp.pos0, c.rope_style, c.n_rot,
+                         lc.rope_base, lc.attention_scale});
+    }
     const bool ranks = rotate_queries_and_keys(l, sp, cache);
     // The cache takes [kv_heads, n, hd].
     for (int t = 0; t < sp.n; ++t) {

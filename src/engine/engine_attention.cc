@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "squeezekv/engine/engine.h"
+#include "squeezekv/engine/reconstruction.h"
 #include "engine/visible_slots.h"
 #include "squeezekv/ops/kv_rows.h"
 
@@ -49,6 +50,10 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
   clamp_stride_ = 0;
   if (clamped_at >= 0) patch_clamped_keys(layer, clamped_at, lc.rope_base);
   const bool feed = layer.wants_attention();
+  // A reconstruction's attention goes back as each row's largest weight over the query heads
+  // (feed_probs), read against the rows' positions.
+  feed_span_ = feed ? layer.reconstruction() : nullptr;
+  feed_layer_ = &layer;
   const size_t probs_per_head = size_t(n) * size_t(max_slots);
   if (feed && group_probs_.size() < size_t(c.n_kv_heads) * probs_per_head) {
     group_probs_.resize(size_t(c.n_kv_heads) * probs_per_head);
@@ -125,6 +130,11 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
 void Engine::feed_probs(int g, int t, const float* probs, size_t ld, int hi, int n_slots, size_t probs_per_head) {
   const auto group = size_t(model_.config().group());
   float* dst = group_probs_.data() + size_t(g) * probs_per_head + size_t(t) * size_t(n_slots);
+  if (feed_span_ != nullptr) {
+    reconstruction_weights(feed_layer_->head(g).positions(), *feed_span_, probs, group, ld, hi, dst);
+    std::fill(dst + hi, dst + n_slots, 0.0f);
+    return;
+  }
   for (int s = 0; s < hi; ++s) {
     float sum = 0.0f;
     for (size_t i = 0; i < group; ++i) sum += probs[i * ld + size_t(s)];

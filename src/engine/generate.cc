@@ -10,7 +10,7 @@
 namespace squeezekv {
 
 double GenerateResult::prompt_tokens_per_second() const {
-  return prompt_seconds > 0 ? double(prompt_tokens.size()) / prompt_seconds : 0.0;
+  return prompt_seconds > 0 ? double(int64_t(prompt_tokens.size()) + question_tokens) / prompt_seconds : 0.0;
 }
 
 double GenerateResult::decode_tokens_per_second() const {
@@ -31,7 +31,8 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
   const int n_ctx = options.n_ctx > 0 ? options.n_ctx : model.config().context_length;
   GenerateResult result;
   result.prompt_tokens = std::move(prompt_tokens);
-  const auto n_prompt = int64_t(result.prompt_tokens.size());
+  result.question_tokens = int64_t(options.question.size());
+  const auto n_prompt = int64_t(result.prompt_tokens.size()) + result.question_tokens;
   require(n_prompt >= 1, "prompt", "\"\"", "the prompt encodes to no token");
   if (keeps_every_row(cache.config())) {
     require(n_prompt + options.n_predict <= n_ctx, "prompt", std::to_string(n_prompt) + " tokens",
@@ -45,6 +46,11 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
   prefill_options.n_batch = options.n_batch;
   prefill_options.max_rows = n_prompt + options.n_predict;
   prefill(engine, cache, result.prompt_tokens, prefill_options, logits);
+  if (!options.question.empty()) {  // after the prompt's own eviction, as a chunk of its own
+    prefill_options.reset = false;
+    prefill_options.as_prompt = false;
+    prefill(engine, cache, options.question, prefill_options, logits);
+  }
   result.prompt_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   start = Clock::now();
   const int64_t window = options.speed_window;

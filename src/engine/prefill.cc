@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/engine/reconstruction.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
@@ -53,23 +55,69 @@ int64_t PromptFeed::take() {
   return n;
 }
 
-void PromptFeed::finish() {
+void PromptFeed::finish(std::span<const int32_t> prompt) {
   start();
-  if (options_.as_prompt) engine_.end_prompt(cache_);
+  if (!options_.as_prompt) return;
+  const std::optional<ReconstructionPlan> plan =
+      options_.reconstruct && options_.reset && n_tokens_ > 0 ? context_reconstruction(cache_.config()) : std::nullopt;
+  if (plan && int64_t(prompt.size()) == n_tokens_) {
+    reconstruct_context(engine_, cache_, prompt, 0, 0, n_tokens_, plan->chunk, options_.n_batch);
+  }
+  engine_.end_prompt(cache_);
 }
 
-void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, const PrefillOptions& options,
-             std::vector<float>& logits, const std::function<void(int64_t)>& after_chunk) {
-  PromptFeed feed(engine, cache, int64_t(tokens.size()), options);
-  feed.start();
+namespace {
+
+// The prompt's updates, without its start or end.
+void feed_updates(Engine& engine, ModelCache& cache, PromptFeed& feed, std::span<const int32_t> tokens, Logits last,
+                  std::vector<float>& logits, const std::function<void(int64_t)>& after_chunk, int64_t done_before) {
   while (!feed.done()) {
     const int64_t first = feed.fed();
     const int64_t n = feed.take();
-    engine.forward(tokens.subspan(size_t(first), size_t(n)), cache, feed.done() ? options.logits : Logits::none,
-                   logits);
-    if (after_chunk && feed.chunk_done()) after_chunk(feed.fed());
+    engine.forward(tokens.subspan(size_t(first), size_t(n)), cache, feed.done() ? last : Logits::none, logits);
+    if (after_chunk && feed.chunk_done()) after_chunk(done_before + feed.fed());
   }
-  feed.finish();
+}
+
+// A streamed reconstruction: each chunk prefilled, reconstructed over the rows held, and the cache
+// compressed to its budget before the next, so the peak is the budget plus one chunk (and, while
+// it is reconstructed, the chunk's reconstruction rows).
+void prefill_streaming(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens,
+                       const PrefillOptions& options, int chunk, std::vector<float>& logits,
+                       const std::function<void(int64_t)>& after_chunk) {
+  PromptFeed start(engine, cache, 0, options);
+  start.start();  // reset, the allocator's bound, the prompt begun
+  const auto n = int64_t(tokens.size());
+  for (int64_t a = 0; a < n; a += chunk) {
+    const int64_t b = std::min(n, a + chunk);
+    PrefillOptions part = options;
+    part.reset = false;
+    part.as_prompt = false;
+    part.logits = b == n ? options.logits : Logits::none;
+    PromptFeed feed(engine, cache, b - a, part);
+    feed_updates(engine, cache, feed, tokens.subspan(size_t(a), size_t(b - a)), part.logits, logits, after_chunk, a);
+    reconstruct_context(engine, cache, tokens, 0, a, b, chunk, options.n_batch);
+    cache.compress();
+  }
+  engine.end_prompt(cache);
+}
+
+}  // namespace
+
+void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, const PrefillOptions& options,
+             std::vector<float>& logits, const std::function<void(int64_t)>& after_chunk) {
+  const std::optional<ReconstructionPlan> plan =
+      options.reconstruct && options.reset && options.as_prompt && !tokens.empty()
+          ? context_reconstruction(cache.config())
+          : std::nullopt;
+  if (plan && plan->streaming) {
+    prefill_streaming(engine, cache, tokens, options, plan->chunk, logits, after_chunk);
+    return;
+  }
+  PromptFeed feed(engine, cache, int64_t(tokens.size()), options);
+  feed.start();
+  feed_updates(engine, cache, feed, tokens, options.logits, logits, after_chunk, 0);
+  feed.finish(tokens);
 }
 
 }  // namespace squeezekv

@@ -151,11 +151,23 @@ uint64_t needle_sample_seed(uint64_t seed, int64_t index) {
   return z ^ (z >> 31);
 }
 
+namespace {
+
+std::string single_question(const std::string& key) {
+  return "\nWhat is the special magic number for " + key + "? The special magic number for " + key + " is";
+}
+
+}  // namespace
+
 NeedleSample make_needle_sample(const Tokenizer& tokenizer, const NeedleSpec& spec, std::string_view haystack) {
   require(spec.depth >= 0.0 && spec.depth <= 1.0, "depth", spec.depth, "must lie in [0, 1]");
   require(spec.length >= 1 && spec.length <= (int64_t(1) << 24), "length", spec.length,
           "must lie in [1, 16777216] tokens");
   Draw draw(spec.seed);
+  require(spec.questions >= 1 && spec.questions <= kMaxNeedleQuestions, "questions", spec.questions,
+          "must lie in [1, " + std::to_string(kMaxNeedleQuestions) + "]");
+  require(spec.questions == 1 || spec.task == NeedleTask::single, "questions", spec.questions,
+          "more than one question needs task single (one needle per question, each with its own key)");
   NeedleSample s;
   const NeedleTask task = spec.task;
   // The needles' texts; the first is the asked one.
@@ -167,8 +179,9 @@ NeedleSample make_needle_sample(const Tokenizer& tokenizer, const NeedleSpec& sp
     texts.push_back("The pass key is " + k + ". Remember it. " + k + " is the pass key.");
     question = "\nWhat is the pass key? The pass key is";
   } else {
-    const size_t n_keys = task == NeedleTask::multikey ? 4 : 1;
-    const size_t n_values = task == NeedleTask::multikey ? 4 : task == NeedleTask::multivalue ? 4 : 1;
+    const auto asked = size_t(spec.questions);
+    const size_t n_keys = task == NeedleTask::multikey ? 4 : asked;
+    const size_t n_values = task == NeedleTask::multikey ? 4 : task == NeedleTask::multivalue ? 4 : asked;
     const std::vector<std::string> keys = distinct_keys(draw, n_keys);
     const std::vector<std::string> values = distinct_numbers(draw, 7, n_values);
     s.key = keys[0];
@@ -186,8 +199,11 @@ NeedleSample make_needle_sample(const Tokenizer& tokenizer, const NeedleSpec& sp
           "\nWhat are all the special magic numbers for " + s.key + "? The special magic numbers for " + s.key + " are";
     } else {
       s.answers = {values[0]};
-      s.distractors.assign(values.begin() + 1, values.end());
-      question = "\nWhat is the special magic number for " + s.key + "? The special magic number for " + s.key + " is";
+      if (task == NeedleTask::multikey) s.distractors.assign(values.begin() + 1, values.end());
+      question = single_question(s.key);
+      for (size_t i = 1; i < asked; ++i) {
+        s.more.push_back({encode_piece(tokenizer, single_question(keys[i])), {values[i]}});
+      }
     }
   }
   std::vector<std::vector<int32_t>> needles;
@@ -203,6 +219,11 @@ NeedleSample make_needle_sample(const Tokenizer& tokenizer, const NeedleSpec& sp
   const int64_t fixed = int64_t(s.context.size() + s.question.size());
   // At least twice the needles' tokens of haystack, so that every needle finds a place.
   const int64_t least = fixed + 3 * needle_total;
+  if (spec.questions > 1 && spec.length < least) {
+    require(false, "questions", spec.questions,
+            "needles do not fit a prompt of " + std::to_string(spec.length) + " tokens (they need at least " +
+                std::to_string(least) + ")");
+  }
   require(spec.length >= least, "length", spec.length,
           "too short for task " + std::string(to_string(task)) + " (at least " + std::to_string(least) + " tokens)");
   const int64_t region = spec.length - fixed;
@@ -312,18 +333,36 @@ NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleS
   for (int l = 0; l < cache.n_layers(); ++l) rows += cache.layer(l).rows_per_head();
   out.kv_rows = cache.n_layers() > 0 ? rows / cache.n_layers() : 0.0;
   const Tokenizer& tokenizer = engine.model().tokenizer();
-  std::vector<int32_t> answer;
-  for (int i = 0; i < n_predict && !logits.empty(); ++i) {
-    // Greedy; the lowest id wins a tie.
-    const auto token = int32_t(argmax(logits.data(), int64_t(logits.size())));
-    if (tokenizer.is_end_of_generation(token)) break;
-    answer.push_back(token);
-    if (i + 1 < n_predict) engine.forward(std::span(&token, 1), cache, Logits::last, logits);
-  }
-  out.text = tokenizer.decode(answer);
+  // Greedy decoding; the lowest id wins a tie. Every answer token but the last goes into the cache.
+  auto answer = [&] {
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < n_predict && !logits.empty(); ++i) {
+      const auto token = int32_t(argmax(logits.data(), int64_t(logits.size())));
+      if (tokenizer.is_end_of_generation(token)) break;
+      tokens.push_back(token);
+      if (i + 1 < n_predict) engine.forward(std::span(&token, 1), cache, Logits::last, logits);
+    }
+    return tokenizer.decode(tokens);
+  };
+  out.text = answer();
   out.correct = needle_correct(out.text, sample.answers);
+  for (const NeedleQuestion& q : sample.more) {
+    PrefillOptions next;
+    next.n_batch = options.n_batch;
+    next.reset = false;
+    next.as_prompt = false;
+    prefill(engine, cache, q.tokens, next, logits);
+    out.more_texts.push_back(answer());
+    out.more_correct.push_back(needle_correct(out.more_texts.back(), q.answers));
+  }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+double NeedleOutcome::score() const {
+  double right = correct ? 1.0 : 0.0;
+  for (const uint8_t c : more_correct) right += c ? 1.0 : 0.0;
+  return right / double(1 + more_correct.size());
 }
 
 NeedleCell run_needle_cell(Engine& engine, const KVCacheConfig& config, std::span<const NeedleSample> samples,
@@ -332,11 +371,15 @@ NeedleCell run_needle_cell(Engine& engine, const KVCacheConfig& config, std::spa
   require(!samples.empty(), "samples", 0, "a cell needs at least one sample");
   NeedleCell cell;
   auto cache = engine.make_cache(config);
-  int correct = 0;
+  double correct = 0.0;
   for (const NeedleSample& sample : samples) {
     cell.outcomes.push_back(run_needle_sample(engine, *cache, sample, task, options));
     const NeedleOutcome& o = cell.outcomes.back();
-    correct += o.correct;
+    correct += o.score();
+    if (cell.question_accuracy.size() < 1 + o.more_correct.size())
+      cell.question_accuracy.resize(1 + o.more_correct.size());
+    cell.question_accuracy[0] += o.correct ? 1.0 : 0.0;
+    for (size_t i = 0; i < o.more_correct.size(); ++i) cell.question_accuracy[1 + i] += o.more_correct[i] ? 1.0 : 0.0;
     cell.kv_bytes += double(o.kv_bytes);
     cell.full_kv_bytes += double(o.full_kv_bytes);
     cell.kv_rows += o.kv_rows;
@@ -345,6 +388,7 @@ NeedleCell run_needle_cell(Engine& engine, const KVCacheConfig& config, std::spa
   }
   const auto n = double(samples.size());
   cell.accuracy = correct / n;
+  for (double& a : cell.question_accuracy) a /= n;
   cell.kv_bytes /= n;
   cell.full_kv_bytes /= n;
   cell.kv_rows /= n;

@@ -403,6 +403,15 @@ void KVCacheConfig::validate() const {
             "policy " + std::string(p.id) + " has no row scores to split a layer's rows by (policies that do: " + able +
                 ")");
   }
+  if (a.ranks_globally) {
+    std::string able;
+    for (const PolicyInfo* q : all_policies()) {
+      if (q->ranks_across_layers) able += (able.empty() ? "" : ", ") + std::string(q->id);
+    }
+    require(p.ranks_across_layers, "allocator", a.id,
+            "ranks every layer's rows together, and the scores of policy " + std::string(p.id) +
+                " do not mean the same across layers (policies whose scores do: " + able + ")");
+  }
   // The fields every cache has: their ranges, then the rules between them.
   for (const Field& f : kFields) {
     const ParamSpec& spec = f.spec;

@@ -142,6 +142,11 @@ const AllocatorInfo& resolved_allocator_info(const KVCacheConfig& config) {
 std::string resolved_policy(const KVCacheConfig& config) { return std::string(resolved_policy_info(config).id); }
 bool keeps_every_row(const KVCacheConfig& config) { return resolved_policy_info(config).keeps_every_row; }
 bool holds_prompt_until_end(const KVCacheConfig& config) { return resolved_policy_info(config).holds_prompt_until_end; }
+std::optional<ReconstructionPlan> context_reconstruction(const KVCacheConfig& config) {
+  const PolicyInfo& p = resolved_policy_info(config);
+  if (p.reconstruction == nullptr) return std::nullopt;
+  return p.reconstruction(component_params(config, p.params));
+}
 bool schedule_waits_for_measurement(const KVCacheConfig& config) {
   return !resolved_allocator_info(config).measures.empty();
 }

@@ -1,7 +1,9 @@
 #include "serve/admission.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "squeezekv/engine/reconstruction.h"
 #include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kivi_rows.h"
 #include "squeezekv/ops/kv_rows.h"
@@ -21,6 +23,12 @@ constexpr int64_t kPoolSlack = 12;
 
 }  // namespace
 
+int64_t reconstruction_rows(const KVCacheConfig& config, const SessionShape& shape) {
+  const std::optional<ReconstructionPlan> plan = context_reconstruction(config);
+  if (!plan || shape.prompt_tokens <= 0) return 0;
+  return std::min<int64_t>(shape.prompt_tokens, plan->chunk) + kReconstructionPromptMost;
+}
+
 int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionShape& shape) {
   const int64_t seen = shape.prompt_tokens + shape.max_tokens;  // every row the session can add
   const int64_t unbounded = grown_capacity(seen);
@@ -38,10 +46,15 @@ int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionSh
   if (holds_prompt_until_end(config)) {
     rows = std::max(rows, layers * (grown_capacity(shape.prompt_tokens) + 1 + chunk));
   }
+  // A policy that scores by reconstruction (kvzip) holds the prompt and one chunk's
+  // reconstruction while the pass runs.
+  if (const int64_t r = reconstruction_rows(config, shape); r > 0) {
+    return std::max(rows, layers * (grown_capacity(shape.prompt_tokens + r) + 1));
+  }
   return std::min(rows, layers * unbounded);  // no head holds more than it is ever given
 }
 
-int64_t promised_sliding_rows(std::span<const LayerKind> kinds, const SessionShape& shape) {
+int64_t promised_sliding_rows(std::span<const LayerKind> kinds, const SessionShape& shape, int64_t reconstruction) {
   const int64_t seen = shape.prompt_tokens + shape.max_tokens;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(shape.chunk, std::max<int64_t>(1, shape.prompt_tokens)));
   int64_t rows = 0;
@@ -49,7 +62,13 @@ int64_t promised_sliding_rows(std::span<const LayerKind> kinds, const SessionSha
     // A sliding layer's budget (its window) is final from the start, so its slots stop at
     // window + 1 between updates and window + chunk during one, and never pass what grows to
     // hold every row it is given.
-    if (kind.is_sliding()) rows += std::min(int64_t(kind.window) + 1 + chunk, grown_capacity(seen));
+    if (!kind.is_sliding()) continue;
+    int64_t held = std::min(int64_t(kind.window) + 1 + chunk, grown_capacity(seen));
+    // During a reconstruction it evicts nothing: its window of the prompt and the pass's rows.
+    if (reconstruction > 0) {
+      held = std::max(held, grown_capacity(std::min(int64_t(kind.window), shape.prompt_tokens) + reconstruction) + 1);
+    }
+    rows += held;
   }
   return rows;
 }
@@ -105,9 +124,11 @@ size_t promised_kv_bytes(const KVCacheConfig& config, const ModelConfig& model, 
   const int64_t n_evicting = int64_t(model.n_layers) - n_sliding;
   const auto hd = size_t(model.head_dim);
   // The method governs the evicting layers alone; a sliding layer evicts its oldest row per step.
-  const size_t per_head = group_bytes(config, hd, n_evicting, promised_rows(config, int(n_evicting), shape),
-                                      keeps_every_row(config), shape) +
-                          group_bytes(config, hd, n_sliding, promised_sliding_rows(kinds, shape), false, shape);
+  const size_t per_head =
+      group_bytes(config, hd, n_evicting, promised_rows(config, int(n_evicting), shape), keeps_every_row(config),
+                  shape) +
+      group_bytes(config, hd, n_sliding, promised_sliding_rows(kinds, shape, reconstruction_rows(config, shape)), false,
+                  shape);
   return per_head * size_t(model.n_kv_heads);
 }
 

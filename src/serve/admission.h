@@ -26,7 +26,11 @@ struct SessionShape {
 int64_t promised_rows(const KVCacheConfig& config, int n_layers, const SessionShape& shape);
 // Rows per KV head summed over the sliding layers among `kinds` (core/layer_kind.h): each holds
 // its window, plus one append slot and an update's rows, whatever the method.
-int64_t promised_sliding_rows(std::span<const LayerKind> kinds, const SessionShape& shape);
+// `reconstruction`: the rows a context reconstruction adds while it runs (reconstruction_rows).
+int64_t promised_sliding_rows(std::span<const LayerKind> kinds, const SessionShape& shape, int64_t reconstruction = 0);
+// The rows a context reconstruction (kvzip) adds to every layer while it runs: one chunk and its
+// prompt; 0 for a policy that scores otherwise.
+int64_t reconstruction_rows(const KVCacheConfig& config, const SessionShape& shape);
 
 // The bytes behind promised_rows: per KV head, the slot arrays of keys and values in their formats
 // (KIVI: codes of whole groups, dead rows included) plus KIVI's fp16 pools, x KV heads. kinds: one

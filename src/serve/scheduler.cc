@@ -302,7 +302,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
       for (size_t i = 0; i < steps.size(); ++i) {
         Session& s = *in_step[i];
         if (steps[i].mode == Logits::none) continue;
-        if (!s.prefilling() && steps[i].tokens.data() != &s.next) s.feed->finish();
+        if (!s.prefilling() && steps[i].tokens.data() != &s.next) {
+          s.feed->finish(std::span(s.job.request.tokens).subspan(size_t(s.reused)));
+        }
         const int32_t token = s.sampler.sample(s.logits.data(), model_.config().vocab);
         const int before = s.generated;
         emit(s, token);

@@ -39,6 +39,9 @@ class BudgetAllocator {
   // max_rows > 0 is the longest sequence the cache will see (a budget beyond it is wasted);
   // allocators that redistribute may use it, the fixed ones ignore it.
   virtual std::vector<int> allocate(int n_layers, std::span<const double> measurements, int max_rows) const = 0;
+  // An allocator that ranks every layer's rows together (AllocatorInfo::ranks_globally): the share
+  // of the average budget each layer-head keeps at least (0 = none but the rows the policy protects).
+  virtual double head_floor() const { return 0.0; }
 };
 
 // A budget no eviction ever reaches (the `none` allocator, used by `full`).

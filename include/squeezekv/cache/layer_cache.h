@@ -85,8 +85,16 @@ class LayerCache {
   void begin_update(const float* keys, const float* values, int n_tokens, ThreadPool* pool = nullptr);
   const HeadStore& head(int h) const { return rows_.heads[size_t(h)]; }
   int n_heads() const { return int(rows_.heads.size()); }
-  bool wants_attention() const { return policy_->wants_attention(); }
+  // During a reconstruction, the policies that score by it want its attention (fed to
+  // score_reconstruction); otherwise the policy says.
+  bool wants_attention() const {
+    return rows_.reconstruction ? policy_->scores_reconstruction() : policy_->wants_attention();
+  }
   void add_attention(int h, const float* probs, int n_queries);
+  // The update's queries before RoPE, for a policy that reads them (TokenPolicy::wants_queries);
+  // not during a reconstruction, whose queries are no prompt's.
+  bool wants_queries() const { return !rows_.reconstruction && policy_->wants_queries(); }
+  void add_queries(const UpdateQueries& queries);
   // PositionRule::span: every head's keys at positions <= upto turned to RoPE position 0, once
   // each (HeadStore::rotate_keys_to_origin); called between begin_update and end_update.
   void rotate_keys_to_origin(int64_t upto, int64_t n_rot, RopeStyle style, float rope_base);
@@ -101,6 +109,16 @@ class LayerCache {
   // the prompt (snapkv) wait for end_prompt(). Without begin_prompt the first update is the prompt.
   void begin_prompt();
   void end_prompt();
+
+  // Context reconstruction (KVzip): rows appended from begin_reconstruction on are the
+  // reconstruction's; end_reconstruction evicts them and the cache stands where it stood, its
+  // tokens_seen included. Meanwhile nothing is evicted (a sliding layer holds its window and those
+  // rows; the engine masks each query to its window) and, when the policy scores by reconstruction,
+  // the attention fed back goes to score_reconstruction. [first, end): the chunk reconstructed.
+  void begin_reconstruction(int64_t first, int64_t end);
+  void end_reconstruction();
+  // The reconstruction under way, null when none.
+  const ReconstructionSpan* reconstruction() const { return rows_.reconstruction ? &*rows_.reconstruction : nullptr; }
 
   // Sets this layer's budget and trims to it now. A coordinator's schedule is conserved as the
   // layer fills (budget_at); a budget set here is the layer's own, kept as given.
@@ -148,6 +166,9 @@ class LayerCache {
   void settle_split(ThreadPool* pool, bool prompt_end, bool worth_it);
   // After the policy: shifts, capacity (for `budget` rows, the head's own), KIVI.
   void settle_head(HeadStore& head, bool prompt_end, int budget);
+  // Each head's rows from now on, chosen across layers (an allocator that ranks_globally): the
+  // rows beyond each count were evicted by the caller; later evictions keep every head to its own.
+  void pin_head_budgets(std::vector<int> counts);
   // Head h's rows: its share from the last split, else the layer's (conserved) budget.
   int head_budget(size_t h) const { return head_budgets_.empty() ? budget_now_ : head_budgets_[h]; }
   // PositionRule::span: every non-sink row of `head` at a position below `before` goes.
@@ -171,6 +192,7 @@ class LayerCache {
   HeadSplitRule split_ = HeadSplitRule::uniform;
   std::vector<int> head_budgets_;               // per head, from the last split (empty: none yet)
   std::vector<std::vector<float>> priorities_;  // per head: the split's scratch
+  bool heads_pinned_ = false;                   // head_budgets_ set across layers (pin_head_budgets)
   BudgetCoordinator* coordinator_;
   LayerRows rows_;
   UpdateRows update_;

@@ -35,8 +35,19 @@ class ModelCache {
   int n_sliding() const;
 
   void begin_prompt();
+  // Ends the prompt: each layer's policy chooses (snapkv, kvzip), after the ranking across layers
+  // when the allocator ranks globally.
   void end_prompt();
   void reset();
+
+  // Context reconstruction over every layer (LayerCache::begin_reconstruction): the chunk
+  // [first, end) of the positions seen; the reconstruction's rows leave at its end.
+  void begin_reconstruction(int64_t first, int64_t end);
+  void end_reconstruction();
+  // Compresses now, inside a prompt (streaming reconstruction): every layer's policy evicts what it
+  // has scored down to its budget, after the ranking across layers when the allocator ranks
+  // globally.
+  void compress();
 
   // Per layer: the rows per head it trims to now (conserved; a sliding layer's window) and what
   // its allocator scheduled; they differ while some layer is scheduled more rows than it can hold.
@@ -56,7 +67,12 @@ class ModelCache {
   // coordinator's once it publishes.
   ConservedSchedule schedule_;
   std::vector<std::unique_ptr<LayerCache>> layers_;
-  std::atomic<bool> busy_{false};  // the single-writer flag every layer shares (layer_cache.h)
+  std::atomic<bool> busy_{false};                     // the single-writer flag every layer shares (layer_cache.h)
+  std::shared_ptr<const BudgetAllocator> allocator_;  // null when every layer slides
+  // The allocator ranks globally: one ranking of every evicting layer's rows by the policy's keep
+  // priorities shares their rows (the uniform budget's total) among layers and heads, each head
+  // keeping at least the allocator's floor, and pins each head to its count.
+  void rank_globally();
 };
 
 // The reference library's KVCacheFactory.create: one layer, no coordinator — a uniform layer with the average

@@ -33,6 +33,15 @@ struct MethodInfo {
   std::string_view head_split = {};  // the head split when head_split is left at auto ("" = uniform)
 };
 
+// How a policy that scores rows by context reconstruction (KVzip) wants the pass run: the context
+// reconstructed in chunks of at most `chunk` tokens; read once (the whole context prefilled, then
+// scored and compressed once) or streaming (each chunk prefilled, reconstructed over the rows held,
+// and the cache compressed to its budget before the next).
+struct ReconstructionPlan {
+  int chunk = 2048;
+  bool streaming = false;
+};
+
 struct PolicyInfo {
   std::string_view id;
   std::string_view summary;
@@ -50,6 +59,13 @@ struct PolicyInfo {
   // Gives each row a keep priority (TokenPolicy::keep_priorities), so that a head split other than
   // uniform (head_split adakv) can share the layer's rows among its heads by it.
   bool splits_heads = false;
+  // Scores rows by how much the model needs them to reproduce the context (KVzip): the callers
+  // that prefill a prompt run the reconstruction pass this returns (engine/reconstruction.h) and
+  // the policy reads its attention (TokenPolicy::score_reconstruction). Null: no such pass.
+  ReconstructionPlan (*reconstruction)(const ComponentParams& params) = nullptr;
+  // Its keep priorities mean the same in every layer, so one ranking of all layers' rows (an
+  // allocator that ranks_globally) may share the model's rows among layers and heads by them.
+  bool ranks_across_layers = false;
 };
 
 struct AllocatorInfo {
@@ -64,6 +80,9 @@ struct AllocatorInfo {
   bool (*uses)(const ComponentParams& params, std::string_view param) = nullptr;
   bool unbounded = false;  // gives every layer an unbounded budget: the allocator of the policies
                            // that keep every row, and only of those
+  // Shares every layer's and head's rows by one ranking of the policy's keep priorities when the
+  // prompt is compressed (the global allocator): only over a policy that ranks_across_layers.
+  bool ranks_globally = false;
 };
 
 }  // namespace squeezekv

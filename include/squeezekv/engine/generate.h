@@ -24,10 +24,14 @@ struct GenerateOptions {
   std::optional<int32_t> stop_token;  // also ends generation, as EOS does (a chat's end of turn)
   bool keep_tokens = true;            // false: result.tokens stays empty, memory stays constant
   int64_t speed_window = 10000;       // tokens timed at the start and the end of the output
+  // Asked after the prompt has ended: the cache chooses its rows from the prompt alone (a document
+  // read once, its question later: query-agnostic), then these tokens go in as a chunk of their own.
+  std::vector<int32_t> question;
 };
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens;
+  int64_t question_tokens = 0;  // GenerateOptions::question's, fed after the prompt (in prompt_seconds)
   std::vector<int32_t> tokens;  // generated (empty unless keep_tokens)
   int64_t n_generated = 0;
   double prompt_seconds = 0.0, decode_seconds = 0.0;

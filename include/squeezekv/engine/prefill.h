@@ -5,7 +5,7 @@
 // takes its chunks in pieces of at most max_distance + 1 tokens once a row is clamped
 // (docs/positions.md). Evicting policies evict after every update, so a prompt longer than the
 // budget holds at most budget + n_batch rows per head; squeeze measures its schedule on the first
-// update, snapkv compresses once at end_prompt.
+// update, snapkv compresses once at end_prompt, kvzip after its reconstruction pass.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,10 @@ struct PrefillOptions {
   bool reset = true;             // clear the cache first (false: continue where it stands)
   bool as_prompt = true;         // one prompt for the policies that act at its end (snapkv)
   Logits logits = Logits::last;  // what the last update returns (last or none; earlier ones: none)
+  // A prompt into a fresh cache (reset and as_prompt) whose policy scores by context
+  // reconstruction (kvzip) is reconstructed before it ends (engine/reconstruction.h): read once
+  // after the whole prompt, or after every chunk when the policy streams. False: never.
+  bool reconstruct = true;
 };
 
 // One prompt of n_tokens fed at the caller's pace: next() is the size of the next update, take()
@@ -38,7 +42,9 @@ class PromptFeed {
   void start();
   int64_t next() const;  // 0 when done
   int64_t take();        // returns next(); the update is [fed() before, fed() after)
-  void finish();
+  // `prompt`: the prompt's tokens, for a policy that scores by context reconstruction (read once:
+  // the server's prompts); without them such a policy chooses without its scores.
+  void finish(std::span<const int32_t> prompt = {});
 
   bool done() const { return fed_ == n_tokens_; }
   int64_t fed() const { return fed_; }

@@ -43,6 +43,18 @@ struct NeedleSpec {
   int64_t length = 1024;  // prompt tokens, BOS and question included
   double depth = 0.5;     // in [0, 1]
   uint64_t seed = 0;      // picks keys, values, the haystack's start and the other needles' places
+  // Task single only: this many needles with different keys, each asked in turn after the answer
+  // to the one before (the first at `depth`, the others at random places), against one cache
+  // compressed from the context: a chat over a document. 1: the classic single question.
+  int questions = 1;
+};
+
+inline constexpr int kMaxNeedleQuestions = 64;
+
+// A question asked after the first (NeedleSpec::questions).
+struct NeedleQuestion {
+  std::vector<int32_t> tokens;
+  std::vector<std::string> answers;
 };
 
 struct NeedleSample {
@@ -53,6 +65,7 @@ struct NeedleSample {
   std::vector<std::string> distractors;  // the other keys' values (multikey)
   int64_t needle_token = 0;              // index in the prompt of the asked needle's first token
   int64_t needle_tokens = 0;             // its length in tokens
+  std::vector<NeedleQuestion> more;      // the questions asked after the first, in order
 };
 
 // One sample; identical input gives identical tokens. `haystack` is the real text of the tasks
@@ -87,17 +100,24 @@ struct NeedleOutcome {
   size_t full_kv_bytes = 0;  // what a full cache of the same storage would hold there
   double kv_rows = 0.0;      // rows per layer and head (rows_per_head), averaged over layers
   double seconds = 0.0;
+  // The questions after the first (NeedleSample::more): each answer and whether it is right.
+  std::vector<std::string> more_texts;
+  std::vector<uint8_t> more_correct;
+  // The share of the sample's questions answered right (correct alone for one question).
+  double score() const;
 };
 
 // Runs one sample through `cache` (reset first): prefill as the options say, then greedy
-// decoding until EOS or n_predict tokens.
+// decoding until EOS or n_predict tokens; then each further question (NeedleSample::more), fed
+// after the answer before it, and its answer.
 NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleSample& sample, NeedleTask task,
                                 const NeedleRunOptions& options);
 
 // One cell of a grid: every sample through one cache configuration.
 struct NeedleCell {
   std::vector<NeedleOutcome> outcomes;                        // per sample, in order
-  double accuracy = 0.0;                                      // share of correct samples
+  double accuracy = 0.0;                                      // share of correct answers, every question counted
+  std::vector<double> question_accuracy;                      // per question (one: the first alone)
   double kv_bytes = 0.0, full_kv_bytes = 0.0, kv_rows = 0.0;  // means over the samples
   double seconds = 0.0;
 };

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,6 +52,9 @@ std::string resolved_allocator(const KVCacheConfig& config);
 // evicted); it holds the whole prompt until the prompt ends and chooses then.
 bool keeps_every_row(const KVCacheConfig& config);
 bool holds_prompt_until_end(const KVCacheConfig& config);
+// The reconstruction pass the resolved policy scores by (PolicyInfo::reconstruction), none when
+// it scores otherwise.
+std::optional<ReconstructionPlan> context_reconstruction(const KVCacheConfig& config);
 // The head split a config resolves to: its head_split, else the method's (uniform unless it names one).
 HeadSplitRule head_split_rule(const KVCacheConfig& config);
 std::string resolved_head_split(const KVCacheConfig& config);

@@ -33,6 +33,21 @@ class TokenPolicy {
   virtual void score_attention(LayerRows& /*layer*/, int /*head*/, const float* /*probs*/, int /*n_queries*/,
                                int /*n_slots*/) {}
 
+  // Context reconstruction (KVzip, engine/reconstruction.h): true when the policy scores rows by
+  // the attention a reconstruction pass pays them. During that pass the cache feeds it
+  // score_reconstruction instead of score_attention: weights [n_queries, n_slots], per slot the
+  // largest attention weight any query head of this KV head paid the row, the softmax taken over
+  // the sinks, the chunk being reconstructed and the reconstruction's own rows; zero for a row
+  // outside the chunk.
+  virtual bool scores_reconstruction() const { return false; }
+  virtual void score_reconstruction(LayerRows& /*layer*/, int /*head*/, const float* /*weights*/, int /*n_queries*/,
+                                    int /*n_slots*/) {}
+
+  // True when the policy reads the queries of the prompt (expected attention): the engine hands
+  // each update's queries, before RoPE, to add_queries before their attention.
+  virtual bool wants_queries() const { return false; }
+  virtual void add_queries(LayerRows& /*layer*/, const UpdateQueries& /*queries*/) {}
+
   // At the end of an update: evict until every head holds at most `budget` rows.
   virtual void evict(LayerRows& layer, int budget) = 0;
 

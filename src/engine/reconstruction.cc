@@ -1,0 +1,76 @@
+#include "squeezekv/engine/reconstruction.h"
+
+#include <algorithm>
+#include <string>
+
+#include "squeezekv/base/errors.h"
+#include "squeezekv/engine/prefill.h"
+
+namespace squeezekv {
+
+void reconstruction_weights(const int64_t* positions, const ReconstructionSpan& span, const float* probs, size_t group,
+                            size_t ld, int hi, float* dst) {
+  std::fill(dst, dst + hi, 0.0f);
+  for (size_t i = 0; i < group; ++i) {
+    const float* p = probs + i * ld;
+    double in = 0.0;
+    for (int s = 0; s < hi; ++s) in += span.in_softmax(positions[s]) ? double(p[s]) : 0.0;
+    if (!(in > 0.0)) continue;
+    const auto inv = float(1.0 / in);
+    for (int s = 0; s < hi; ++s) {
+      if (span.in_chunk(positions[s])) dst[s] = std::max(dst[s], p[s] * inv);
+    }
+  }
+}
+
+std::vector<int32_t> reconstruction_tokens(const Tokenizer& tokenizer, std::span<const int32_t> context, int64_t first,
+                                           int64_t end) {
+  std::vector<int32_t> out = tokenizer.encode(first == 0 ? kRepeatFirst : kRepeatLater, false);
+  if (first > 0) {
+    const int64_t from = std::max<int64_t>(0, first - kRepeatOverlap);
+    out.insert(out.end(), context.begin() + from, context.begin() + first);
+  }
+  const std::vector<int32_t> suffix = tokenizer.encode(kRepeatSuffix, false);
+  out.insert(out.end(), suffix.begin(), suffix.end());
+  require(out.size() <= size_t(kReconstructionPromptMost), "reconstruction prompt",
+          std::to_string(out.size()) + " tokens",
+          "exceeds " + std::to_string(kReconstructionPromptMost) + " (the bound admission promises)");
+  out.insert(out.end(), context.begin() + first, context.begin() + end);
+  return out;
+}
+
+void reconstruct_context(Engine& engine, ModelCache& cache, std::span<const int32_t> context, int64_t offset,
+                         int64_t first, int64_t end, int chunk, int n_batch) {
+  const auto n = int64_t(context.size());
+  const int n_sink = cache.config().n_sink;
+  require(offset + n > n_sink, "context", std::to_string(offset + n) + " tokens",
+          "must be longer than the sinks (n_sink = " + std::to_string(n_sink) + ") for kvzip to score it");
+  require(chunk >= 1, "kvzip_chunk", chunk, "must be at least 1");
+  require(first >= 0 && first < end && end <= n, "reconstruction range",
+          std::to_string(first) + ".." + std::to_string(end),
+          "must be a non-empty part of the " + std::to_string(n) + " context tokens");
+  std::vector<float> unused;
+  for (int64_t a = first; a < end; a += chunk) {
+    const int64_t b = std::min(end, a + chunk);
+    const std::vector<int32_t> tokens = reconstruction_tokens(engine.model().tokenizer(), context, a, b);
+    cache.begin_reconstruction(offset + a, offset + b);
+    try {
+      PrefillOptions options;
+      options.n_batch = n_batch;
+      options.reset = false;
+      options.as_prompt = false;
+      options.logits = Logits::none;
+      options.reconstruct = false;
+      prefill(engine, cache, tokens, options, unused);
+    } catch (...) {
+      try {
+        cache.end_reconstruction();  // the cache stands where it stood, when the update ended
+      } catch (const InvalidArgument&) {
+      }
+      throw;
+    }
+    cache.end_reconstruction();
+  }
+}
+
+}  // namespace squeezekv
