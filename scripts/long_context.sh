@@ -45,15 +45,15 @@ combos=("${needle_at[@]}" --lengths 4096 --budget-shares "$shares" --methods "$m
 
 # Query-agnostic compression (read once, ask later): kvzip read once and streaming, under the
 # global ranking and under squeeze, beside the cheap query-agnostic baselines and the cumulative
-# scorers, at 5, 10 and 25 % of the rows (pieces kvzip-*).
-methods_kvzip=full,kvzip,kvzip_stream,kvzip_global,squeeze_kvzip,expected_attention,keydiff,h2o,squeeze,snapkv
-kvzip_shares=0.05,0.1,0.25
+# scorers, at 10 and 25 % of the rows, and kvzip alone at 5 % (pieces kvzip-*).
+methods_kvzip=full,kvzip,kvzip_stream,kvzip_uniform,squeeze_kvzip,expected_attention,keydiff,h2o,squeeze,snapkv
+kvzip_shares=0.1,0.25
 kvzip=("${needle_at[@]}" --budget-shares "$kvzip_shares" --methods "$methods_kvzip")
 qwen=${QWEN:-$HOME/.cache/squeezekv/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
 on_qwen=(build/squeezekv needle -m "$qwen" --task single -t "$threads" --samples "$samples" --seed 0 --resume
-  --depths "$depths" --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_global,kvzip_stream,squeeze)
+  --depths "$depths" --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_uniform,kvzip_stream,squeeze)
 
-pieces=(kvzip-2k kvzip-4k kvzip-8k-a kvzip-8k-b kvzip-tasks kvzip-questions kvzip-qwen-4k kvzip-qwen-8k kvzip-books
+pieces=(kvzip-2k kvzip-4k kvzip-5pct kvzip-8k-a kvzip-8k-b kvzip-tasks kvzip-questions kvzip-qwen-4k kvzip-qwen-8k kvzip-books
   kvzip-cost combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-books-2pct combos-gemma3 combos-gemma3-qag combos-gemma3-books
   combos-gemma3-shares combos-gemma3-qag-shares combos-gemma3-books-shares qag-1k2k qag-4k qag-8k-a qag-8k-b qaw-1k2k qaw-4k qaw-8k-a qaw-8k-b storage storage-shares books-4096 books-8192 books-storage
   stream)
@@ -129,6 +129,10 @@ run_piece() {
       [[ $1 == kvzip-4k ]] && n=4096
       "${kvzip[@]}" --lengths "$n" --json "$out/kvzip_qag.jsonl"
       ;;
+    kvzip-5pct)
+      "${needle_at[@]}" --lengths 2048,4096 --budget-shares 0.05 --methods full,kvzip,kvzip_stream,kvzip_uniform \
+        --json "$out/kvzip_qag.jsonl"
+      ;;
     kvzip-8k-a | kvzip-8k-b)
       local half=0,0.25,0.5
       [[ $1 == kvzip-8k-b ]] && half=0.75,1
@@ -139,7 +143,7 @@ run_piece() {
       # multikey and multivalue at 4096, query-agnostic: the same methods at 10 and 25 %.
       for task in multikey multivalue; do
         build/squeezekv needle -m "$model" --task "$task" -t "$threads" --samples "$samples" --seed 0 --resume \
-          --depths "$depths" --lengths 4096 --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_global,squeeze,h2o \
+          --depths "$depths" --lengths 4096 --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_uniform,squeeze,h2o \
           --json "$out/kvzip_$task.jsonl"
       done
       ;;
@@ -147,7 +151,7 @@ run_piece() {
       # Four needles with different keys, asked in turn against one compressed cache (a chat over
       # a document), at 4096 tokens.
       "${needle_at[@]}" --lengths 4096 --questions 4 --budget-shares 0.1,0.25 \
-        --methods full,kvzip,kvzip_global,kvzip_stream,squeeze,h2o --json "$out/kvzip_questions.jsonl"
+        --methods full,kvzip,kvzip_uniform,kvzip_stream,squeeze,h2o --json "$out/kvzip_questions.jsonl"
       ;;
     kvzip-qwen-4k | kvzip-qwen-8k)
       local n=4096
@@ -158,7 +162,7 @@ run_piece() {
       # The books' KL at n_ctx 4096, 20 % of the rows: does retrieval cost kvzip the books?
       for book in austen-emma kjv; do
         sweep_book 4096 "$book" "books_4096_kvzip_$book" -m "$model" \
-          --methods full,kvzip,kvzip_global,kvzip_stream,squeeze,expected_attention,keydiff --budgets 819
+          --methods full,kvzip,kvzip_uniform,kvzip_stream,squeeze,expected_attention,keydiff --budgets 819
       done
       ;;
     kvzip-cost)

@@ -53,7 +53,15 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
   // A reconstruction's attention goes back as each row's largest weight over the query heads
   // (feed_probs), read against the rows' positions.
   feed_span_ = feed ? layer.reconstruction() : nullptr;
-  feed_layer_ = &layer;
+  if (feed_span_ != nullptr) {
+    recon_ld_ = size_t(max_slots);
+    if (recon_masks_.size() < size_t(c.n_kv_heads) * 2 * recon_ld_)
+      recon_masks_.resize(size_t(c.n_kv_heads) * 2 * recon_ld_);
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      float* m = recon_masks_.data() + size_t(g) * 2 * recon_ld_;
+      reconstruction_masks(layer.head(g).positions(), layer.head(g).n_slots(), *feed_span_, m, m + recon_ld_);
+    }
+  }
   const size_t probs_per_head = size_t(n) * size_t(max_slots);
   if (feed && group_probs_.size() < size_t(c.n_kv_heads) * probs_per_head) {
     group_probs_.resize(size_t(c.n_kv_heads) * probs_per_head);
@@ -124,6 +132,19 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
     }
   }
   if (!feed || (heads_alone && !blocks)) return;
+  if (feed_span_ != nullptr) {
+    // A reconstruction's scores are maxima: its tokens' rows fold into one before the policy reads them.
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      float* rows = group_probs_.data() + size_t(g) * probs_per_head;
+      const auto n_slots = size_t(layer.head(g).n_slots());
+      for (int t = 1; t < n; ++t) {
+        const float* row = rows + size_t(t) * n_slots;
+        for (size_t s = 0; s < n_slots; ++s) rows[s] = std::max(rows[s], row[s]);
+      }
+      layer.add_attention(g, rows, 1);
+    }
+    return;
+  }
   for (int g = 0; g < c.n_kv_heads; ++g) layer.add_attention(g, group_probs_.data() + size_t(g) * probs_per_head, n);
 }
 
@@ -131,7 +152,8 @@ void Engine::feed_probs(int g, int t, const float* probs, size_t ld, int hi, int
   const auto group = size_t(model_.config().group());
   float* dst = group_probs_.data() + size_t(g) * probs_per_head + size_t(t) * size_t(n_slots);
   if (feed_span_ != nullptr) {
-    reconstruction_weights(feed_layer_->head(g).positions(), *feed_span_, probs, group, ld, hi, dst);
+    const float* m = recon_masks_.data() + size_t(g) * 2 * recon_ld_;
+    reconstruction_weights(m, m + recon_ld_, probs, group, ld, hi, dst);
     std::fill(dst + hi, dst + n_slots, 0.0f);
     return;
   }

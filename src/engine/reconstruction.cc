@@ -8,18 +8,34 @@
 
 namespace squeezekv {
 
-void reconstruction_weights(const int64_t* positions, const ReconstructionSpan& span, const float* probs, size_t group,
-                            size_t ld, int hi, float* dst) {
+void reconstruction_masks(const int64_t* positions, int n, const ReconstructionSpan& span, float* in_softmax,
+                          float* in_chunk) {
+  for (int s = 0; s < n; ++s) {
+    const int64_t p = positions[s];
+    const bool live = p != HeadStore::kFree;
+    in_softmax[s] = live && span.in_softmax(p) ? 1.0f : 0.0f;
+    in_chunk[s] = live && span.in_chunk(p) ? 1.0f : 0.0f;
+  }
+}
+
+void reconstruction_weights(const float* in_softmax, const float* in_chunk, const float* probs, size_t group, size_t ld,
+                            int hi, float* dst) {
   std::fill(dst, dst + hi, 0.0f);
+  const auto n = size_t(hi);
   for (size_t i = 0; i < group; ++i) {
     const float* p = probs + i * ld;
+    // Eight partial sums, so that the compiler may keep them in one vector.
+    float part[8] = {};
+    size_t s = 0;
+    for (; s + 8 <= n; s += 8) {
+      for (size_t j = 0; j < 8; ++j) part[j] += p[s + j] * in_softmax[s + j];
+    }
     double in = 0.0;
-    for (int s = 0; s < hi; ++s) in += span.in_softmax(positions[s]) ? double(p[s]) : 0.0;
+    for (; s < n; ++s) in += double(p[s] * in_softmax[s]);
+    for (const float x : part) in += double(x);
     if (!(in > 0.0)) continue;
     const auto inv = float(1.0 / in);
-    for (int s = 0; s < hi; ++s) {
-      if (span.in_chunk(positions[s])) dst[s] = std::max(dst[s], p[s] * inv);
-    }
+    for (s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s]);
   }
 }
 

@@ -139,16 +139,17 @@ constexpr std::string_view kReads[] = {"n_sink"};
 constexpr ParamOverride kStreaming[] = {{"kvzip_mode", "streaming"}};
 
 constexpr MethodInfo kMethods[] = {
-    {"kvzip", "kvzip", "uniform",
-     "KVzip: keep the rows the model needs to reproduce the context (scored by a reconstruction pass)",
-     "Query-agnostic compression: a document read once and asked about later, a chat over it"},
-    {"kvzip_global", "kvzip", "global",
-     "KVzip scores ranked across every layer and head: each layer-head keeps what ranks above one threshold",
-     "Query-agnostic compression with budgets that follow the scores across layers (KVzip's own setting)"},
+    {"kvzip", "kvzip", "global",
+     "KVzip: keep the rows the model needs to reproduce the context, ranked across every layer and head",
+     "Query-agnostic compression: a document read once and asked about later, a chat over it (KVzip's own "
+     "setting: one threshold over all layers and heads)"},
+    {"kvzip_uniform", "kvzip", "uniform",
+     "KVzip's scores with every layer and head at the average budget (kvpress's layerwise)",
+     "Query-agnostic compression with the same rows in every layer-head"},
     {"squeeze_kvzip", "kvzip", "squeeze",
      "KVzip's rows within SqueezeAttention's layer budgets (measured from the prompt)",
      "Query-agnostic compression with the squeeze schedule across layers"},
-    {"kvzip_stream", "kvzip", "uniform",
+    {"kvzip_stream", "kvzip", "global",
      "KVzip streaming: each chunk prefilled, reconstructed over the rows held, and compressed before the next",
      "Documents longer than memory: the peak is the budget plus one chunk", kStreaming},
 };

@@ -46,8 +46,9 @@ TEST(ReconstructionWeights, EqualASoftmaxOverTheSpanMaxedOverTheGroup) {
         probs[i * ld + s] = pos[s] == HeadStore::kFree ? 0.0f : float(std::exp(double(logits[i * ld + s])) / sum);
       }
     }
-    std::vector<float> got(n, -1.0f);
-    reconstruction_weights(pos.data(), span, probs.data(), group, ld, int(n), got.data());
+    std::vector<float> got(n, -1.0f), in_softmax(n), in_chunk(n);
+    reconstruction_masks(pos.data(), int(n), span, in_softmax.data(), in_chunk.data());
+    reconstruction_weights(in_softmax.data(), in_chunk.data(), probs.data(), group, ld, int(n), got.data());
     for (size_t s = 0; s < n; ++s) {
       double want = 0.0;
       if (pos[s] != HeadStore::kFree && pos[s] >= 10 && pos[s] < 25) {
@@ -97,7 +98,7 @@ std::vector<int32_t> story_tokens(size_t n) {
 
 KVCacheConfig kvzip(int budget) {
   KVCacheConfig c;
-  c.method = "kvzip";
+  c.method = "kvzip_uniform";
   c.budget = budget;
   return c;
 }
@@ -221,7 +222,7 @@ TEST(Kvzip, TheGlobalRankingConservesTheTotalAndFollowsTheScores) {
   options.n_batch = 128;
   auto all = engine.make_cache(kvzip(1000));
   KVCacheConfig global = kvzip(40);
-  global.method = "kvzip_global";
+  global.method = "kvzip";
   global.set("global_floor", ParamValue(0.25));
   auto kept = engine.make_cache(global);
   std::vector<float> logits;

@@ -17,7 +17,7 @@ namespace {
 
 KVCacheConfig kvzip(int budget, int n_sink) {
   KVCacheConfig c;
-  c.method = "kvzip";
+  c.method = "kvzip_uniform";
   c.budget = budget;
   c.n_sink = n_sink;
   c.head_dim = 2;

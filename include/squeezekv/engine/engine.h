@@ -180,11 +180,14 @@ class Engine {
   std::vector<float> group_probs_;           // per KV head [n, slots] when attention is fed back
   bool prompt_blocks_ = true;
   const ReconstructionSpan* feed_span_ = nullptr;  // attention(): the layer's reconstruction, if fed
-  const LayerCache* feed_layer_ = nullptr;         // attention(): the layer whose rows are fed
-  bool any_measure_ = false;                       // forward_batch: some sequence measures this pass
-  std::vector<float> keys_t_;                      // attention_in_blocks: per KV head, keys [hd, ld] (transposed)
-  std::vector<SeqSpan> spans_;                     // forward_batch: per sequence
-  std::vector<float> batch_logits_;                // forward_batch: every sequence's logits rows together
+  // attention() during a reconstruction: per KV head, its slots' masks (reconstruction_masks),
+  // [n_kv, 2, ld] with ld = the layer's largest n_slots.
+  std::vector<float> recon_masks_;
+  size_t recon_ld_ = 0;
+  bool any_measure_ = false;         // forward_batch: some sequence measures this pass
+  std::vector<float> keys_t_;        // attention_in_blocks: per KV head, keys [hd, ld] (transposed)
+  std::vector<SeqSpan> spans_;       // forward_batch: per sequence
+  std::vector<float> batch_logits_;  // forward_batch: every sequence's logits rows together
 };
 
 }  // namespace squeezekv

@@ -28,13 +28,18 @@ inline constexpr int kRepeatOverlap = 8;  // tokens of the previous chunk quoted
 // worst, the quoted tokens and the suffix): what admission promises beside the chunk.
 inline constexpr int kReconstructionPromptMost = 96;
 
+// Per slot of [0, n): 1 where the row is in the reconstruction's softmax (the sinks, the chunk,
+// the reconstruction's own rows), and 1 where it is in the chunk; 0 elsewhere. `positions`: the
+// rows' positions, slot-indexed (free slots: HeadStore::kFree).
+void reconstruction_masks(const int64_t* positions, int n, const ReconstructionSpan& span, float* in_softmax,
+                          float* in_chunk);
+
 // What a reconstruction feeds back for one query (the engine's attention, per KV head): per row of
 // [0, hi), the largest weight any of the `group` query heads pays it, each head's softmax taken
 // over the span's rows alone (its probabilities over every row, `probs` rows `ld` apart,
-// renormalised over the sinks, the chunk and the reconstruction's rows: the same softmax); 0 for a
-// row outside the chunk. `positions`: the rows' positions, slot-indexed.
-void reconstruction_weights(const int64_t* positions, const ReconstructionSpan& span, const float* probs, size_t group,
-                            size_t ld, int hi, float* dst);
+// renormalised over the masks' softmax rows: the same softmax); 0 for a row outside the chunk.
+void reconstruction_weights(const float* in_softmax, const float* in_chunk, const float* probs, size_t group, size_t ld,
+                            int hi, float* dst);
 
 // The tokens that reconstruct context[first, end) (one chunk): the prompt, then the chunk.
 std::vector<int32_t> reconstruction_tokens(const Tokenizer& tokenizer, std::span<const int32_t> context, int64_t first,
