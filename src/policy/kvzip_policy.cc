@@ -61,11 +61,13 @@ class KVzipPolicy final : public PerHeadPolicy {
     if (scored <= budget) return;
     // Unscored rows are protected for this eviction: they count as kept.
     const int unscored = store.n_live() - scored;
-    priorities_.assign(store.scores(), store.scores() + store.n_slots());
-    for (float& p : priorities_) {
+    // Per thread: the cache may evict several heads at once on its pool.
+    thread_local std::vector<float> priorities;
+    priorities.assign(store.scores(), store.scores() + store.n_slots());
+    for (float& p : priorities) {
       if (std::isnan(p)) p = kKept;
     }
-    evict_lowest(store, budget + unscored, Protection{n_sink_}, priorities_.data());
+    evict_lowest(store, budget + unscored, Protection{n_sink_}, priorities.data());
   }
 
   // Read once: every row has been reconstructed (one whose weight underflowed to 0 everywhere, or a
@@ -97,7 +99,6 @@ class KVzipPolicy final : public PerHeadPolicy {
  private:
   int64_t n_sink_;
   bool done_ = false;
-  std::vector<float> priorities_;  // evict_head's scratch
 };
 
 constexpr std::string_view kModes[] = {"read-once", "streaming"};

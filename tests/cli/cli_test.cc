@@ -363,8 +363,69 @@ INSTANTIATE_TEST_SUITE_P(
                  "--haystack = ../shared/data/tinystories_val.txt: has no effect with --task passkey"},
         BadInput{"needle " + kModel + " --task single --haystack no/such/text.txt", "--haystack = no/such/text.txt"},
         BadInput{"needle " + kModel + " --resume", "--resume = true: needs --json FILE"},
-        BadInput{"needle " + kModel + " --lengths 256 --json no/such/dir/x.jsonl", "--json = no/such/dir/x.jsonl"}),
+        BadInput{"needle " + kModel + " --lengths 256 --json no/such/dir/x.jsonl", "--json = no/such/dir/x.jsonl"},
+        // Read once, ask later (#67): kvzip's chunk, a context no longer than the sinks, the global
+        // ranking over scores that do not rank across layers, --questions beyond what fits.
+        BadInput{"generate " + kModel + " --method kvzip --kvzip-chunk 8", "kvzip_chunk = 8: must lie in [16, "},
+        BadInput{"generate " + kModel + " --method kvzip --kvzip-mode fast", "kvzip_mode = fast: expected read-once"},
+        BadInput{"generate " + kModel + " --method kvzip -p a -n 2",
+                 "context = 2 tokens: must be longer than the sinks (n_sink = 4)"},
+        BadInput{"generate " + kModel + " --method h2o --allocator global",
+                 "allocator = global: ranks every layer's rows together, and the scores of policy cumulative do not "
+                 "mean the same across layers (policies whose scores do: kvzip)"},
+        BadInput{"generate " + kModel + " --method h2o --kvzip-chunk 64", "--kvzip-chunk = 64: has no effect"},
+        BadInput{"generate " + kModel + " --method kvzip --global-floor 2", "global_floor = 2: must lie in [0, 1]"},
+        BadInput{"generate " + kModel + " --chat --question hi", "--question = hi: has no chat form"},
+        BadInput{"needle " + kModel + " --questions 3", "--questions = 3: more than one question needs task single"},
+        BadInput{"needle " + kModel + " --task single --questions 0", "--questions: Value 0 not in range"},
+        BadInput{"needle " + kModel + " --task single --lengths 256 --questions 40",
+                 "--questions = 40: needles do not fit a prompt of 256 tokens"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
+
+// Several questions on one compressed cache: accuracy counts every question, question_accuracy
+// gives each, and each sample's outputs and answers hold one entry per question.
+TEST(Cli, NeedleAsksSeveralQuestionsOfOneCache) {
+  const std::string path = testing::TempDir() + "/needle_questions_test.jsonl";
+  std::remove(path.c_str());
+  const CliRun r = run("needle " + kModel +
+                       " --task single --questions 3 --lengths 512 --depths 0.5 --samples 2 --methods full,kvzip "
+                       "--budgets 64 -t 1 --json " +
+                       path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::array<char, 65536> buf{};
+  const size_t n = fread(buf.data(), 1, buf.size() - 1, f);
+  std::fclose(f);
+  const std::string text(buf.data(), n);
+  const auto row = nlohmann::json::parse(text.substr(0, text.find('\n')));
+  EXPECT_EQ(row["questions"], 3);
+  ASSERT_EQ(row["question_accuracy"].size(), 3u);
+  ASSERT_EQ(row["outputs"].size(), 2u);
+  ASSERT_EQ(row["outputs"][0].size(), 3u);
+  ASSERT_EQ(row["answers"][0].size(), 3u);
+  double right = 0;
+  for (const auto& sample : row["correct"]) {
+    for (const auto& c : sample) right += c.get<bool>() ? 1 : 0;
+  }
+  EXPECT_DOUBLE_EQ(row["accuracy"].get<double>(), right / 6.0);
+  double mean = 0;
+  for (const auto& a : row["question_accuracy"]) mean += a.get<double>() / 3.0;
+  EXPECT_NEAR(row["accuracy"].get<double>(), mean, 1e-12);
+}
+
+// A question asked after the prompt (query-agnostic): its tokens counted apart from the prompt's
+// (BOS and 4 tokens; the question's 3, encoded without BOS).
+TEST(Cli, GenerateAsksAQuestionAfterThePrompt) {
+  const CliRun after = run("generate " + kModel +
+                           " -p \"Once upon a time\" --question \" there was\" -n 6 --temp 0 "
+                           "-t 1 --json --method full");
+  ASSERT_EQ(after.status, 0) << after.out;
+  const auto j = nlohmann::json::parse(after.out);
+  EXPECT_EQ(j["question_tokens"].get<int>(), 3);
+  EXPECT_EQ(j["prompt_tokens"].get<int>(), 5);
+  EXPECT_EQ(j["generated_tokens"].get<int>(), 6);
+}
 
 // An unwritable --json path fails before the sweep runs (the sweep announces itself first).
 TEST(Cli, SweepChecksItsOutputFilesBeforeTheWork) {

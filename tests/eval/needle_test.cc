@@ -126,6 +126,37 @@ TEST(Needle, TooShortAndBadDepthAreNamed) {
   EXPECT_THROW(make_needle_sample(tok, {NeedleTask::single, 1024, 0.5, 0}, ""), InvalidArgument);
 }
 
+// --questions: one needle per question, each with its own key and value, all in the context at
+// the prompt's exact length; each later question names its own key; other tasks are refused.
+TEST(Needle, SeveralQuestionsEachFindTheirNeedle) {
+  const Tokenizer& tok = test::stories().tokenizer();
+  NeedleSpec spec{NeedleTask::single, 1024, 0.4, 11};
+  spec.questions = 4;
+  const NeedleSample s = make_needle_sample(tok, spec, haystack());
+  EXPECT_EQ(int64_t(s.context.size() + s.question.size()), 1024);
+  ASSERT_EQ(s.more.size(), 3u);
+  const std::string context = tok.decode(s.context);
+  std::set<std::string> values = {s.answers[0]};
+  EXPECT_NE(context.find("The special magic number for " + s.key + " is: " + s.answers[0] + "."), std::string::npos);
+  for (const NeedleQuestion& q : s.more) {
+    ASSERT_EQ(q.answers.size(), 1u);
+    EXPECT_TRUE(values.insert(q.answers[0]).second) << "a value asked twice";
+    const std::string question = tok.decode(q.tokens);
+    const size_t at = question.find("for ") + 4;
+    const std::string key = question.substr(at, question.find('?') - at);
+    EXPECT_NE(key, s.key);
+    EXPECT_NE(context.find("The special magic number for " + key + " is: " + q.answers[0] + "."), std::string::npos)
+        << key;
+  }
+  for (const NeedleTask t : {NeedleTask::passkey, NeedleTask::multikey, NeedleTask::multivalue}) {
+    NeedleSpec other{t, 1024, 0.4, 11};
+    other.questions = 2;
+    EXPECT_THROW(make_needle_sample(tok, other, haystack()), InvalidArgument);
+  }
+  spec.questions = kMaxNeedleQuestions + 1;
+  EXPECT_THROW(make_needle_sample(tok, spec, haystack()), InvalidArgument);
+}
+
 TEST(Needle, ScorerRules) {
   EXPECT_TRUE(needle_correct(" 1234567.", {"1234567"}));
   EXPECT_TRUE(needle_correct("The number is 1234567, I think", {"1234567"}));  // extra words are fine
