@@ -97,6 +97,19 @@ void evict_lowest(HeadStore& head, int budget, Protection protect, const float* 
   evict_slots(head, out);
 }
 
+void evict_lowest_scored(HeadStore& head, int budget, Protection protect) {
+  int scored = 0;
+  for (int s = 0; s < head.n_slots(); ++s) scored += head.live(s) && !std::isnan(head.scores()[s]) ? 1 : 0;
+  if (scored <= budget) return;
+  // Unscored rows count as kept (+inf) for this eviction: the rest go down to the budget.
+  thread_local std::vector<float> priorities;
+  priorities.assign(head.scores(), head.scores() + head.n_slots());
+  for (float& p : priorities) {
+    if (std::isnan(p)) p = std::numeric_limits<float>::infinity();
+  }
+  evict_lowest(head, budget + (head.n_live() - scored), protect, priorities.data());
+}
+
 void evict_slots(HeadStore& head, std::span<const int> slots) {
   for (int s : slots) head.evict(s);
 }

@@ -35,6 +35,11 @@ void evict_slots(HeadStore& head, std::span<const int> slots);
 // evict_slots(head, select_lowest(...)) with reused scratch, so a decode step allocates nothing.
 void evict_lowest(HeadStore& head, int budget, Protection protect, const float* scores);
 
+// For policies whose rows wait unscored (NaN) until a pass scores them (kvzip, expected
+// attention): the lowest-scored unprotected rows go while the scored rows alone exceed `budget`,
+// ties to the oldest; unscored rows are neither evicted nor counted.
+void evict_lowest_scored(HeadStore& head, int budget, Protection protect);
+
 // Key-proxy cumulative scoring for one update: each new token's key, in order, attends (softmax
 // of K . k / sqrt(D)) over the rows present before it; scores = decay * scores + a. The first
 // row of an empty head starts at 1. `scratch` is reused across calls to avoid allocation.

@@ -60,17 +60,21 @@ class ExpectedAttentionPolicy final : public ScorerPolicy {
   }
 
   void score_keys(LayerRows& layer, const UpdateRows& update) override {
-    if (!done_) return;  // the prompt's rows are scored together when it ends
     for (size_t h = 0; h < layer.heads.size(); ++h) {
+      if (!done_) {  // the prompt's rows are scored together when it ends
+        for (const int slot : update.slots[h]) layer.heads[h].scores()[slot] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       HeadStore& store = layer.heads[h];
       for (const int slot : update.slots[h])
         store.scores()[slot] = expected(store, int(h % size_t(layer.n_kv_heads)), slot);
     }
   }
 
-  // Nothing goes before the prompt's end: its rows are scored together then.
+  // The prompt's rows wait unscored (NaN) until it ends, when they are scored together: only
+  // scored rows go, the lowest first, sinks and the recent window protected.
   void evict_head(LayerRows& layer, int head, int budget) override {
-    if (done_) ScorerPolicy::evict_head(layer, head, budget);
+    evict_lowest_scored(layer.heads[size_t(head)], budget, protection(layer, budget));
   }
 
   void finish_prompt(LayerRows& layer, int budget) override {
@@ -78,6 +82,10 @@ class ExpectedAttentionPolicy final : public ScorerPolicy {
     if (count_ > 0) {
       model(layer);
       for (size_t h = 0; h < layer.heads.size(); ++h) normalise(layer.heads[h], int(h % size_t(layer.n_kv_heads)));
+    } else {  // no query came (a cache fed without an engine): every row alike, the oldest go first
+      for (HeadStore& store : layer.heads) {
+        for (int s = 0; s < store.n_slots(); ++s) store.scores()[s] = 0.0f;
+      }
     }
     evict(layer, budget);
   }

@@ -55,19 +55,7 @@ class KVzipPolicy final : public PerHeadPolicy {
 
   // Over budget, the lowest-scored rows that are not sinks, while the scored rows alone exceed it.
   void evict_head(LayerRows& layer, int head, int budget) override {
-    HeadStore& store = layer.heads[size_t(head)];
-    int scored = 0;
-    for (int s = 0; s < store.n_slots(); ++s) scored += store.live(s) && !std::isnan(store.scores()[s]) ? 1 : 0;
-    if (scored <= budget) return;
-    // Unscored rows are protected for this eviction: they count as kept.
-    const int unscored = store.n_live() - scored;
-    // Per thread: the cache may evict several heads at once on its pool.
-    thread_local std::vector<float> priorities;
-    priorities.assign(store.scores(), store.scores() + store.n_slots());
-    for (float& p : priorities) {
-      if (std::isnan(p)) p = kKept;
-    }
-    evict_lowest(store, budget + unscored, Protection{n_sink_}, priorities.data());
+    evict_lowest_scored(layer.heads[size_t(head)], budget, Protection{n_sink_});
   }
 
   // Read once: every row has been reconstructed (one whose weight underflowed to 0 everywhere, or a
@@ -83,13 +71,16 @@ class KVzipPolicy final : public PerHeadPolicy {
     evict(layer, budget);
   }
 
-  // The scores, the sinks +inf; unscored rows +inf (kept until scored).
+  // The scores, the sinks +inf. A ranking runs once every row held has been reconstructed (the
+  // prompt's end, or right after a streamed chunk's pass): a row still unscored then had no pass
+  // (a cache fed without the engine) and ranks as 0, as finish_prompt counts it.
   bool keep_priorities(const LayerRows& layer, int head, int /*budget*/, bool /*prompt_end*/,
                        std::vector<float>& out) const override {
     const HeadStore& store = layer.heads[size_t(head)];
     out.assign(store.scores(), store.scores() + store.n_slots());
     for (int s = 0; s < store.n_slots(); ++s) {
-      if (std::isnan(out[size_t(s)]) || (store.live(s) && store.positions()[s] < n_sink_)) out[size_t(s)] = kKept;
+      if (std::isnan(out[size_t(s)])) out[size_t(s)] = 0.0f;
+      if (store.live(s) && store.positions()[s] < n_sink_) out[size_t(s)] = kKept;
     }
     return true;
   }

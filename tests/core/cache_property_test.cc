@@ -187,7 +187,7 @@ TEST(CacheProperties, EveryPolicyAndAllocatorKeepsItsInvariantsWithQuantizedStor
   const MethodInfo& base = find_method("h2o");
   for (const PolicyInfo* p : all_policies()) {
     for (const AllocatorInfo* a : all_allocators()) {
-      if ((p->id == "full") != (a->id == "none")) continue;
+      if ((p->id == "full") != (a->id == "none") || (a->ranks_globally && !p->ranks_across_layers)) continue;
       for (const auto& [k, v] : kTypes) {
         run_sequence(base, "attention", 7, k, v, p->id, a->id);
         if (HasFatalFailure()) return;

@@ -143,7 +143,9 @@ TEST(Registry, EveryPolicyBuildsWithEveryAllocator) {
       c.allocator = std::string(a->id);
       c.head_dim = 8;
       c.budget = 64;
-      if ((p->id == "full") != (a->id == "none")) {
+      // Refused: the full policy without the unbounded allocator (and the reverse), and a global
+      // ranking over scores that do not rank across layers.
+      if ((p->id == "full") != (a->id == "none") || (a->ranks_globally && !p->ranks_across_layers)) {
         EXPECT_THROW(c.validate(), InvalidArgument) << p->id << " x " << a->id;
         continue;
       }
