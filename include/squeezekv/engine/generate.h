@@ -24,12 +24,21 @@ struct GenerateOptions {
   std::optional<int32_t> stop_token;  // also ends generation, as EOS does (a chat's end of turn)
   bool keep_tokens = true;            // false: result.tokens stays empty, memory stays constant
   int64_t speed_window = 10000;       // tokens timed at the start and the end of the output
+  // Continue the cache where it stands (a loaded cache file, engine/cache_file.h): the prompt is
+  // the text that follows what it has seen. False: the cache is cleared first.
+  bool continue_cache = false;
+  // Feed the last generated token too, so that the cache has seen the whole output (before it is
+  // saved); by default the last token is sampled and never fed.
+  bool feed_last = false;
+  // Called once the prompt is in the cache, before the first token is sampled (to save it).
+  std::function<void()> after_prompt;
 };
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> tokens;  // generated (empty unless keep_tokens)
   int64_t n_generated = 0;
+  int64_t n_fed = 0;  // generated tokens the cache has seen (all but the last, unless feed_last)
   double prompt_seconds = 0.0, decode_seconds = 0.0;
   // Decode seconds of the first and of the last speed_window generated tokens (0 when fewer
   // than 2 * speed_window were generated): constant speed over a stream.
