@@ -363,8 +363,56 @@ INSTANTIATE_TEST_SUITE_P(
                  "--haystack = ../shared/data/tinystories_val.txt: has no effect with --task passkey"},
         BadInput{"needle " + kModel + " --task single --haystack no/such/text.txt", "--haystack = no/such/text.txt"},
         BadInput{"needle " + kModel + " --resume", "--resume = true: needs --json FILE"},
-        BadInput{"needle " + kModel + " --lengths 256 --json no/such/dir/x.jsonl", "--json = no/such/dir/x.jsonl"}),
+        BadInput{"needle " + kModel + " --lengths 256 --json no/such/dir/x.jsonl", "--json = no/such/dir/x.jsonl"},
+        // Saved caches (docs/cache_file.md): unreadable, foreign or unwritable files.
+        BadInput{"generate " + kModel + " --load-cache no/such/cache.skv", "cache file 'no/such/cache.skv'"},
+        BadInput{"generate " + kModel + " --load-cache ../shared/models/stories260K.gguf",
+                 "not a squeezekv cache file"},
+        BadInput{"generate " + kModel + " -n 1 --save-cache no/such/dir/x.skv", "--save-cache = no/such/dir/x.skv"},
+        BadInput{"generate " + kModel + " -n 1 --save-cache /dev/full", "cache file '/dev/full': cannot be written"},
+        BadInput{"generate " + kModel + " --save-cache x.skv --save-after middle", "--save-after"},
+        BadInput{"cache info no/such/cache.skv", "no/such/cache.skv"},
+        BadInput{"cache info ../shared/models/stories260K.gguf", "not a squeezekv cache file"},
+        BadInput{"cache info", "file is required"}, BadInput{"cache", "subcommand"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
+
+// A cache saved after its prompt and continued by a later run gives the tokens of one run over
+// the whole text (the full cache: chunking changes nothing there); `cache info` shows the file;
+// a cache option that contradicts the file's, or a prompt that adds nothing, is refused.
+TEST(Cli, GenerateSavesAndContinuesACache) {
+  const std::string path = testing::TempDir() + "/cli_cache_test.skv";
+  std::remove(path.c_str());
+  const std::string greedy = " --temp 0 -t 1 --json";
+  const CliRun whole = run("generate " + kModel + " -p 'Once upon a time there was' -n 8" + greedy);
+  ASSERT_EQ(whole.status, 0) << whole.out;
+  const CliRun saved =
+      run("generate " + kModel + " -p 'Once upon a time' -n 0 --save-after prompt --save-cache " + path + greedy);
+  ASSERT_EQ(saved.status, 0) << saved.out;
+  const CliRun info = run("cache info " + path + " --json");
+  ASSERT_EQ(info.status, 0) << info.out;
+  const auto j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j["tokens"], 5);
+  EXPECT_EQ(j["model"]["architecture"], "llama");
+  EXPECT_EQ(j["policy"], "full");
+  EXPECT_EQ(j["layer_kept"].size(), 5u);
+  EXPECT_NE(run("cache info " + path).out.find("tokens       5 seen"), std::string::npos);
+  const CliRun continued =
+      run("generate " + kModel + " --load-cache " + path + " -p 'Once upon a time there was' -n 8" + greedy);
+  ASSERT_EQ(continued.status, 0) << continued.out;
+  const auto a = nlohmann::json::parse(whole.out.substr(whole.out.find('{')));
+  const auto b = nlohmann::json::parse(continued.out.substr(continued.out.find('{')));
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(b["prompt_tokens"], 2);  // only the text after the file's tokens was prefilled
+  const CliRun other = run("generate " + kModel + " --load-cache " + path + " --method h2o -p ' there'");
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.out.find("--method = h2o: --load-cache " + path + " holds a cache with method = full"),
+            std::string::npos)
+      << other.out;
+  const CliRun nothing = run("generate " + kModel + " --load-cache " + path + " -p 'Once upon a time'");
+  EXPECT_EQ(nothing.status, 2);
+  EXPECT_NE(nothing.out.find("adds no token to the 5 tokens"), std::string::npos) << nothing.out;
+  std::remove(path.c_str());
+}
 
 // An unwritable --json path fails before the sweep runs (the sweep announces itself first).
 TEST(Cli, SweepChecksItsOutputFilesBeforeTheWork) {
