@@ -373,7 +373,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModel + " --save-cache x.skv --save-after middle", "--save-after"},
         BadInput{"cache info no/such/cache.skv", "no/such/cache.skv"},
         BadInput{"cache info ../shared/models/stories260K.gguf", "not a squeezekv cache file"},
-        BadInput{"cache info", "file is required"}, BadInput{"cache", "subcommand"}),
+        BadInput{"cache info", "file is required"}, BadInput{"cache", "subcommand"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --stream --save-cache x.skv",
+                 "--stream = true"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --load-cache no/such/cache.skv",
+                 "cache file 'no/such/cache.skv'"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
 
 // A cache saved after its prompt and continued by a later run gives the tokens of one run over

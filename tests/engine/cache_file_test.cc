@@ -17,6 +17,7 @@
 #include "squeezekv/base/fnv1a.h"
 #include "squeezekv/engine/engine.h"
 #include "squeezekv/engine/random_model.h"
+#include "squeezekv/eval/continuation_perplexity.h"
 #include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kv_format.h"
 #include "test_util.h"
@@ -172,6 +173,31 @@ TEST(CacheFile, SlidingLayersContinueExactly) {
     config.method = method;
     SCOPED_TRACE(method);
     expect_same_continuations(gemma, config);
+  }
+}
+
+// perplexity --load-cache: a text scored after a loaded cache has the perplexity it has after the
+// cache that was never saved, exactly, for every method id.
+TEST(CacheFile, APerplexityAfterALoadIsTheNeverSavedCachesExactly) {
+  std::vector<int32_t> history, text;
+  for (int i = 0; i < 80; ++i) history.push_back(int32_t(7 + (i * 53) % 500));
+  for (int i = 0; i < 40; ++i) text.push_back(int32_t(11 + (i * 29) % 500));
+  const std::string path = (test::temp_dir() / "perplexity.skv").string();
+  for (const MethodInfo& method : all_methods()) {
+    KVCacheConfig config = base_config();
+    config.method = std::string(method.id);
+    SCOPED_TRACE(config.method);
+    Engine engine(llama(), nullptr);
+    auto never_saved = engine.make_cache(config);
+    (void)continuation_perplexity(engine, *never_saved, history, 16);
+    const ContinuationResult expected = continuation_perplexity(engine, *never_saved, text, 16);
+    auto saved = engine.make_cache(config);
+    (void)continuation_perplexity(engine, *saved, history, 16);
+    save_cache_file(path, llama(), *saved, history);
+    LoadedCache loaded = load_cache_file(path, llama());
+    const ContinuationResult got = continuation_perplexity(engine, *loaded.cache, text, 16);
+    EXPECT_EQ(got.scored, expected.scored);
+    EXPECT_EQ(got.mean_nll, expected.mean_nll);
   }
 }
 
