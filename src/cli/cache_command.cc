@@ -32,9 +32,11 @@ void run_info(const CacheInfoArgs& a) {
   const ModelCache& cache = *info.cache;
   std::vector<int> rows, budgets = cache.budgets();
   std::vector<size_t> bytes;
+  size_t slot_bytes = 0;  // the rows' bookkeeping beside their K/V bytes
   for (int l = 0; l < cache.n_layers(); ++l) {
     rows.push_back(cache.layer(l).rows_per_head());
     bytes.push_back(cache.layer(l).kept_bytes());
+    for (const HeadStore& head : cache.layer(l).rows().heads) slot_bytes += head.slot_bytes();
   }
   if (a.json) {
     nlohmann::json params = nlohmann::json::object();
@@ -64,7 +66,8 @@ void run_info(const CacheInfoArgs& a) {
                                 {"layer_kept", rows},
                                 {"layer_bytes", bytes},
                                 {"kv_kept_bytes", cache.kept_bytes()},
-                                {"kv_full_bytes", cache.full_bytes()}};
+                                {"kv_full_bytes", cache.full_bytes()},
+                                {"slot_bytes", slot_bytes}};
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -80,8 +83,9 @@ void run_info(const CacheInfoArgs& a) {
   std::string kept;
   for (size_t l = 0; l < rows.size(); ++l) kept += (l ? " " : "") + std::to_string(rows[l]);
   std::printf("rows/layer   %s\n", kept.c_str());
-  std::printf("KV resident  %.1f KiB (a full cache %.1f KiB, %.2fx)\n", double(cache.kept_bytes()) / 1024.0,
-              double(cache.full_bytes()) / 1024.0, cache.compression_ratio());
+  std::printf("KV resident  %.1f KiB (a full cache %.1f KiB, %.2fx); rows' scores, positions, shifts %.1f KiB\n",
+              double(cache.kept_bytes()) / 1024.0, double(cache.full_bytes()) / 1024.0, cache.compression_ratio(),
+              double(slot_bytes) / 1024.0);
 }
 
 }  // namespace

@@ -66,6 +66,13 @@ class HeadStore {
   // K/V bytes allocated: every slot up to the capacity (codes and block scales of the quantized
   // formats included; free slots count, as they stay allocated), and KIVI's fp16 pools.
   size_t resident_bytes() const { return keys_.size() + values_.size() + key_tail_.bytes() + value_tail_.bytes(); }
+  // The per-slot bookkeeping beside the K/V bytes (scores, positions, shifts; KIVI's indices and
+  // group flags), as allocated: what a saved cache holds besides resident_bytes().
+  size_t slot_bytes() const {
+    return scores_.size() * sizeof(float) + positions_.size() * sizeof(int64_t) + shifts_.size() * sizeof(int32_t) +
+           (key_tail_of_.size() + value_tail_of_.size() + group_live_.size()) * sizeof(int32_t) +
+           group_quantized_.size() + key_kept_.size();
+  }
   // KIVI: rows evicted from quantized key groups and still held there (0 for the other formats).
   int held() const { return held_; }
   // The capacity that holds `rows` rows: KIVI keys are allocated in whole groups.
