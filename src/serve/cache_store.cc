@@ -30,14 +30,16 @@ CacheStore::CacheStore(std::string dir, const Model& model) : dir_(std::move(dir
   fs::create_directories(dir_, ec);
   require(fs::is_directory(dir_), "--cache-dir", dir_, "is not a folder that can be created");
   const ModelIdentity self = model_identity(model);
-  for (const fs::directory_entry& file : fs::directory_iterator(dir_)) {
-    if (file.path().extension() != ".skv" || !file.is_regular_file()) continue;
+  fs::directory_iterator files(dir_, ec);
+  require(!ec, "--cache-dir", dir_, "cannot be read: " + ec.message());
+  for (const fs::directory_entry& file : files) {
+    if (file.path().extension() != ".skv" || !file.is_regular_file(ec)) continue;
     try {
       CacheFileContents contents = read_cache_file_contents(file.path().string());
       const std::string mismatch = identity_mismatch(contents.model, self);
       if (!mismatch.empty()) throw FormatError("saved for another model: " + mismatch);
       entries_.push_back({file.path().stem().string(), std::move(contents.tokens), std::move(contents.config),
-                          uint64_t(file.file_size())});
+                          uint64_t(file.file_size(ec))});
     } catch (const Error& e) {
       std::fprintf(stderr, "squeezekv serve: --cache-dir: %s left alone: %s\n", file.path().c_str(), e.what());
     }

@@ -246,7 +246,8 @@ class BadCommandLine(unittest.TestCase):
         for args in (["-m", "../shared/models/nope.gguf"], ["-m", MODEL, "--port", "70000"],
                      ["-m", MODEL, "--kv-limit-mib", "-1"], ["-m", MODEL, "--method", "nope"],
                      ["-m", MODEL, "--budget", "0"], ["-m", MODEL, "--kv-limit-mib", "inf"],
-                     ["-m", MODEL, "--queue", "-1"], ["-m", MODEL, "--host", "999.1.1.1"]):
+                     ["-m", MODEL, "--queue", "-1"], ["-m", MODEL, "--host", "999.1.1.1"],
+                     ["-m", MODEL, "--cache-dir", "/dev/null/caches"]):
             r = subprocess.run([CLI, "serve", *args], capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, args)
             self.assertTrue(r.stderr.strip(), args)
