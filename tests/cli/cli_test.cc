@@ -377,7 +377,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --stream --save-cache x.skv",
                  "--stream = true"},
         BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --load-cache no/such/cache.skv",
-                 "cache file 'no/such/cache.skv'"}),
+                 "cache file 'no/such/cache.skv'"},
+        BadInput{"needle " + kModel + " --lengths 256 --save-cache x.skv",
+                 "--save-cache = x.skv: needs a grid of one cell"},
+        BadInput{"needle " + kModel +
+                     " --lengths 256 --depths 0.5 --samples 1 --methods h2o --budgets 32 "
+                     "--question-in-prompt --save-cache x.skv",
+                 "needs the question apart from the context"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
 
 // A cache saved after its prompt and continued by a later run gives the tokens of one run over
@@ -415,6 +421,30 @@ TEST(Cli, GenerateSavesAndContinuesACache) {
   const CliRun nothing = run("generate " + kModel + " --load-cache " + path + " -p 'Once upon a time'");
   EXPECT_EQ(nothing.status, 2);
   EXPECT_NE(nothing.out.find("adds no token to the 5 tokens"), std::string::npos) << nothing.out;
+  std::remove(path.c_str());
+}
+
+// needle --save-cache saves its one sample's context; --load-cache answers its question from the
+// file with the output of the run that never saved; another cell or context is refused.
+TEST(Cli, NeedleSavesAndAnswersFromACache) {
+  const std::string path = testing::TempDir() + "/cli_needle_cache.skv";
+  const std::string cell =
+      "needle " + kModel + " --task passkey --lengths 256 --samples 1 --budgets 32 -t 1 -b 64 --json /dev/stdout ";
+  const CliRun saved = run(cell + "--depths 0.5 --methods squeeze --save-cache " + path);
+  ASSERT_EQ(saved.status, 0) << saved.out;
+  const CliRun loaded = run(cell + "--depths 0.5 --methods squeeze --load-cache " + path);
+  ASSERT_EQ(loaded.status, 0) << loaded.out;
+  const auto outputs = [](const std::string& out) {
+    return nlohmann::json::parse(
+        out.substr(out.find("{\"")).substr(0, out.substr(out.find("{\"")).find('\n')))["outputs"];
+  };
+  EXPECT_EQ(outputs(saved.out), outputs(loaded.out));
+  const CliRun other = run(cell + "--depths 0.2 --methods squeeze --load-cache " + path);
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.out.find("holds another context"), std::string::npos) << other.out;
+  const CliRun method = run(cell + "--depths 0.5 --methods h2o --load-cache " + path);
+  EXPECT_EQ(method.status, 2);
+  EXPECT_NE(method.out.find("not the cell's h2o"), std::string::npos) << method.out;
   std::remove(path.c_str());
 }
 
