@@ -22,7 +22,7 @@ cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
 if [ "${1:-}" = "--sanitize" ]; then
   tsan_tests=(ops_thread_pool_test ops_activation_q8_test core_concurrency_test engine_fragment_memo_test serve_http_test
-              serve_contract_test serve_kept_test)
+              serve_contract_test serve_kept_test serve_saved_test)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSQUEEZEKV_WERROR=ON -DSQUEEZEKV_TSAN=ON \
     -DSQUEEZEKV_BUILD_BENCHMARKS=OFF -DSQUEEZEKV_BUILD_SHARED=OFF >/dev/null
   cmake --build build-tsan --target "${tsan_tests[@]}"
@@ -37,4 +37,6 @@ if [ "${1:-}" = "--sanitize" ]; then
     build-tsan/tests/serve/serve_contract_test
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=tests/serve/tsan.supp" \
     build-tsan/tests/serve/serve_kept_test
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=tests/serve/tsan.supp" \
+    build-tsan/tests/serve/serve_saved_test
 fi

@@ -64,13 +64,27 @@ class Model:
     def generate(self, prompt: str, config: Optional[KVCacheConfig] = None, n_predict: int = 128,
                  temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int = 0,
                  n_batch: int = 512, n_ctx: int = 0, threads: int = 0,
-                 on_token: Optional[Callable[[int], None]] = None) -> dict:
+                 on_token: Optional[Callable[[int], None]] = None, cache: Optional["Cache"] = None,
+                 save_cache: Optional[Union[str, os.PathLike]] = None) -> dict:
         """Generates after ``prompt`` with any cache configuration (default: the full cache).
         temperature 0 is greedy. Returns text, tokens, prompt_tokens, layer_budgets, layer_kept,
-        kept_bytes, full_bytes, compression_ratio, speeds and stopped_at_eos."""
+        kept_bytes, full_bytes, compression_ratio, speeds and stopped_at_eos.
+
+        cache: a ``Cache`` (``load_cache`` or ``Model.new_cache``) to continue: ``prompt`` is the
+        text that follows the tokens it has seen (or begins with them), and the cache goes on
+        holding what this call adds; its configuration is its own. save_cache: a path the cache is
+        written to at the end, the whole output fed (docs/cache_file.md)."""
+        if cache is not None and config is not None:
+            raise ValueError("config: a cache given keeps its own configuration (leave config out)")
         config = config or _full()
+        native_cache = cache._native if cache is not None else None
+        save = os.fspath(save_cache) if save_cache is not None else ""
         return _native.generate(self._native, config.to_native(), prompt, n_predict, n_batch, n_ctx,
-                                temperature, top_k, top_p, seed, threads, on_token)
+                                temperature, top_k, top_p, seed, threads, on_token, native_cache, save)
+
+    def new_cache(self, config: Optional[KVCacheConfig] = None) -> "Cache":
+        """An empty cache of this model that outlives one ``generate`` call (default: full)."""
+        return Cache(_native.new_cache(self._native, (config or _full()).to_native()), self)
 
     def sweep(self, text: Text, configs: Sequence[KVCacheConfig], n_ctx: int = 512, n_batch: int = 512,
               max_chunks: int = 0, threads: int = 0) -> list:
@@ -101,3 +115,39 @@ class Model:
 
 def load_model(path: Union[str, os.PathLike], repack: bool = True) -> Model:
     return Model.load(path, repack)
+
+
+class Cache:
+    """A model's cache kept across calls and saved to a file (docs/cache_file.md): from
+    ``load_cache(path, model)`` or ``Model.new_cache(config)``, continued by
+    ``Model.generate(..., cache=c)``."""
+
+    def __init__(self, native: "_native.EngineCache", model: Model):
+        self._native = native
+        self.model = model
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Writes the cache with the tokens it has seen; FormatError (an OSError) naming the path
+        when it cannot be written."""
+        self._native.save(os.fspath(path))
+
+    tokens = property(lambda self: list(self._native.tokens))
+    kept_bytes = property(lambda self: self._native.kept_bytes)
+    full_bytes = property(lambda self: self._native.full_bytes)
+    layer_budgets = property(lambda self: list(self._native.layer_budgets))
+
+    @property
+    def method(self) -> str:
+        return self._native.config.get("method")
+
+    def __repr__(self) -> str:
+        return f"Cache({self.method}, {len(self.tokens)} tokens, {self.kept_bytes} bytes)"
+
+
+def load_cache(path: Union[str, os.PathLike], model: Model) -> Cache:
+    """Loads a cache file saved for ``model`` (``Cache.save``, ``--save-cache``): FormatError (an
+    OSError and a ValueError) naming the file and what does not match (another model, another
+    format version, a truncated or corrupt file)."""
+    if not isinstance(model, Model):
+        raise ValueError(f"model = {model!r}: must be a squeezekv.Model")
+    return Cache(_native.load_cache(model._native, os.fspath(path)), model)

@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/base/utf8.h"
+#include "squeezekv/engine/cache_file.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/eval/perplexity.h"
 
@@ -44,11 +45,44 @@ py::dict model_info(const Model& model) {
   return d;
 }
 
-py::dict run_generate(const Model& model, const KVCacheConfig& config, const std::string& prompt,
-                      const GenerateOptions& options, int threads, const std::function<void(int32_t)>& on_token) {
+// A model's cache that outlives one generate call (engine/cache_file.h): loaded from a file, or
+// filled by generate, and saved; it knows the tokens it has seen.
+struct EngineCache {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<ModelCache> cache;
+  std::vector<int32_t> tokens;
+};
+
+std::shared_ptr<EngineCache> load_engine_cache(const std::shared_ptr<const Model>& model, const std::string& path) {
+  LoadedCache loaded = load_cache_file(path, *model);
+  return std::make_shared<EngineCache>(EngineCache{model, std::move(loaded.cache), std::move(loaded.contents.tokens)});
+}
+
+py::dict run_generate(const std::shared_ptr<const Model>& model_ptr, const KVCacheConfig& config,
+                      const std::string& prompt, GenerateOptions options, int threads,
+                      const std::function<void(int32_t)>& on_token, EngineCache* given, const std::string& save_path) {
+  const Model& model = *model_ptr;
   auto pool = make_pool(threads);
   Engine engine(model, pool.get());
-  auto cache = engine.make_cache(config);
+  if (!save_path.empty()) check_cache_file_writable(save_path);
+  std::unique_ptr<ModelCache> own;
+  std::vector<int32_t> history;
+  std::vector<int32_t> prompt_tokens = model.tokenizer().encode(prompt, true);
+  if (given != nullptr) {
+    require(given->model.get() == &model, "cache", "another model's",
+            "a cache continues with the model it was made for");
+    options.continue_cache = given->cache->layer(0).tokens_seen() > 0;
+    if (options.continue_cache) {
+      prompt_tokens = continuation_tokens(given->tokens, prompt_tokens, model.tokenizer().encode(prompt, false));
+      require(!prompt_tokens.empty(), "prompt", prompt,
+              "adds no token to the " + std::to_string(given->tokens.size()) + " tokens the cache has seen");
+      history = given->tokens;
+    }
+  } else {
+    own = engine.make_cache(config);
+  }
+  ModelCache* cache = given != nullptr ? given->cache.get() : own.get();
+  options.feed_last = !save_path.empty();
   std::function<void(int32_t)> stream;
   if (on_token)
     stream = [&on_token](int32_t t) {
@@ -58,8 +92,12 @@ py::dict run_generate(const Model& model, const KVCacheConfig& config, const std
   GenerateResult r;
   {
     py::gil_scoped_release release;
-    r = generate(engine, *cache, prompt, options, stream);
+    r = generate(engine, *cache, prompt_tokens, options, stream);
   }
+  history.insert(history.end(), r.prompt_tokens.begin(), r.prompt_tokens.end());
+  history.insert(history.end(), r.tokens.begin(), r.tokens.begin() + long(r.n_fed));
+  if (given != nullptr) given->tokens = history;
+  if (!save_path.empty()) save_cache_file(save_path, model, *cache, history);
   std::vector<int> kept;
   for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).rows_per_head());
   py::dict d;
@@ -148,21 +186,38 @@ void bind_engine(py::module_& m) {
           },
           py::arg("tokens"));
 
+  py::class_<EngineCache, std::shared_ptr<EngineCache>>(m, "EngineCache")
+      .def("save",
+           [](const EngineCache& c, const std::string& path) { save_cache_file(path, *c.model, *c.cache, c.tokens); })
+      .def_property_readonly("tokens", [](const EngineCache& c) { return c.tokens; })
+      .def_property_readonly("config", [](const EngineCache& c) { return c.cache->config(); })
+      .def_property_readonly("kept_bytes", [](const EngineCache& c) { return c.cache->kept_bytes(); })
+      .def_property_readonly("full_bytes", [](const EngineCache& c) { return c.cache->full_bytes(); })
+      .def_property_readonly("layer_budgets", [](const EngineCache& c) { return c.cache->budgets(); });
+  m.def("load_cache", &load_engine_cache, py::arg("model"), py::arg("path"));
+  m.def(
+      "new_cache",
+      [](const std::shared_ptr<const Model>& model, const KVCacheConfig& config) {
+        Engine engine(*model, nullptr);
+        return std::make_shared<EngineCache>(EngineCache{model, engine.make_cache(config), {}});
+      },
+      py::arg("model"), py::arg("config"));
+
   m.def(
       "generate",
-      [](const Model& model, const KVCacheConfig& config, const std::string& prompt, int n_predict, int n_batch,
-         int n_ctx, float temperature, int top_k, float top_p, uint64_t seed, int threads,
-         const std::function<void(int32_t)>& on_token) {
+      [](const std::shared_ptr<const Model>& model, const KVCacheConfig& config, const std::string& prompt,
+         int n_predict, int n_batch, int n_ctx, float temperature, int top_k, float top_p, uint64_t seed, int threads,
+         const std::function<void(int32_t)>& on_token, EngineCache* cache, const std::string& save_path) {
         GenerateOptions options;
         options.n_predict = n_predict;
         options.n_batch = n_batch;
         options.n_ctx = n_ctx;
         options.sampler = {temperature, top_k, top_p, seed};
-        return run_generate(model, config, prompt, options, threads, on_token);
+        return run_generate(model, config, prompt, options, threads, on_token, cache, save_path);
       },
       py::arg("model"), py::arg("config"), py::arg("prompt"), py::arg("n_predict"), py::arg("n_batch"),
       py::arg("n_ctx"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("threads"),
-      py::arg("on_token"));
+      py::arg("on_token"), py::arg("cache") = nullptr, py::arg("save_path") = "");
 
   m.def(
       "perplexity",

@@ -307,6 +307,7 @@ void squeezekv_cache_reset(squeezekv_cache* cache) {
   guarded(__func__, [&] {
     if (require_handle(cache, "cache").model) cache->model->reset();
     else cache->single->reset();
+    cache->tokens.clear();
   });
 }
 

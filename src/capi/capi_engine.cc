@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "capi/capi_internal.h"
+#include "squeezekv/engine/cache_file.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/eval/perplexity.h"
 
@@ -107,6 +108,7 @@ squeezekv_generate_params squeezekv_generate_default_params(void) {
   p.seed = o.sampler.seed;
   p.on_token = nullptr;
   p.user_data = nullptr;
+  p.continue_cache = false;
   return p;
 }
 
@@ -126,11 +128,26 @@ int32_t squeezekv_generate(const squeezekv_model* model, squeezekv_cache* cache,
     options.n_batch = p.n_batch;
     options.n_ctx = p.n_ctx;
     options.sampler = {p.temperature, p.top_k, p.top_p, p.seed};
+    options.continue_cache = p.continue_cache && cache->model->layer(0).tokens_seen() > 0;
+    const squeezekv::Tokenizer& tokenizer = m.tokenizer();
+    std::vector<int32_t> prompt_tokens = tokenizer.encode(prompt, true);
+    if (options.continue_cache) {
+      // The C API's caches track what they have seen: a cache filled another way cannot continue.
+      squeezekv::require(int64_t(cache->tokens.size()) == cache->model->layer(0).tokens_seen(), "cache",
+                         "filled by updates", "only a cache filled by squeezekv_generate or loaded continues");
+      prompt_tokens = squeezekv::continuation_tokens(cache->tokens, prompt_tokens, tokenizer.encode(prompt, false));
+      squeezekv::require(!prompt_tokens.empty(), "prompt", prompt,
+                         "adds no token to the " + std::to_string(cache->tokens.size()) + " the cache has seen");
+    } else {
+      cache->tokens.clear();
+    }
     auto pool = make_pool(p.n_threads);
     squeezekv::Engine engine(m, pool.get());
     std::function<void(int32_t)> on_token;
     if (p.on_token) on_token = [&p](int32_t token) { p.on_token(token, p.user_data); };
-    const squeezekv::GenerateResult r = squeezekv::generate(engine, *cache->model, prompt, options, on_token);
+    const squeezekv::GenerateResult r = squeezekv::generate(engine, *cache->model, prompt_tokens, options, on_token);
+    cache->tokens.insert(cache->tokens.end(), r.prompt_tokens.begin(), r.prompt_tokens.end());
+    cache->tokens.insert(cache->tokens.end(), r.tokens.begin(), r.tokens.begin() + long(r.n_fed));
     std::copy(r.tokens.begin(), r.tokens.end(), tokens);
     return int32_t(r.tokens.size());
   });

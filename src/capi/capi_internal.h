@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "squeezekv/c/squeezekv.h"
 #include "squeezekv/base/errors.h"
@@ -16,6 +17,7 @@ struct squeezekv_cache {
   // Exactly one is set: a whole model's caches, or one lone layer (KVCacheFactory::create).
   std::unique_ptr<squeezekv::ModelCache> model;
   std::unique_ptr<squeezekv::LayerCache> single;
+  std::vector<int32_t> tokens;  // what a model cache has seen through squeezekv_generate (or its file)
 
   int32_t n_layers() const { return model ? model->n_layers() : 1; }
   squeezekv::LayerCache& layer(int32_t l);

@@ -16,5 +16,6 @@ void register_sweep(CLI::App& app);
 void register_needle(CLI::App& app);
 void register_random_model(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_cache(CLI::App& app);
 
 }  // namespace squeezekv::cli

@@ -1,5 +1,6 @@
 // `squeezekv generate`: streams text to stdout; speed, per-layer budgets and kept rows and the
 // resident KV bytes against a full cache to stderr.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -7,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/cache_file_options.h"
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/layer_kinds_note.h"
@@ -24,6 +26,7 @@ namespace {
 struct GenerateArgs {
   ModelOptions model;
   CacheOptions cache;
+  CacheFileOptions files;
   GenerateOptions gen;
   std::string prompt = "Once upon a time";
   std::string prompt_file;
@@ -45,18 +48,24 @@ std::string join(const std::vector<int>& v) {
 }
 
 void run(GenerateArgs& a) {
-  KVCacheConfig config = a.cache.resolve();
-  require_effective(a.cache, config);
+  KVCacheConfig config = a.files.loads() ? KVCacheConfig{} : a.cache.resolve();
+  if (!a.files.loads()) require_effective(a.cache, config);
+  check_cache_file_options(a.files);
   if (!a.prompt_file.empty()) a.prompt = read_text_file(a.prompt_file, "--file");
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
-  auto cache = engine.make_cache(config);
+  const auto load_start = std::chrono::steady_clock::now();
+  StartingCache start = starting_cache(a.files, a.cache, config, engine);
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  config = start.config;
+  std::unique_ptr<ModelCache> cache = std::move(start.cache);
   a.gen.n_batch = a.model.n_batch;
   a.gen.n_ctx = a.model.n_ctx;
-  // The output's tokens are kept only where they are printed or counted: a stream without
-  // --json or --stats runs in constant memory.
-  a.gen.keep_tokens = a.json || a.stats;
+  // The output's tokens are kept only where they are printed, counted or saved: a stream without
+  // --json, --stats or --save-cache runs in constant memory.
+  a.gen.keep_tokens = a.json || a.stats || a.files.saves();
+  a.gen.continue_cache = a.files.loads();
   if (!a.json && !a.chat) {
     std::printf("%s", a.prompt.c_str());
     std::fflush(stdout);
@@ -72,6 +81,10 @@ void run(GenerateArgs& a) {
   } else {
     prompt_tokens = model.tokenizer().encode(a.prompt, true);
   }
+  if (a.files.loads()) {
+    prompt_tokens = continuation(a.files, start.history, prompt_tokens,
+                                 a.chat ? prompt_tokens : model.tokenizer().encode(a.prompt, false));
+  }
   if (a.question_option->count() > 0) {
     if (a.chat) throw InvalidArgument(invalid_value("--question", a.question, "has no chat form: drop --chat"));
     a.gen.question = model.tokenizer().encode(a.question, false);
@@ -81,6 +94,12 @@ void run(GenerateArgs& a) {
       std::fflush(stdout);
     }
   }
+  // --save-cache: every token the cache has seen (the file's, the prompt's, the question's, the output's).
+  std::vector<int32_t> seen = start.history;
+  seen.insert(seen.end(), prompt_tokens.begin(), prompt_tokens.end());
+  seen.insert(seen.end(), a.gen.question.begin(), a.gen.question.end());
+  if (a.files.saves_after_prompt()) a.gen.after_prompt = [&] { save_cache(a.files, engine, *cache, seen); };
+  a.gen.feed_last = a.files.saves() && !a.files.saves_after_prompt();
   Utf8Stream text;  // never prints half a character
   const GenerateResult r = generate(engine, *cache, std::move(prompt_tokens), a.gen, [&](int32_t token) {
     if (a.json) return;
@@ -88,6 +107,10 @@ void run(GenerateArgs& a) {
     std::fflush(stdout);
   });
   if (!a.json) std::printf("%s", text.finish().c_str());
+  if (a.gen.feed_last) {
+    seen.insert(seen.end(), r.tokens.begin(), r.tokens.end());
+    save_cache(a.files, engine, *cache, seen);
+  }
   std::vector<int> kept;
   kept.reserve(size_t(cache->n_layers()));
   for (int l = 0; l < cache->n_layers(); ++l) kept.push_back(cache->layer(l).rows_per_head());
@@ -113,6 +136,10 @@ void run(GenerateArgs& a) {
                           {"layer_windows", windows},
                           {"kv_sliding_kept_bytes", cache->sliding_kept_bytes()},
                           {"kv_evicting_kept_bytes", cache->evicting_kept_bytes()}};
+    if (a.files.loads()) {
+      out["load_cache_seconds"] = load_seconds;
+      out["cached_tokens"] = start.history.size();
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -179,6 +206,7 @@ void register_generate(CLI::App& app) {
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);
+  add_cache_file_options(*cmd, args->files);
   cmd->callback([args] { run(*args); });
 }
 

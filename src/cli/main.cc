@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   squeezekv::cli::register_needle(app);
   squeezekv::cli::register_random_model(app);
   squeezekv::cli::register_serve(app);
+  squeezekv::cli::register_cache(app);
   squeezekv::cli::check_unsigned_options(app);
   // CLI11 reports an unknown first word as a missing subcommand; name it instead.
   if (argc > 1 && argv[1][0] != '-') {

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "cli/cache_file_options.h"
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
@@ -23,6 +24,7 @@
 #include "squeezekv/base/errors.h"
 #include "squeezekv/base/utf8.h"
 #include "squeezekv/engine/prefill.h"
+#include "squeezekv/engine/cache_file.h"
 #include "squeezekv/eval/needle.h"
 #include "squeezekv/eval/sweep.h"
 #include "squeezekv/eval/text_file.h"
@@ -52,6 +54,7 @@ struct NeedleArgs {
   int questions = 1;
   std::string json_path, csv_path;
   bool resume = false;
+  CacheFileOptions files;
 };
 
 // What must agree between a run and the rows of the file it resumes.
@@ -280,6 +283,40 @@ void run(NeedleArgs& a) {
   options.n_batch = a.model.n_batch;
   options.n_predict = a.n_predict;
   options.question_in_prompt = a.question_in_prompt;
+  // --save-cache / --load-cache: one cell of one sample, its context saved or loaded.
+  std::unique_ptr<ModelCache> loaded;
+  if (a.files.saves() || a.files.loads()) {
+    const std::string option = a.files.loads() ? "--load-cache" : "--save-cache";
+    const std::string path = a.files.loads() ? a.files.load_path : a.files.save_path;
+    require(a.lengths.size() == 1 && a.depths.size() == 1 && a.samples == 1 && configs.begin()->second.size() == 1,
+            option, path,
+            "needs a grid of one cell and one sample (one method, budget, length and depth; --samples 1)");
+    require(!a.question_in_prompt, option, path, "needs the question apart from the context (no --question-in-prompt)");
+    check_cache_file_options(a.files);
+  }
+  // The grid's one sample when a cache file is saved or loaded (the same as the loop builds).
+  const NeedleSample only =
+      a.files.saves() || a.files.loads()
+          ? make_needle_sample(model.tokenizer(),
+                               {task, a.lengths.front(), a.depths.front(), needle_sample_seed(a.seed, 0)}, haystack)
+          : NeedleSample{};
+  if (a.files.loads()) {
+    LoadedCache file = load_cache_file(a.files.load_path, model);
+    const KVCacheConfig cell = engine.resolved_config(configs.begin()->second.front());
+    if (!(file.contents.config == cell)) {
+      throw InvalidArgument(invalid_value("--load-cache", a.files.load_path,
+                                          "holds a cache of " + cache_label(file.contents.config) + " at budget " +
+                                              std::to_string(file.contents.config.budget) + ", not the cell's " +
+                                              cache_label(cell) + " at budget " + std::to_string(cell.budget)));
+    }
+    require(file.contents.tokens == only.context, "--load-cache", a.files.load_path,
+            "holds another context than this sample's (its task, length, depth and seed)");
+    loaded = std::move(file.cache);
+    options.context_in_cache = true;
+  }
+  if (a.files.saves()) {
+    options.after_context = [&](const ModelCache& cache) { save_cache(a.files, engine, cache, only.context); };
+  }
   Progress progress("needle: samples");
   int64_t finished = 0;
   for (int64_t length : a.lengths) {
@@ -299,9 +336,11 @@ void run(NeedleArgs& a) {
                 model.tokenizer(), {task, length, depth, needle_sample_seed(a.seed, i), a.questions}, haystack));
           }
         }
-        const NeedleCell cell = run_needle_cell(engine, c, samples, task, options, [&] {
+        const auto count = [&] {
           progress(int(std::min<int64_t>(++finished, 1 << 30)), int(std::min<int64_t>(total, 1 << 30)));
-        });
+        };
+        const NeedleCell cell = loaded ? run_needle_cell_on(engine, *loaded, samples.front(), task, options, count)
+                                       : run_needle_cell(engine, c, samples, task, options, count);
         nlohmann::json correct = nlohmann::json::array(), outputs = nlohmann::json::array(),
                        answers = nlohmann::json::array();
         for (size_t i = 0; i < samples.size(); ++i) {
@@ -433,6 +472,7 @@ void register_needle(CLI::App& app) {
   cmd->add_option("--csv", args->csv_path, "write one row per cell to this CSV file at the end");
   args->cache.command_defaults["score"] = "attention";  // the engine feeds real attention back
   add_cache_options(*cmd, args->cache, {"budget"});
+  add_cache_file_options(*cmd, args->files, /*save_after=*/false);
   cmd->callback([args] { run(*args); });
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/cache_file_options.h"
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "cli/layer_kinds_note.h"
@@ -11,6 +12,8 @@
 #include "cli/perplexity_json.h"
 #include "cli/progress.h"
 #include "cli/stream_report.h"
+#include "squeezekv/engine/cache_file.h"
+#include "squeezekv/eval/continuation_perplexity.h"
 #include "squeezekv/eval/perplexity.h"
 
 namespace squeezekv::cli {
@@ -19,6 +22,7 @@ namespace {
 struct PerplexityArgs {
   ModelOptions model;
   CacheOptions cache;
+  CacheFileOptions files;
   TextEvalOptions text;
   StreamArgs stream;
   bool json = false;
@@ -58,13 +62,52 @@ void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& t
   print_stream_table(results);
 }
 
+// With --load-cache or --save-cache the text is one continuation of a cache (a loaded file's, or
+// an empty one): scored after what the cache holds, then the cache saved.
+void run_continuation(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& text_tokens,
+                      const KVCacheConfig& config) {
+  require(!a.stream.stream, "--stream", "true",
+          "scores a text from an empty cache; --load-cache and --save-cache "
+          "score it as one continuation of a cache (leave --stream out)");
+  StartingCache start = starting_cache(a.files, a.cache, config, engine);
+  std::vector<int32_t> plain = text_tokens;  // the text as a continuation: no BOS
+  if (!plain.empty() && plain.front() == engine.model().tokenizer().bos()) plain.erase(plain.begin());
+  const std::vector<int32_t> tokens =
+      a.files.loads() ? continuation(a.files, start.history, text_tokens, plain) : text_tokens;
+  const ContinuationResult r = continuation_perplexity(engine, *start.cache, tokens, a.model.n_batch);
+  if (a.files.saves()) {
+    std::vector<int32_t> seen = start.history;
+    seen.insert(seen.end(), tokens.begin(), tokens.end());
+    save_cache(a.files, engine, *start.cache, seen);
+  }
+  if (a.json) {
+    const nlohmann::json out = {{"method", start.config.method},
+                                {"cached_tokens", start.history.size()},
+                                {"tokens", r.tokens},
+                                {"scored", r.scored},
+                                {"mean_nll", r.mean_nll},
+                                {"perplexity", r.perplexity},
+                                {"kv_peak_kept_bytes", r.peak_kept_bytes},
+                                {"seconds", r.seconds}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("%lld tokens after %zu cached, %lld scored\nmethod %s: PPL = %.4f, mean NLL = %.6f\n",
+              static_cast<long long>(r.tokens), start.history.size(), static_cast<long long>(r.scored),
+              cache_label(start.config).c_str(), r.perplexity, r.mean_nll);
+  std::printf("KV resident: peak %.1f KiB\n", r.peak_kept_bytes / 1024.0);
+}
+
 void run(PerplexityArgs& a) {
-  const KVCacheConfig config = a.cache.resolve();
-  require_effective(a.cache, config);
+  const bool files = a.files.loads() || a.files.saves();
+  const KVCacheConfig config = a.files.loads() ? KVCacheConfig{} : a.cache.resolve();
+  if (!a.files.loads()) require_effective(a.cache, config);
+  check_cache_file_options(a.files);
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
   const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);
+  if (files) return run_continuation(a, engine, tokens, config);
   if (a.stream.stream) return run_stream(a, engine, tokens, config);
   const PerplexityOptions options = a.text.perplexity_options(a.model);
   const std::vector<KVCacheConfig> configs = {config};
@@ -112,6 +155,7 @@ void register_perplexity(CLI::App& app) {
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);
+  add_cache_file_options(*cmd, args->files, /*save_after=*/false);
   cmd->callback([args] { run(*args); });
 }
 

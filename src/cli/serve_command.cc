@@ -30,6 +30,7 @@ struct ServeArgs {
   size_t queue = 64;
   int max_sessions = 64;
   int kept_caches = 16;
+  std::string cache_dir;
   int max_tokens = 1 << 16;
   double read_timeout_s = 10, idle_timeout_s = 5;
 };
@@ -75,6 +76,7 @@ void run(ServeArgs& a) {
   sched.chunk = a.model.n_batch;
   sched.max_sessions = a.max_sessions;
   sched.kept_caches = a.kept_caches;
+  sched.cache_dir = a.cache_dir;
   serve::Scheduler scheduler(model, pool.get(), sched);
   serve::HttpServer server(model, scheduler, http);
   server.bind();
@@ -122,6 +124,9 @@ void register_serve(CLI::App& app) {
                   "its new tokens (within --kv-limit-mib, least recently used dropped first; 0 = off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "save kept caches here: POST /caches/{id}?action=save|restore|erase, those pushed out of "
+                  "--kv-limit-mib or --kept-caches instead of dropping them, and found again after a restart");
   cmd->add_option("--max-tokens", args->max_tokens, "largest max_tokens a request may ask")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));

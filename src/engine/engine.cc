@@ -34,9 +34,14 @@ Engine::Engine(const Model& model, ThreadPool* pool) : model_(model), pool_(pool
   }
 }
 
-std::unique_ptr<ModelCache> Engine::make_cache(KVCacheConfig config) const {
+KVCacheConfig Engine::resolved_config(KVCacheConfig config) const {
   config.head_dim = model_.config().head_dim;
   if (config.max_distance == 0) config.max_distance = std::max<int64_t>(model_.config().context_length - 1, 0);
+  return config;
+}
+
+std::unique_ptr<ModelCache> Engine::make_cache(KVCacheConfig config) const {
+  config = resolved_config(std::move(config));
   // A sliding layer's cache holds its window, the model's own attention (core/layer_kind.h); every
   // global layer is the method's. Llama and Qwen2 layers are all global: no kinds, today's cache.
   return std::make_unique<ModelCache>(config, model_.config().n_layers, model_.config().n_kv_heads, /*n_batch=*/1,

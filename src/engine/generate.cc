@@ -34,8 +34,9 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
   result.question_tokens = int64_t(options.question.size());
   const auto n_prompt = int64_t(result.prompt_tokens.size()) + result.question_tokens;
   require(n_prompt >= 1, "prompt", "\"\"", "the prompt encodes to no token");
+  const int64_t history = options.continue_cache ? cache.layer(0).tokens_seen() : 0;
   if (keeps_every_row(cache.config())) {
-    require(n_prompt + options.n_predict <= n_ctx, "prompt", std::to_string(n_prompt) + " tokens",
+    require(history + n_prompt + options.n_predict <= n_ctx, "prompt", std::to_string(n_prompt) + " tokens",
             "prompt plus --n-predict " + std::to_string(options.n_predict) + " exceeds the context of " +
                 std::to_string(n_ctx) + " tokens of a full cache (raise -c, or use an evicting method)");
   }
@@ -44,7 +45,8 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
   auto start = Clock::now();
   PrefillOptions prefill_options;
   prefill_options.n_batch = options.n_batch;
-  prefill_options.max_rows = n_prompt + options.n_predict;
+  prefill_options.max_rows = history + n_prompt + options.n_predict;
+  prefill_options.reset = !options.continue_cache;
   prefill(engine, cache, result.prompt_tokens, prefill_options, logits);
   if (!options.question.empty()) {  // after the prompt's own eviction, as a chunk of its own
     prefill_options.reset = false;
@@ -52,6 +54,7 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
     prefill(engine, cache, options.question, prefill_options, logits);
   }
   result.prompt_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (options.after_prompt) options.after_prompt();
   start = Clock::now();
   const int64_t window = options.speed_window;
   const bool timed = window > 0 && options.n_predict >= 2 * window;
@@ -68,7 +71,10 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
     if (options.keep_tokens) result.tokens.push_back(token);
     ++result.n_generated;
     if (on_token) on_token(token);
-    if (i + 1 < options.n_predict) engine.forward(std::span(&token, 1), cache, Logits::last, logits);
+    if (i + 1 < options.n_predict || options.feed_last) {
+      engine.forward(std::span(&token, 1), cache, Logits::last, logits);
+      ++result.n_fed;
+    }
   }
   const auto end = Clock::now();
   result.decode_seconds = std::chrono::duration<double>(end - start).count();

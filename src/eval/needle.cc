@@ -313,6 +313,15 @@ NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleS
   prefill_options.n_batch = options.n_batch;
   prefill_options.max_rows = int64_t(sample.context.size() + sample.question.size()) + n_predict;
   std::vector<float> logits;
+  if (options.context_in_cache || options.after_context) {
+    require(!options.question_in_prompt, "question_in_prompt", "true",
+            "the context and the question are then one prompt: no cache holds the context alone to save or load");
+  }
+  if (options.context_in_cache) {
+    require(cache.layer(0).tokens_seen() == int64_t(sample.context.size()), "cache",
+            std::to_string(cache.layer(0).tokens_seen()) + " tokens",
+            "does not hold the sample's context of " + std::to_string(sample.context.size()) + " tokens");
+  }
   if (options.question_in_prompt) {
     std::vector<int32_t> prompt = sample.context;
     prompt.insert(prompt.end(), sample.question.begin(), sample.question.end());
@@ -320,7 +329,8 @@ NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleS
   } else {
     // The cache chooses its rows from the context alone; the question follows as its own chunk.
     prefill_options.logits = Logits::none;
-    prefill(engine, cache, sample.context, prefill_options, logits);
+    if (!options.context_in_cache) prefill(engine, cache, sample.context, prefill_options, logits);
+    if (options.after_context) options.after_context(cache);
     prefill_options.reset = false;
     prefill_options.as_prompt = false;
     prefill_options.logits = Logits::last;
@@ -365,34 +375,54 @@ double NeedleOutcome::score() const {
   return right / double(1 + more_correct.size());
 }
 
-NeedleCell run_needle_cell(Engine& engine, const KVCacheConfig& config, std::span<const NeedleSample> samples,
-                           NeedleTask task, const NeedleRunOptions& options,
-                           const std::function<void()>& after_sample) {
-  require(!samples.empty(), "samples", 0, "a cell needs at least one sample");
+namespace {
+
+// The cell's accuracy (every question counted) and means over its samples' outcomes.
+NeedleCell cell_of(std::vector<NeedleOutcome> outcomes) {
   NeedleCell cell;
-  auto cache = engine.make_cache(config);
+  cell.outcomes = std::move(outcomes);
   double correct = 0.0;
-  for (const NeedleSample& sample : samples) {
-    cell.outcomes.push_back(run_needle_sample(engine, *cache, sample, task, options));
-    const NeedleOutcome& o = cell.outcomes.back();
+  for (const NeedleOutcome& o : cell.outcomes) {
     correct += o.score();
-    if (cell.question_accuracy.size() < 1 + o.more_correct.size())
+    if (cell.question_accuracy.size() < 1 + o.more_correct.size()) {
       cell.question_accuracy.resize(1 + o.more_correct.size());
+    }
     cell.question_accuracy[0] += o.correct ? 1.0 : 0.0;
     for (size_t i = 0; i < o.more_correct.size(); ++i) cell.question_accuracy[1 + i] += o.more_correct[i] ? 1.0 : 0.0;
     cell.kv_bytes += double(o.kv_bytes);
     cell.full_kv_bytes += double(o.full_kv_bytes);
     cell.kv_rows += o.kv_rows;
     cell.seconds += o.seconds;
-    if (after_sample) after_sample();
   }
-  const auto n = double(samples.size());
+  const auto n = double(cell.outcomes.size());
   cell.accuracy = correct / n;
   for (double& a : cell.question_accuracy) a /= n;
   cell.kv_bytes /= n;
   cell.full_kv_bytes /= n;
   cell.kv_rows /= n;
   return cell;
+}
+
+}  // namespace
+
+NeedleCell run_needle_cell(Engine& engine, const KVCacheConfig& config, std::span<const NeedleSample> samples,
+                           NeedleTask task, const NeedleRunOptions& options,
+                           const std::function<void()>& after_sample) {
+  require(!samples.empty(), "samples", 0, "a cell needs at least one sample");
+  auto cache = engine.make_cache(config);
+  std::vector<NeedleOutcome> outcomes;
+  for (const NeedleSample& sample : samples) {
+    outcomes.push_back(run_needle_sample(engine, *cache, sample, task, options));
+    if (after_sample) after_sample();
+  }
+  return cell_of(std::move(outcomes));
+}
+
+NeedleCell run_needle_cell_on(Engine& engine, ModelCache& cache, const NeedleSample& sample, NeedleTask task,
+                              const NeedleRunOptions& options, const std::function<void()>& after_sample) {
+  std::vector<NeedleOutcome> outcomes = {run_needle_sample(engine, cache, sample, task, options)};
+  if (after_sample) after_sample();
+  return cell_of(std::move(outcomes));
 }
 
 }  // namespace squeezekv

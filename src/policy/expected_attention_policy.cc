@@ -17,6 +17,7 @@
 
 #include "policy/scorer_policy.h"
 #include "squeezekv/core/component_info.h"
+#include "squeezekv/core/state_stream.h"
 
 namespace squeezekv {
 namespace {
@@ -88,6 +89,64 @@ class ExpectedAttentionPolicy final : public ScorerPolicy {
       }
     }
     evict(layer, budget);
+  }
+
+  // The prompt's query statistics (before its end) or the model of the coming queries (after).
+  void save_state(StateWriter& out) const override {
+    out.put(uint8_t(done_));
+    out.put(count_);
+    out.put(uint64_t(head_dim_));
+    out.put(int32_t(n_heads_));
+    out.put(uint64_t(groups_));
+    out.put(int32_t(rope_.style == RopeStyle::neox ? 1 : 0));
+    out.put(int32_t(rope_.n_rot));
+    out.put(rope_.rope_base);
+    out.put(rope_.scale);
+    out.put_vector(sum_);
+    out.put_vector(second_);
+    out.put_vector(mean_);
+    out.put_vector(cov_);
+    out.put_vector(log_norm_);
+  }
+
+  void load_state(StateReader& in, const LayerRows& layer) override {
+    const bool done = in.get_bool("expected_attention: prompt ended");
+    const auto count = in.get<int64_t>("expected_attention: queries");
+    const auto d = in.get<uint64_t>("expected_attention: head_dim");
+    const auto heads = in.get<int32_t>("expected_attention: query heads");
+    const auto groups = in.get<uint64_t>("expected_attention: group");
+    const auto neox = in.get<int32_t>("expected_attention: rope style");
+    const auto n_rot = in.get<int32_t>("expected_attention: n_rot");
+    const auto base = in.get<float>("expected_attention: rope base");
+    const auto scale = in.get<float>("expected_attention: scale");
+    const bool empty = count == 0 && d == 0 && heads == 0;
+    check_state(empty || (d == uint64_t(layer.head_dim()) && heads >= 1 && heads <= 4096 && count >= 0 &&
+                          groups >= 1 && groups <= uint64_t(heads) && (neox == 0 || neox == 1) && n_rot >= 0 &&
+                          uint64_t(n_rot) <= d && std::isfinite(base) && std::isfinite(scale)),
+                "expected_attention", "statistics that do not fit the layer");
+    const uint64_t per_head = uint64_t(heads) * d;
+    std::vector<double> sum = in.get_vector<double>("expected_attention: sums", per_head);
+    std::vector<double> second = in.get_vector<double>("expected_attention: second moments", per_head * d);
+    std::vector<float> mean = in.get_vector<float>("expected_attention: means", per_head);
+    std::vector<float> cov = in.get_vector<float>("expected_attention: covariances", per_head * d);
+    std::vector<double> log_norm = in.get_vector<double>("expected_attention: normalisers", uint64_t(heads));
+    check_state((sum.empty() || sum.size() == per_head) && (mean.empty() || mean.size() == per_head) &&
+                    (second.empty() || second.size() == per_head * d) && (cov.empty() || cov.size() == per_head * d),
+                "expected_attention", "statistics of another shape");
+    done_ = done;
+    count_ = count;
+    head_dim_ = size_t(d);
+    n_heads_ = heads;
+    groups_ = size_t(std::max<uint64_t>(1, groups));
+    rope_.style = neox == 1 ? RopeStyle::neox : RopeStyle::normal;
+    rope_.n_rot = n_rot;
+    rope_.rope_base = base;
+    rope_.scale = scale;
+    sum_ = std::move(sum);
+    second_ = std::move(second);
+    mean_ = std::move(mean);
+    cov_ = std::move(cov);
+    log_norm_ = std::move(log_norm);
   }
 
   void reset() override {

@@ -18,6 +18,7 @@
 #include "policy/per_head_policy.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/core/component_info.h"
+#include "squeezekv/core/state_stream.h"
 
 namespace squeezekv {
 namespace {
@@ -86,6 +87,10 @@ class KVzipPolicy final : public PerHeadPolicy {
   }
 
   void reset() override { done_ = false; }
+
+  // Whether the prompt has ended (the rows' scores, unscored ones NaN, are saved with the rows).
+  void save_state(StateWriter& out) const override { out.put(uint8_t(done_)); }
+  void load_state(StateReader& in, const LayerRows& /*layer*/) override { done_ = in.get_bool("kvzip: prompt ended"); }
 
  private:
   int64_t n_sink_;

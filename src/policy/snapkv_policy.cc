@@ -94,6 +94,28 @@ class SnapKVPolicy final : public TokenPolicy {
     observed_.clear();
   }
 
+  // Whether the prompt has ended, and the observation window's rows seen so far (a prompt saved
+  // before its end).
+  void save_state(StateWriter& out) const override {
+    out.put(uint8_t(done_));
+    out.put(uint64_t(observed_.size()));
+    for (const auto& rows : observed_) {
+      out.put(uint64_t(rows.size()));
+      for (const auto& row : rows) out.put_vector(row);
+    }
+  }
+
+  void load_state(StateReader& in, const LayerRows& layer) override {
+    const bool done = in.get_bool("snapkv: prompt ended");
+    std::vector<std::deque<std::vector<float>>> observed(in.get_count(8, layer.heads.size(), "snapkv: heads"));
+    for (auto& rows : observed) {
+      const size_t n = in.get_count(8, uint64_t(window_), "snapkv: observed rows");
+      for (size_t i = 0; i < n; ++i) rows.push_back(in.get_vector<float>("snapkv: observed row"));
+    }
+    done_ = done;
+    observed_ = std::move(observed);
+  }
+
  private:
   std::vector<float> observed_sum(size_t h, int n_slots) const {
     std::vector<float> score(size_t(n_slots), 0.0f);

@@ -54,6 +54,21 @@ class TovaPolicy final : public TokenPolicy {
     }
   }
 
+  // The last update's head-averaged attention: an eviction between updates (a budget set) reads it.
+  void save_state(StateWriter& out) const override {
+    out.put(int32_t(n_slots_));
+    out.put_vector(shared_);
+  }
+
+  void load_state(StateReader& in, const LayerRows& layer) override {
+    const auto n_slots = in.get<int32_t>("tova: slots");
+    std::vector<float> shared = in.get_vector<float>("tova: attention");
+    check_state(n_slots >= 0 && shared.size() == size_t(layer.n_batch) * size_t(n_slots), "tova",
+                "attention rows differ from the slots");
+    n_slots_ = n_slots;
+    shared_ = std::move(shared);
+  }
+
  private:
   void add_to_batch(int batch, const float* probs, int n_heads) {
     float* shared = shared_.data() + size_t(batch) * size_t(n_slots_);

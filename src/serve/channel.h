@@ -15,6 +15,7 @@ struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;  // prompt tokens a kept cache had already seen (not prefilled again)
+  std::string cache_id;   // the kept cache this request left (POST /caches/{id}); "" when none
 };
 
 // What the HTTP side takes at once: the text since its last take, and the end if it came.

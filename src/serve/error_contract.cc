@@ -26,6 +26,10 @@ constexpr FailureSpec kTable[] = {
      "--max-connections connections are open (Retry-After: 1)"},
     {Failure::shutting_down, 503, "server_overloaded", false, "SIGINT or SIGTERM came while the request waited or ran"},
     {Failure::inference_failed, 500, "server_error", false, "the engine failed (a bug: please report it)"},
+    {Failure::no_cache_dir, 400, "invalid_request_error", false, "a cache action on a server without --cache-dir"},
+    {Failure::cache_not_found, 404, "not_found_error", false, "no kept or saved cache has the id"},
+    {Failure::cache_file_failed, 500, "server_error", false,
+     "the cache file cannot be written (a full disk) or read (damaged, another model's)"},
 };
 
 }  // namespace

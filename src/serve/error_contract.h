@@ -25,6 +25,9 @@ enum class Failure {
   too_many_connections,  // 503: --max-connections open (Retry-After: 1)
   shutting_down,         // 503: SIGINT/SIGTERM while the request waited or ran
   inference_failed,      // 500: the engine failed (a bug)
+  no_cache_dir,          // 400: a cache action on a server without --cache-dir
+  cache_not_found,       // 404: no kept or saved cache has the id
+  cache_file_failed,     // 500: the cache file cannot be written (disk full) or read (damaged)
 };
 
 struct FailureSpec {

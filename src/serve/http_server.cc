@@ -122,6 +122,36 @@ void HttpServer::Impl::routes() {
     counters.fragments_encoded = fragments.misses();
     res.set_content(render_metrics(scheduler.stats(), counters), "text/plain; version=0.0.4");
   });
+  // Kept caches saved and restored by id (--cache-dir), as llama-server's slot save/restore.
+  auto listing_json = [](const CacheListing& c) {
+    return json{{"id", c.id},       {"tokens", c.tokens}, {"bytes", c.bytes}, {"resident", c.resident},
+                {"saved", c.saved}, {"method", c.method}};
+  };
+  server.Get("/caches", [this, listing_json](const httplib::Request&, httplib::Response& res) {
+    json data = json::array();
+    for (const CacheListing& c : scheduler.caches()) data.push_back(listing_json(c));
+    res.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
+  });
+  server.Post(R"(/caches/([^/]+))", [this, listing_json](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    const std::string action = req.has_param("action") ? req.get_param_value("action") : "";
+    CacheAction what = CacheAction::save;
+    if (action == "restore") what = CacheAction::restore;
+    else if (action == "erase") what = CacheAction::erase;
+    else if (action != "save") {
+      ++counters.client_errors;
+      return send_error(req, res, Failure::invalid_field, "action = " + action + ": expected save, restore or erase",
+                        "action");
+    }
+    try {
+      json body = listing_json(scheduler.cache_action(id, what));
+      body["action"] = action;
+      res.set_content(dump(body), "application/json");
+    } catch (const CacheActionError& e) {
+      if (failure_spec(e.failure).status < 500) ++counters.client_errors;
+      send_error(req, res, e.failure, e.what(), e.failure == Failure::cache_not_found ? "id" : "");
+    }
+  });
   server.Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
   server.Post("/v1/chat/completions",
@@ -274,6 +304,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 json usage = chunk({});
                 usage["choices"] = json::array();
                 usage["usage"] = usage_json(u.usage);
+                if (!u.usage.cache_id.empty()) usage["squeezekv"] = {{"cache_id", u.usage.cache_id}};
                 tail += sse(usage);
               }
             }
@@ -309,7 +340,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                      {"model", model_id},
                      {"choices", json::array({choice})},
                      {"usage", usage_json(u.usage)}};
-  res.set_content(dump(body), "application/json");
+  json answer = body;
+  if (!u.usage.cache_id.empty()) answer["squeezekv"] = {{"cache_id", u.usage.cache_id}};
+  res.set_content(dump(answer), "application/json");
 }
 
 HttpServer::HttpServer(const Model& model, Scheduler& scheduler, HttpOptions options)

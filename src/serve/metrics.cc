@@ -74,6 +74,10 @@ std::string render_metrics(const SchedulerStats& s, const HttpCounters& h) {
          "Requests (cache_prompt on) that found no kept cache to continue.", double(s.kept_misses));
   metric(out, "squeezekv_kept_caches_dropped_total", "counter", "Kept caches dropped for memory or for --kept-caches.",
          double(s.kept_dropped));
+  metric(out, "squeezekv_kept_caches_spilled_total", "counter",
+         "Kept caches pushed out of memory and saved to --cache-dir instead of dropped.", double(s.kept_spilled));
+  metric(out, "squeezekv_kept_caches_restored_total", "counter",
+         "Caches loaded from --cache-dir (a prompt that continues one, or action=restore).", double(s.kept_restored));
   metric(out, "squeezekv_prompt_tokens_reused_total", "counter",
          "Prompt tokens not prefilled because a kept cache had seen them.", double(s.prompt_tokens_reused));
   metric(out, "squeezekv_prompt_fragments_reused_total", "counter",

@@ -42,7 +42,8 @@ Scheduler::Scheduler(const Model& model, ThreadPool* pool, SchedulerOptions opti
     : model_(model),
       engine_(model, pool),
       options_(options),
-      layer_kinds_(engine_.make_cache(KVCacheConfig{})->layer_kinds()) {
+      layer_kinds_(engine_.make_cache(KVCacheConfig{})->layer_kinds()),
+      store_(options_.cache_dir, model) {
   stats_.kv_limit_bytes = options_.kv_limit_bytes;
   stats_.layer_windows = sliding_windows_of(layer_kinds_);
   thread_ = std::thread([this] { run(); });
@@ -119,7 +120,16 @@ void Scheduler::drop_kept_locked() {
   // least recently used.
   while (!kept_.empty() &&
          (reserved_ + kept_bytes_ > options_.kv_limit_bytes || kept_.size() > size_t(options_.kept_caches))) {
-    kept_bytes_ -= kept_.front().bytes;
+    Kept& k = kept_.front();
+    if (store_.enabled() && store_.find(k.id) == nullptr) {
+      try {  // to --cache-dir instead of gone: a prompt that continues it loads it again
+        store_.save(k.id, *k.cache, k.seen);
+        ++stats_.kept_spilled;
+      } catch (const Error& e) {
+        std::fprintf(stderr, "squeezekv serve: kept cache %s dropped, not saved: %s\n", k.id.c_str(), e.what());
+      }
+    }
+    kept_bytes_ -= k.bytes;
     kept_.erase(kept_.begin());
     ++stats_.kept_dropped;
   }
@@ -131,14 +141,29 @@ std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
   // keeps no logits). It leaves kept_: one conversation, one cache.
   std::unique_ptr<ModelCache> cache;
   size_t reused = 0;
+  const KVCacheConfig resolved = engine_.resolved_config(r.cache);
   if (r.cache_prompt && options_.kept_caches > 0) {
     auto best = kept_.end();
     for (auto k = kept_.begin(); k != kept_.end(); ++k) {
-      if (k->seen.size() >= r.tokens.size() || !(k->config == r.cache)) continue;
+      if (k->seen.size() >= r.tokens.size() || !(k->config == resolved)) continue;
       if (!std::equal(k->seen.begin(), k->seen.end(), r.tokens.begin())) continue;
       if (best == kept_.end() || k->seen.size() > best->seen.size()) best = k;
     }
-    if (best == kept_.end()) {
+    const CacheStore::Entry* saved = store_.enabled() ? store_.best_match(r.tokens, resolved) : nullptr;
+    if (saved != nullptr && (best == kept_.end() || saved->seen.size() > best->seen.size())) {
+      try {  // a cache saved or spilled to --cache-dir (a restart's too); the file stays
+        LoadedCache loaded = store_.load(saved->id);
+        ++stats_.kept_hits;
+        ++stats_.kept_restored;
+        reused = saved->seen.size();
+        cache = std::move(loaded.cache);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "squeezekv serve: saved cache %s not used: %s\n", saved->id.c_str(), e.what());
+        store_.erase(saved->id);
+      }
+    }
+    if (cache) {
+    } else if (best == kept_.end()) {
       ++stats_.kept_misses;
     } else {
       ++stats_.kept_hits;
@@ -163,16 +188,18 @@ std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
   return s;
 }
 
-void Scheduler::keep_locked(Session& s) {
-  if (!s.finished || !s.job.request.cache_prompt || options_.kept_caches <= 0) return;
+std::string Scheduler::keep_locked(Session& s) {
+  if (!s.finished || !s.job.request.cache_prompt || options_.kept_caches <= 0) return {};
   // What the cache has taken: the whole prompt (a session finishes only after it), then the
   // generated tokens it was fed.
   std::vector<int32_t> seen = std::move(s.job.request.tokens);
   seen.insert(seen.end(), s.decoded.begin(), s.decoded.end());
   const size_t bytes = s.cache->kept_bytes();
   kept_bytes_ += bytes;  // at most the promise it replaces (checked after every step)
-  kept_.push_back({std::move(seen), s.job.request.cache, std::move(s.cache), bytes});
+  std::string id = cache_id(s.cache->config(), seen);
+  kept_.push_back({id, std::move(seen), s.cache->config(), std::move(s.cache), bytes});
   drop_kept_locked();  // the count
+  return id;
 }
 
 void Scheduler::run() {
@@ -336,7 +363,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
     }
     if (!s->done) sessions.push_back({s->id, bytes, s->job.promise, s->cache->sliding_kept_bytes()});
   }
-  const size_t peak = resident + kept_bytes_;  // only this thread changes kept_bytes_
+  const size_t sessions_peak = resident;
   resident = 0;
   size_t sliding = 0;
   for (const auto& x : sessions) {  // what stays after this step
@@ -345,6 +372,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   }
   uint64_t finished = 0, prompt = 0;
   std::lock_guard lock(mutex_);
+  const size_t peak = sessions_peak + kept_bytes_;  // a restore may change it: read under the lock
   // Done sessions leave the step (kept order for the rest) and free their promise.
   const auto first_done =
       std::stable_partition(active.begin(), active.end(), [](const std::unique_ptr<Session>& s) { return !s->done; });
@@ -359,9 +387,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
     reserved_ -= s->job.promise;
     --running_;
     if (!s->finished) continue;  // failed: told already, its half-updated cache never kept
-    const Usage usage{int(s->job.request.tokens.size()), s->generated, s->reused};
+    Usage usage{int(s->job.request.tokens.size()), s->generated, s->reused, {}};
     const std::shared_ptr<Channel> channel = s->job.channel;
-    keep_locked(*s);  // takes the request's tokens
+    usage.cache_id = keep_locked(*s);  // takes the request's tokens
     channel->finish(s->finish_reason, usage);
   }
   const auto now = Clock::now();
@@ -383,6 +411,77 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   stats_.finished += finished;
   stats_.cancelled += dropped;
   stats_.last_batch = int(steps.size());
+}
+
+CacheListing Scheduler::listing_locked(const std::string& id) const {
+  CacheListing out;
+  out.id = id;
+  for (const Kept& k : kept_) {
+    if (k.id != id) continue;
+    out = {id, k.seen.size(), k.bytes, true, false, k.config.method};
+  }
+  if (const CacheStore::Entry* e = store_.enabled() ? store_.find(id) : nullptr) {
+    if (!out.resident) out = {id, e->seen.size(), size_t(e->file_bytes), false, true, e->config.method};
+    out.saved = true;
+  }
+  return out;
+}
+
+std::vector<CacheListing> Scheduler::caches() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> ids;
+  for (const Kept& k : kept_) ids.push_back(k.id);
+  if (store_.enabled()) {
+    for (const CacheStore::Entry& e : store_.entries()) {
+      if (std::find(ids.begin(), ids.end(), e.id) == ids.end()) ids.push_back(e.id);
+    }
+  }
+  std::vector<CacheListing> out;
+  for (const std::string& id : ids) out.push_back(listing_locked(id));
+  return out;
+}
+
+CacheListing Scheduler::cache_action(const std::string& id, CacheAction action) {
+  std::lock_guard lock(mutex_);
+  if (!store_.enabled()) {
+    throw CacheActionError(Failure::no_cache_dir, "the server runs without --cache-dir: caches are not saved");
+  }
+  const auto kept = std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.id == id; });
+  const bool saved = store_.find(id) != nullptr;
+  if (kept == kept_.end() && !saved) {
+    throw CacheActionError(Failure::cache_not_found,
+                           "no kept or saved cache has id '" + id + "' (GET /caches lists them)");
+  }
+  try {
+    if (action == CacheAction::save) {
+      if (kept == kept_.end()) return listing_locked(id);  // saved already, not resident
+      store_.save(id, *kept->cache, kept->seen);
+    } else if (action == CacheAction::restore) {
+      if (kept != kept_.end()) return listing_locked(id);  // resident already
+      LoadedCache loaded = store_.load(id);
+      const size_t bytes = loaded.cache->kept_bytes();
+      if (reserved_ + bytes > options_.kv_limit_bytes) {
+        throw CacheActionError(Failure::never_fits, "cache '" + id + "' holds " + std::to_string(bytes) +
+                                                        " K/V bytes, more than --kv-limit-mib leaves now");
+      }
+      kept_bytes_ += bytes;
+      kept_.push_back({id, std::move(loaded.contents.tokens), loaded.cache->config(), std::move(loaded.cache), bytes});
+      ++stats_.kept_restored;
+      drop_kept_locked();  // others give way, least recently used first (to the folder)
+    } else {
+      if (kept != kept_.end()) {
+        kept_bytes_ -= kept->bytes;
+        kept_.erase(kept);
+      }
+      store_.erase(id);
+      CacheListing gone;
+      gone.id = id;
+      return gone;
+    }
+  } catch (const FormatError& e) {
+    throw CacheActionError(Failure::cache_file_failed, e.what());
+  }
+  return listing_locked(id);
 }
 
 }  // namespace squeezekv::serve

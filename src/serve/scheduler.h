@@ -28,7 +28,9 @@
 #include <thread>
 #include <vector>
 
+#include "serve/cache_store.h"
 #include "serve/channel.h"
+#include "serve/error_contract.h"
 #include "serve/request.h"
 #include "squeezekv/engine/engine.h"
 
@@ -40,6 +42,25 @@ struct SchedulerOptions {
   int chunk = 512;        // prompt tokens per prefill step of one session (generate's -b)
   int max_sessions = 64;  // sessions decoding together at most
   int kept_caches = 16;   // finished sessions' caches kept for continuation (0: none)
+  std::string cache_dir;  // --cache-dir: kept caches saved, spilled and found again there ("": none)
+};
+
+// A kept cache, resident or saved in --cache-dir (GET /caches).
+struct CacheListing {
+  std::string id;
+  size_t tokens = 0;
+  size_t bytes = 0;  // resident K/V bytes, or the file's bytes when only saved
+  bool resident = false;
+  bool saved = false;
+  std::string method;
+};
+
+enum class CacheAction { save, restore, erase };
+
+// A cache action that cannot be done: its failure (error_contract.h) and message.
+struct CacheActionError : std::runtime_error {
+  CacheActionError(Failure f, const std::string& message) : std::runtime_error(message), failure(f) {}
+  Failure failure;
 };
 
 enum class Admission { running, queued, queue_full, never_fits, shutting_down };
@@ -57,6 +78,8 @@ struct SchedulerStats {
   size_t kept_caches = 0, kept_bytes = 0;   // idle caches kept for continuation, their K/V bytes
   uint64_t kept_hits = 0, kept_misses = 0;  // requests (cache_prompt on) that continued one / did not
   uint64_t kept_dropped = 0;                // kept caches dropped for memory or for the count
+  uint64_t kept_spilled = 0;                // of those, saved to --cache-dir instead of gone
+  uint64_t kept_restored = 0;               // caches loaded from --cache-dir (a prompt or action=restore)
   uint64_t prompt_tokens_reused = 0;        // prompt tokens not prefilled thanks to a kept cache
   size_t kv_limit_bytes = 0;
   size_t kv_promised_bytes = 0;                                          // reserved by the running sessions
@@ -86,6 +109,14 @@ class Scheduler {
   void shutdown();
   SchedulerStats stats() const;
 
+  // Saved caches (--cache-dir; docs/server.md). Thread-safe.
+  std::vector<CacheListing> caches() const;
+  // save: the resident kept cache `id` to --cache-dir (it stays resident); restore: the saved file
+  // `id` becomes a resident kept cache (its bytes count against --kv-limit-mib as any kept cache's);
+  // erase: gone from memory and disk. CacheActionError: no --cache-dir, no such id, a file that
+  // cannot be written or read.
+  CacheListing cache_action(const std::string& id, CacheAction action);
+
  private:
   struct Job {
     CompletionRequest request;
@@ -94,8 +125,9 @@ class Scheduler {
   };
   struct Session;
   struct Kept {
+    std::string id;             // cache_id(config, seen)
     std::vector<int32_t> seen;  // every token the cache has taken, in order
-    KVCacheConfig config;       // the request's (unresolved) configuration
+    KVCacheConfig config;       // the cache's (resolved) configuration
     std::unique_ptr<ModelCache> cache;
     size_t bytes = 0;  // its K/V bytes (an idle cache does not change)
   };
@@ -103,8 +135,9 @@ class Scheduler {
   void run();
   void admit_locked();                             // moves queue heads that fit into incoming_
   std::unique_ptr<Session> start_locked(Job job);  // a kept cache continued, or a fresh one
-  void keep_locked(Session& s);                    // a finished session's cache (and its prompt tokens) move to kept_
-  void drop_kept_locked();                         // LRU first, until promises + kept fit the limit and the count
+  std::string keep_locked(Session& s);  // a finished session's cache (and its prompt tokens) move to kept_; its id
+  void drop_kept_locked();              // LRU first, until promises + kept fit the limit and the count
+  CacheListing listing_locked(const std::string& id) const;
   void step(std::vector<std::unique_ptr<Session>>& active);
   void finish(Session& s, const std::string& reason);
   bool emit(Session& s, int32_t token);  // true when the session is done
@@ -122,6 +155,7 @@ class Scheduler {
   size_t reserved_ = 0;        // their promises
   std::vector<Kept> kept_;     // idle caches, oldest first; changed by the scheduler thread under mutex_
   size_t kept_bytes_ = 0;
+  CacheStore store_;  // --cache-dir
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   SchedulerStats stats_;

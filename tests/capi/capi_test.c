@@ -552,6 +552,60 @@ static void test_null_arguments(void) {
   squeezekv_log_set(NULL, NULL);
 }
 
+/* A cache saved after one generate call and loaded continues exactly as the cache that was never
+ * saved; bad files and paths are an error status naming the file. */
+static void generate_greedy(squeezekv_model* model, squeezekv_cache* cache, const char* prompt, bool continue_cache,
+                            int32_t* out) {
+  squeezekv_generate_params g = squeezekv_generate_default_params();
+  g.n_predict = 8;
+  g.temperature = 0.0f;
+  g.n_threads = 1;
+  g.continue_cache = continue_cache;
+  CHECK(squeezekv_generate(model, cache, prompt, &g, out, 8) == 8);
+}
+
+static void test_cache_file(void) {
+  squeezekv_log_set(capture_log, NULL);
+  squeezekv_model* model = squeezekv_model_load(kModel);
+  CHECK(model != NULL);
+  if (!model) return;
+  squeezekv_cache_params* params = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set(params, "method", "squeeze") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set_int(params, "budget", 12) == SQUEEZEKV_STATUS_OK);
+  const char* path = "/tmp/squeezekv_capi_test_cache.skv";
+  int32_t first[8], kept[8], loaded_tokens[8], seen[64];
+
+  squeezekv_cache* never_saved = squeezekv_cache_init_for_model(model, params);
+  generate_greedy(model, never_saved, "Once upon a time", false, first);
+  CHECK(squeezekv_cache_tokens(never_saved, seen, 2) == -(5 + 7));
+  CHECK(squeezekv_cache_tokens(never_saved, seen, 64) == 5 + 7);
+  CHECK(squeezekv_cache_save(model, never_saved, path) == SQUEEZEKV_STATUS_OK);
+  generate_greedy(model, never_saved, " She", true, kept);
+
+  squeezekv_cache* loaded = NULL;
+  CHECK(squeezekv_cache_load(model, path, &loaded) == SQUEEZEKV_STATUS_OK && loaded != NULL);
+  CHECK(squeezekv_cache_tokens(loaded, seen, 64) == 5 + 7);
+  CHECK(squeezekv_cache_kept_bytes(loaded) > 0);
+  generate_greedy(model, loaded, " She", true, loaded_tokens);
+  CHECK(memcmp(kept, loaded_tokens, sizeof kept) == 0);
+
+  squeezekv_cache* out = loaded;
+  CHECK(squeezekv_cache_load(model, "/tmp/no-such-squeezekv-cache.skv", &out) == SQUEEZEKV_STATUS_FORMAT_ERROR);
+  CHECK(out == NULL && names("no-such-squeezekv-cache.skv"));
+  CHECK(squeezekv_cache_load(model, kModel, &out) == SQUEEZEKV_STATUS_FORMAT_ERROR && names("SQKVCACH"));
+  CHECK(squeezekv_cache_save(model, loaded, "/dev/full") == SQUEEZEKV_STATUS_FORMAT_ERROR && names("/dev/full"));
+  CHECK(squeezekv_cache_save(model, loaded, "/tmp/no/such/dir/x.skv") == SQUEEZEKV_STATUS_FORMAT_ERROR);
+  CHECK(squeezekv_cache_save(model, loaded, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("path = NULL"));
+  CHECK(squeezekv_cache_load(model, path, NULL) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("out = NULL"));
+  CHECK(squeezekv_cache_load(NULL, path, &out) == SQUEEZEKV_STATUS_INVALID_ARGUMENT && names("model = NULL"));
+  remove(path);
+  squeezekv_cache_free(never_saved);
+  squeezekv_cache_free(loaded);
+  squeezekv_cache_params_free(params);
+  squeezekv_model_free(model);
+  squeezekv_log_set(NULL, NULL);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s CASE\n", argv[0]);
@@ -566,6 +620,7 @@ int main(int argc, char** argv) {
   else if (strcmp(name, "errors") == 0) test_errors();
   else if (strcmp(name, "engine") == 0) test_engine();
   else if (strcmp(name, "null_arguments") == 0) test_null_arguments();
+  else if (strcmp(name, "cache_file") == 0) test_cache_file();
   else {
     fprintf(stderr, "unknown case %s\n", name);
     return 2;

@@ -379,8 +379,90 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"needle " + kModel + " --questions 3", "--questions = 3: more than one question needs task single"},
         BadInput{"needle " + kModel + " --task single --questions 0", "--questions: Value 0 not in range"},
         BadInput{"needle " + kModel + " --task single --lengths 256 --questions 40",
-                 "--questions = 40: needles do not fit a prompt of 256 tokens"}),
+                 "--questions = 40: needles do not fit a prompt of 256 tokens"},
+        // Saved caches (docs/cache_file.md): unreadable, foreign or unwritable files.
+        BadInput{"generate " + kModel + " --load-cache no/such/cache.skv", "cache file 'no/such/cache.skv'"},
+        BadInput{"generate " + kModel + " --load-cache ../shared/models/stories260K.gguf",
+                 "not a squeezekv cache file"},
+        BadInput{"generate " + kModel + " -n 1 --save-cache no/such/dir/x.skv", "--save-cache = no/such/dir/x.skv"},
+        BadInput{"generate " + kModel + " -n 1 --save-cache /dev/full", "cache file '/dev/full': cannot be written"},
+        BadInput{"generate " + kModel + " --save-cache x.skv --save-after middle", "--save-after"},
+        BadInput{"cache info no/such/cache.skv", "no/such/cache.skv"},
+        BadInput{"cache info ../shared/models/stories260K.gguf", "not a squeezekv cache file"},
+        BadInput{"cache info", "file is required"}, BadInput{"cache", "subcommand"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --stream --save-cache x.skv",
+                 "--stream = true"},
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --load-cache no/such/cache.skv",
+                 "cache file 'no/such/cache.skv'"},
+        BadInput{"needle " + kModel + " --lengths 256 --save-cache x.skv",
+                 "--save-cache = x.skv: needs a grid of one cell"},
+        BadInput{"needle " + kModel +
+                     " --lengths 256 --depths 0.5 --samples 1 --methods h2o --budgets 32 "
+                     "--question-in-prompt --save-cache x.skv",
+                 "needs the question apart from the context"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
+
+// A cache saved after its prompt and continued by a later run gives the tokens of one run over
+// the whole text (the full cache: chunking changes nothing there); `cache info` shows the file;
+// a cache option that contradicts the file's, or a prompt that adds nothing, is refused.
+TEST(Cli, GenerateSavesAndContinuesACache) {
+  const std::string path = testing::TempDir() + "/cli_cache_test.skv";
+  std::remove(path.c_str());
+  const std::string greedy = " --temp 0 -t 1 --json";
+  const CliRun whole = run("generate " + kModel + " -p 'Once upon a time there was' -n 8" + greedy);
+  ASSERT_EQ(whole.status, 0) << whole.out;
+  const CliRun saved =
+      run("generate " + kModel + " -p 'Once upon a time' -n 0 --save-after prompt --save-cache " + path + greedy);
+  ASSERT_EQ(saved.status, 0) << saved.out;
+  const CliRun info = run("cache info " + path + " --json");
+  ASSERT_EQ(info.status, 0) << info.out;
+  const auto j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j["tokens"], 5);
+  EXPECT_EQ(j["model"]["architecture"], "llama");
+  EXPECT_EQ(j["policy"], "full");
+  EXPECT_EQ(j["layer_kept"].size(), 5u);
+  EXPECT_NE(run("cache info " + path).out.find("tokens       5 seen"), std::string::npos);
+  const CliRun continued =
+      run("generate " + kModel + " --load-cache " + path + " -p 'Once upon a time there was' -n 8" + greedy);
+  ASSERT_EQ(continued.status, 0) << continued.out;
+  const auto a = nlohmann::json::parse(whole.out.substr(whole.out.find('{')));
+  const auto b = nlohmann::json::parse(continued.out.substr(continued.out.find('{')));
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(b["prompt_tokens"], 2);  // only the text after the file's tokens was prefilled
+  const CliRun other = run("generate " + kModel + " --load-cache " + path + " --method h2o -p ' there'");
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.out.find("--method = h2o: --load-cache " + path + " holds a cache with method = full"),
+            std::string::npos)
+      << other.out;
+  const CliRun nothing = run("generate " + kModel + " --load-cache " + path + " -p 'Once upon a time'");
+  EXPECT_EQ(nothing.status, 2);
+  EXPECT_NE(nothing.out.find("adds no token to the 5 tokens"), std::string::npos) << nothing.out;
+  std::remove(path.c_str());
+}
+
+// needle --save-cache saves its one sample's context; --load-cache answers its question from the
+// file with the output of the run that never saved; another cell or context is refused.
+TEST(Cli, NeedleSavesAndAnswersFromACache) {
+  const std::string path = testing::TempDir() + "/cli_needle_cache.skv";
+  const std::string cell =
+      "needle " + kModel + " --task passkey --lengths 256 --samples 1 --budgets 32 -t 1 -b 64 --json /dev/stdout ";
+  const CliRun saved = run(cell + "--depths 0.5 --methods squeeze --save-cache " + path);
+  ASSERT_EQ(saved.status, 0) << saved.out;
+  const CliRun loaded = run(cell + "--depths 0.5 --methods squeeze --load-cache " + path);
+  ASSERT_EQ(loaded.status, 0) << loaded.out;
+  const auto outputs = [](const std::string& out) {
+    return nlohmann::json::parse(
+        out.substr(out.find("{\"")).substr(0, out.substr(out.find("{\"")).find('\n')))["outputs"];
+  };
+  EXPECT_EQ(outputs(saved.out), outputs(loaded.out));
+  const CliRun other = run(cell + "--depths 0.2 --methods squeeze --load-cache " + path);
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.out.find("holds another context"), std::string::npos) << other.out;
+  const CliRun method = run(cell + "--depths 0.5 --methods h2o --load-cache " + path);
+  EXPECT_EQ(method.status, 2);
+  EXPECT_NE(method.out.find("not the cell's h2o"), std::string::npos) << method.out;
+  std::remove(path.c_str());
+}
 
 // Several questions on one compressed cache: accuracy counts every question, question_accuracy
 // gives each, and each sample's outputs and answers hold one entry per question.

@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/base/fnv1a.h"
+#include "squeezekv/engine/cache_file.h"
+#include "squeezekv/engine/engine.h"
 #include "squeezekv/engine/gguf.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/tokenizer.h"
@@ -146,6 +150,68 @@ TEST(Fuzz, BpeTokenizerOnRandomText) {
       std::vector<uint8_t> mutated = bytes;
       for (int k = 0; k < 4; ++k) mutated[rng() % mutated.size()] = uint8_t(rng());
       parse_and_tokenize(mutated, rng);
+    }
+  }
+}
+
+// The cache file loader (engine/cache_file.h) on mutated saved caches: half of the cases get their
+// sections' checksums recomputed, so that the mutation reaches the state's own checks. Every case
+// loads or fails with squeezekv::Error; a loaded cache takes one more token.
+void fix_checksums(std::vector<uint8_t>& bytes) {
+  size_t at = 24;  // the file header
+  while (at + 24 <= bytes.size()) {
+    uint64_t length = 0;
+    std::memcpy(&length, bytes.data() + at + 8, 8);
+    if (length > bytes.size() - at - 24) return;
+    const uint64_t sum = fnv1a(bytes.data() + at + 24, size_t(length));
+    std::memcpy(bytes.data() + at + 16, &sum, 8);
+    at += 24 + size_t(length);
+  }
+}
+
+TEST(Fuzz, MutatedCacheFilesLoadOrFailCleanly) {
+  const Model model = Model::load(test::kStoriesModel);
+  Engine engine(model, nullptr);
+  const std::string path = (test::temp_dir() / "fuzz_cache.skv").string();
+  std::mt19937_64 rng(test::fuzz_seed(20261207));
+  for (const char* kv_type : {"f16", "q8_0", "kivi2"}) {
+    KVCacheConfig config;
+    config.method = "squeeze";
+    config.budget = 12;
+    config.set("kv_type", kv_type);
+    config.kivi_group = 8;
+    config.kivi_residual = 8;
+    auto cache = engine.make_cache(config);
+    std::vector<int32_t> tokens =
+        model.tokenizer().encode("Once upon a time, there was a little girl named Lily.", true);
+    std::vector<float> logits;
+    engine.forward(tokens, *cache, Logits::last, logits);
+    save_cache_file(path, model, *cache, tokens);
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<uint8_t> original{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    for (int i = 0; i < test::fuzz_count(400); ++i) {
+      std::vector<uint8_t> bytes = original;
+      const int n = 1 + int(rng() % 6);
+      for (int k = 0; k < n; ++k) {
+        const size_t at = rng() % bytes.size();
+        const uint64_t how = rng() % 4;
+        bytes[at] = how == 0   ? uint8_t(rng())
+                    : how == 1 ? uint8_t(bytes[at] ^ (1u << (rng() % 8)))
+                    : how == 2 ? 0xFF
+                               : 0;
+      }
+      if (i % 5 == 0) bytes.resize(rng() % bytes.size());
+      if (i % 2 == 0) fix_checksums(bytes);
+      std::ofstream(path, std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+      SCOPED_TRACE(std::string(kv_type) + " case " + std::to_string(i));
+      try {
+        LoadedCache loaded = load_cache_file(path, model);
+        const int32_t next = 42;
+        engine.forward(std::span(&next, 1), *loaded.cache, Logits::last, logits);
+      } catch (const Error&) {
+        // a clear rejection
+      }
     }
   }
 }

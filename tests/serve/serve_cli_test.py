@@ -215,12 +215,39 @@ class Signals(unittest.TestCase):
         self.assertEqual(proc.wait(timeout=20), 0)
 
 
+class SavedCaches(unittest.TestCase):
+    def test_a_saved_conversation_continues_after_the_server_is_killed(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as folder:
+            proc, port = start("--cache-dir", folder, "--method", "squeeze", "--budget", "16")
+            first = json.loads(curl(port, "/v1/completions",
+                                    {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}))
+            cache_id = first["squeezekv"]["cache_id"]
+            saved = json.loads(curl(port, f"/caches/{cache_id}?action=save", {}))
+            self.assertTrue(saved["saved"])
+            proc.kill()  # no goodbye: what was saved is all there is
+            proc.wait(timeout=20)
+            proc, port = start("--cache-dir", folder, "--method", "squeeze", "--budget", "16")
+            try:
+                listed = json.loads(curl(port, "/caches"))["data"]
+                self.assertEqual([c["id"] for c in listed], [cache_id])
+                history = first["usage"]["prompt_tokens"] + first["usage"]["completion_tokens"] - 1  # last not fed
+                prompt = "Once upon a time" + first["choices"][0]["text"] + " Then"
+                second = json.loads(curl(port, "/v1/completions", {"prompt": prompt, "max_tokens": 4, "temperature": 0}))
+                self.assertEqual(second["usage"]["prompt_tokens_details"]["cached_tokens"], history)
+                self.assertEqual(metric(port, "squeezekv_kept_caches_restored_total"), 1.0)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                self.assertEqual(proc.wait(timeout=20), 0)
+
+
 class BadCommandLine(unittest.TestCase):
     def test_each_exits_2_with_one_message(self):
         for args in (["-m", "../shared/models/nope.gguf"], ["-m", MODEL, "--port", "70000"],
                      ["-m", MODEL, "--kv-limit-mib", "-1"], ["-m", MODEL, "--method", "nope"],
                      ["-m", MODEL, "--budget", "0"], ["-m", MODEL, "--kv-limit-mib", "inf"],
-                     ["-m", MODEL, "--queue", "-1"], ["-m", MODEL, "--host", "999.1.1.1"]):
+                     ["-m", MODEL, "--queue", "-1"], ["-m", MODEL, "--host", "999.1.1.1"],
+                     ["-m", MODEL, "--cache-dir", "/dev/null/caches"]):
             r = subprocess.run([CLI, "serve", *args], capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, args)
             self.assertTrue(r.stderr.strip(), args)

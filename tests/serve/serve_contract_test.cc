@@ -7,12 +7,17 @@
 // K/V limit under load.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -21,6 +26,7 @@
 
 #include "serve/error_contract.h"
 #include "served.h"
+#include "test_util.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
@@ -187,6 +193,20 @@ TEST(ServeContract, EveryFailureHasItsOneStatusTypeAndField) {
     std::this_thread::sleep_for(300ms);        // accepted by now
     Raw c(limited.port());
     check(Failure::too_many_connections, "", read_answer(c, Clock::now()));
+  }
+  check(Failure::no_cache_dir, "", ask(port, post("/caches/0123456789abcdef?action=save", "")));
+  {
+    // --cache-dir: an id that names nothing; a saved file damaged before it is restored.
+    const auto dir = test::temp_dir() / "contract_cache_dir";
+    std::filesystem::remove_all(dir);
+    Served saving(size_t(64) << 20, 8, 200, 4096, {}, /*kept_caches=*/1, dir.string());
+    check(Failure::cache_not_found, "id", ask(saving.port(), post("/caches/nothing?action=restore", "")));
+    const Answer first = ask(saving.port(), post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4})"));
+    const std::string id = first.body["squeezekv"]["cache_id"].get<std::string>();
+    ask(saving.port(), post("/caches/" + id + "?action=save", ""));
+    ask(saving.port(), post("/v1/completions", R"({"prompt":"The dog","max_tokens":4})"));  // pushes it out
+    std::ofstream(dir / (id + ".skv"), std::ios::binary | std::ios::trunc) << "damaged";
+    check(Failure::cache_file_failed, "", ask(saving.port(), post("/caches/" + id + "?action=restore", "")));
   }
   std::set<Failure> walked;
   for (const auto& [failure, a] : answers) {

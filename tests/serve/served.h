@@ -36,9 +36,9 @@ constexpr int kChunk = 8;  // prompt tokens per prefill step: prompts take sever
 class Served {
  public:
   Served(size_t kv_limit, size_t queue, int max_tokens = 200, size_t max_body = 1 << 16,
-         ConnectionLimits connections = {}, int kept_caches = 16)
+         ConnectionLimits connections = {}, int kept_caches = 16, std::string cache_dir = {})
       : pool_(2),
-        scheduler_(stories(), &pool_, options(kv_limit, queue, kept_caches)),
+        scheduler_(stories(), &pool_, options(kv_limit, queue, kept_caches, std::move(cache_dir))),
         server_(stories(), scheduler_, http(max_tokens, max_body, connections)) {
     server_.bind();
     thread_ = std::thread([this] { server_.listen(); });
@@ -67,8 +67,9 @@ class Served {
   }
 
  private:
-  static SchedulerOptions options(size_t kv_limit, size_t queue, int kept_caches) {
+  static SchedulerOptions options(size_t kv_limit, size_t queue, int kept_caches, std::string cache_dir) {
     SchedulerOptions o;
+    o.cache_dir = std::move(cache_dir);
     o.kept_caches = kept_caches;
     o.kv_limit_bytes = kv_limit;
     o.queue_limit = queue;

@@ -245,6 +245,10 @@ typedef struct squeezekv_generate_params {
   /* Called with each token as soon as it is sampled; may be NULL. */
   void (*on_token)(int32_t token, void* user_data);
   void* user_data;
+  /* true: continue the cache where it stands (squeezekv_cache_load's, or one an earlier call
+   * filled): the prompt is the text that follows the tokens it has seen, or begins with them.
+   * false (the default): the cache is cleared first. */
+  bool continue_cache;
 } squeezekv_generate_params;
 
 SQUEEZEKV_API squeezekv_generate_params squeezekv_generate_default_params(void);
@@ -282,6 +286,24 @@ SQUEEZEKV_API squeezekv_status squeezekv_perplexity(const squeezekv_model* model
                                                     int32_t n_tokens, const squeezekv_cache_params* const* configs,
                                                     int32_t n_configs, const squeezekv_perplexity_params* params,
                                                     squeezekv_perplexity_result* results);
+
+/* ---- saved caches (docs/cache_file.md) ---- */
+
+/* Writes a model cache (squeezekv_cache_init_for_model or squeezekv_cache_load, filled by
+ * squeezekv_generate) to path with the tokens it has seen and the model's identity, so that a
+ * later squeezekv_cache_load continues it exactly. SQUEEZEKV_STATUS_FORMAT_ERROR when the path
+ * cannot be written (a missing folder, a full disk); nothing is left at path then. */
+SQUEEZEKV_API squeezekv_status squeezekv_cache_save(const squeezekv_model* model, const squeezekv_cache* cache,
+                                                    const char* path);
+/* Loads path for model into *out: a new cache (free it with squeezekv_cache_free) that continues
+ * exactly as the saved one would (squeezekv_generate with continue_cache). A truncated or corrupt
+ * file, another model's or another format version's: SQUEEZEKV_STATUS_FORMAT_ERROR with the file
+ * and what does not match in squeezekv_last_error; *out is NULL then. */
+SQUEEZEKV_API squeezekv_status squeezekv_cache_load(const squeezekv_model* model, const char* path,
+                                                    squeezekv_cache** out);
+/* The tokens a model cache has seen (through squeezekv_generate or a loaded file) into
+ * tokens[0, n_max): the count, or -count when n_max is too small. */
+SQUEEZEKV_API int32_t squeezekv_cache_tokens(const squeezekv_cache* cache, int32_t* tokens, int32_t n_max);
 
 #ifdef __cplusplus
 }

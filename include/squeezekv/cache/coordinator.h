@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "squeezekv/alloc/budget_allocator.h"
+#include "squeezekv/core/state_stream.h"
 
 namespace squeezekv {
 
@@ -42,6 +43,12 @@ class BudgetCoordinator {
   // The longest sequence the cache will see (0 = unknown): no layer needs more rows than that.
   void set_max_rows(int rows) { max_rows_ = rows; }
   void reset();
+
+  // Saving (cache/cache_state.cc): the measurements, the schedule and max_rows. load_state reads
+  // them into a coordinator that has published nothing; a final schedule goes to on_schedule's
+  // callback, not to the layers (each layer's budget is saved with it).
+  void save_state(StateWriter& out) const;
+  void load_state(StateReader& in);
 
  private:
   std::shared_ptr<const BudgetAllocator> allocator_;

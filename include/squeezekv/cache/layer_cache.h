@@ -158,7 +158,13 @@ class LayerCache {
   const TokenPolicy& policy() const { return *policy_; }
   const LayerRows& rows() const { return rows_; }
 
+  // ---- saving (cache/cache_state.cc; ModelCache::save_state calls them for every layer) ----
+  // Everything this layer decides from next: its budgets, prompt flags, measurement, heads and its
+  // policy's own state. Between updates only (InvalidArgument during one).
+  void save_state(StateWriter& out) const;
+
  private:
+  void load_state(StateReader& in);  // into a layer that has seen nothing (ModelCache::load_state)
   friend class ModelCache;
   void clear();  // reset without the single-writer check (ModelCache::reset holds it)
   void check_finite(const float* data, size_t n, const char* what) const;

@@ -59,6 +59,17 @@ class ModelCache {
   size_t full_bytes() const;
   double compression_ratio() const;
 
+  // ---- saving (cache/cache_state.cc; engine/cache_file.h puts the state in a file with the
+  // configuration and the model's identity) ----
+  // The whole state: the shapes, the coordinator's measurements and schedule, every layer's
+  // (heads, budgets, the policy's own state). A cache built with the same configuration, shapes
+  // and layer kinds that loads it continues exactly as this one would. Between updates only.
+  void save_state(StateWriter& out) const;
+  // Into a cache that has seen nothing (InvalidArgument otherwise). Every check happens as the
+  // state is read; on any failure (FormatError naming what does not hold, InvalidArgument for
+  // another shape) the cache is reset to the empty cache it was, never left half loaded.
+  void load_state(StateReader& in);
+
  private:
   KVCacheConfig config_;
   std::vector<LayerKind> kinds_;

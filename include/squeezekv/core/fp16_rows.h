@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "squeezekv/core/state_stream.h"
+
 namespace squeezekv {
 
 class Fp16Rows {
@@ -32,6 +34,11 @@ class Fp16Rows {
   // index_of (per owner slot, -1 = none) is rewritten for the rows that moved.
   void trim(std::vector<int32_t>& index_of);
   void clear();
+
+  // The pool as it stands (HeadStore::save_state); load_state checks its sizes and owners
+  // (< n_owners) before replacing this pool's.
+  void save_state(StateWriter& out) const;
+  void load_state(StateReader& in, int n_owners);
 
  private:
   void reallocate(int rows);

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "squeezekv/core/fp16_rows.h"
+#include "squeezekv/core/state_stream.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/model_ops.h"
 
@@ -65,6 +66,13 @@ class HeadStore {
   // K/V bytes allocated: every slot up to the capacity (codes and block scales of the quantized
   // formats included; free slots count, as they stay allocated), and KIVI's fp16 pools.
   size_t resident_bytes() const { return keys_.size() + values_.size() + key_tail_.bytes() + value_tail_.bytes(); }
+  // The per-slot bookkeeping beside the K/V bytes (scores, positions, shifts; KIVI's indices and
+  // group flags), as allocated: what a saved cache holds besides resident_bytes().
+  size_t slot_bytes() const {
+    return scores_.size() * sizeof(float) + positions_.size() * sizeof(int64_t) + shifts_.size() * sizeof(int32_t) +
+           (key_tail_of_.size() + value_tail_of_.size() + group_live_.size()) * sizeof(int32_t) +
+           group_quantized_.size() + key_kept_.size();
+  }
   // KIVI: rows evicted from quantized key groups and still held there (0 for the other formats).
   int held() const { return held_; }
   // The capacity that holds `rows` rows: KIVI keys are allocated in whole groups.
@@ -143,6 +151,16 @@ class HeadStore {
   // Live slots ordered by position (oldest first).
   std::vector<int> slots_by_position() const;
 
+  // ---- Saving (engine/cache_file.h; core/head_store_state.cc). save_state writes every member
+  // that decides what the head does next (rows in their stored bytes, scores, positions, shifts,
+  // free slots in their reuse order, KIVI's groups and pools), so that a loaded head continues bit
+  // for bit as this one would. load_state reads such a state into this head, which must have the
+  // same head_dim, formats and KIVI layout; it checks the state holds together (sizes, slots,
+  // indices; FormatError naming what does not) before replacing anything, so a failed load leaves
+  // the head as it was. Positions are checked against `tokens_seen`, the layer's count.
+  void save_state(StateWriter& out) const;
+  void load_state(StateReader& in, int64_t tokens_seen);
+
  private:
   // KIVI keys of slots [first, first + count) by runs inside one group: quantized(group bytes,
   // row in group, run, j) for a quantized group's part, then fp16(slot, j) for each of its rows
@@ -150,6 +168,7 @@ class HeadStore {
   template <class Quantized, class Fp16>
   void for_key_runs(int first, int count, const Quantized& quantized, const Fp16& fp16) const;
   void reallocate(int new_capacity);
+  void check_loaded(int64_t tokens_seen) const;  // load_state's checks of a state just read
   void reopen_sparse_groups(int short_by);
   void reopen_group(int g);
   size_t key_row_bytes() const { return kv_row_bytes(key_type_, size_t(head_dim_)); }

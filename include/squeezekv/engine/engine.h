@@ -85,6 +85,8 @@ class Engine {
   // A cache shaped for this model (its layers, KV heads and head dimension; max_distance 0 becomes
   // the model's context length - 1).
   std::unique_ptr<ModelCache> make_cache(KVCacheConfig config) const;
+  // The configuration make_cache gives its cache (head_dim and max_distance resolved).
+  KVCacheConfig resolved_config(KVCacheConfig config) const;
 
  private:
   // One rope base's tables (a model has one, or one per attention kind: gemma3's global and

@@ -27,6 +27,14 @@ struct GenerateOptions {
   // Asked after the prompt has ended: the cache chooses its rows from the prompt alone (a document
   // read once, its question later: query-agnostic), then these tokens go in as a chunk of their own.
   std::vector<int32_t> question;
+  // Continue the cache where it stands (a loaded cache file, engine/cache_file.h): the prompt is
+  // the text that follows what it has seen. False: the cache is cleared first.
+  bool continue_cache = false;
+  // Feed the last generated token too, so that the cache has seen the whole output (before it is
+  // saved); by default the last token is sampled and never fed.
+  bool feed_last = false;
+  // Called once the prompt is in the cache, before the first token is sampled (to save it).
+  std::function<void()> after_prompt;
 };
 
 struct GenerateResult {
@@ -34,6 +42,7 @@ struct GenerateResult {
   int64_t question_tokens = 0;  // GenerateOptions::question's, fed after the prompt (in prompt_seconds)
   std::vector<int32_t> tokens;  // generated (empty unless keep_tokens)
   int64_t n_generated = 0;
+  int64_t n_fed = 0;  // generated tokens the cache has seen (all but the last, unless feed_last)
   double prompt_seconds = 0.0, decode_seconds = 0.0;
   // Decode seconds of the first and of the last speed_window generated tokens (0 when fewer
   // than 2 * speed_window were generated): constant speed over a stream.

@@ -91,6 +91,11 @@ struct NeedleRunOptions {
   // (snapkv's included) before the question arrives as a chunk of its own. true (query-aware):
   // context and question are one prompt, so snapkv's observation window sees the question.
   bool question_in_prompt = false;
+  // Saved caches (engine/cache_file.h; not with question_in_prompt, where no cache holds the
+  // context alone): the cache already holds the sample's context (a loaded file), so only the
+  // question is fed; and/or a call once the context is in the cache, before the question (to save it).
+  bool context_in_cache = false;
+  std::function<void(const ModelCache&)> after_context;
 };
 
 struct NeedleOutcome {
@@ -126,5 +131,9 @@ struct NeedleCell {
 NeedleCell run_needle_cell(Engine& engine, const KVCacheConfig& config, std::span<const NeedleSample> samples,
                            NeedleTask task, const NeedleRunOptions& options,
                            const std::function<void()>& after_sample = {});
+// A cell of one sample on `cache` as it stands (a loaded cache file that holds the sample's
+// context, with options.context_in_cache): `needle --load-cache`.
+NeedleCell run_needle_cell_on(Engine& engine, ModelCache& cache, const NeedleSample& sample, NeedleTask task,
+                              const NeedleRunOptions& options, const std::function<void()>& after_sample = {});
 
 }  // namespace squeezekv

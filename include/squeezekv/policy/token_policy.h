@@ -13,6 +13,7 @@
 
 #include "squeezekv/core/component_params.h"
 #include "squeezekv/core/layer_rows.h"
+#include "squeezekv/core/state_stream.h"
 
 namespace squeezekv {
 
@@ -72,6 +73,15 @@ class TokenPolicy {
   }
   // Forget per-sequence state (the rows themselves are cleared by the cache).
   virtual void reset() {}
+
+  // Saving a cache (engine/cache_file.h): the policy's own per-sequence state, whatever reset()
+  // forgets (the rows' scores are the HeadStores' and saved with them), so that a loaded cache
+  // continues exactly as the saved one would. A policy that keeps nothing between updates writes
+  // nothing (the defaults); one that does writes it in save_state and reads it back in load_state,
+  // given the layer's rows as loaded, checking what it reads (StateReader throws FormatError on a
+  // truncated or impossible state). Called between updates only.
+  virtual void save_state(StateWriter& /*out*/) const {}
+  virtual void load_state(StateReader& /*in*/, const LayerRows& /*layer*/) {}
 };
 
 }  // namespace squeezekv
