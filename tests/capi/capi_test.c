@@ -128,6 +128,13 @@ static void test_allocators(void) {
   const int32_t pyramid[12] = {1019, 927, 835, 742, 650, 558, 466, 374, 282, 189, 97, 5};
   CHECK(squeezekv_pyramid_budgets(12, 512, 4, 2.0, budgets) == SQUEEZEKV_STATUS_OK);
   CHECK(memcmp(budgets, pyramid, sizeof pyramid) == 0);
+  /* Issue 64: averages beyond the command line's 2^30 - 1 gave negative budgets. */
+  CHECK(squeezekv_squeeze_budgets(conc, 3, 2147483647, 4, 1.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "avg_budget = 2147483647") != NULL);
+  CHECK(squeezekv_squeeze_budgets(conc, 3, 1200000000, 4, 1.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(squeezekv_pyramid_budgets(12, 2147483647, 4, 2.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "avg_budget = 2147483647") != NULL);
+  CHECK(squeezekv_pyramid_budgets(12, 1200000000, 4, 2.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
 
   float same[4 * 8], orth[2 * 8];
   for (int i = 0; i < 4 * 8; ++i) same[i] = (float)(i % 8 + 1);
