@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -32,6 +33,42 @@ const char* const kBodies[] = {
     R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}]})",
     R"({"messages":[{"role":"user","content":"Tell me a story.","name":"x"}],"n":1,"logprobs":false,"user":"u"})",
 };
+
+// A connection to the server on loopback with `request` sent on it; -1 when it cannot connect.
+int send_to(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  return fd;
+}
+
+// What arrives on fd until `enough` holds of it, the server closes (`closed`), or 3 s pass idle.
+std::string read_until(int fd, const std::function<bool(const std::string&)>& enough, bool& closed) {
+  std::string answer;
+  closed = false;
+  for (int waited = 0; waited < 3000 && !enough(answer);) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) {
+      waited += 100;
+      continue;
+    }
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    answer.append(buf, size_t(n));
+  }
+  return answer;
+}
 
 TEST(ServeFuzz, MutatedBodiesParseOrFailWithAContractError) {
   const uint64_t seed = test::fuzz_seed(20261204);
@@ -73,27 +110,12 @@ TEST(ServeFuzz, MutatedRawRequestsAreAnsweredOrClosed) {
         std::to_string(body.size()) + "\r\n\r\n" + body;
     for (int k = 0, n = 1 + int(rng() % 4); k < n; ++k) test::mutate(request, rng);
     SCOPED_TRACE("seed " + std::to_string(seed) + " case " + std::to_string(i));
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(s.port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    const int fd = send_to(s.port(), request);
+    ASSERT_GE(fd, 0);
     ::shutdown(fd, SHUT_WR);  // the end of the request: a short body ends here, not at the timeout
-    std::string answer;
     bool closed = false;
-    for (int waited = 0; waited < 3000 && !closed;) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) {
-        waited += 100;
-        continue;
-      }
-      char buf[4096];
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) closed = true;
-      else answer.append(buf, size_t(n));
-    }
+    const std::string answer = read_until(
+        fd, [](const std::string&) { return false; }, closed);
     ::close(fd);
     EXPECT_TRUE(closed) << "still open after 3 s";
     if (!answer.empty()) {
@@ -206,30 +228,15 @@ TEST(ServeFuzz, RandomHeadsAreAnsweredWithinTheBudget) {
     }
     request += "\r\n";
     SCOPED_TRACE("seed " + std::to_string(seed) + " case " + std::to_string(i));
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(s.port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    std::string answer;
-    auto complete = [&answer] {  // the head, then Content-Length bytes of body
+    const int fd = send_to(s.port(), request);
+    ASSERT_GE(fd, 0);
+    auto complete = [](const std::string& answer) {  // the head, then Content-Length bytes of body
       const size_t head = answer.find("\r\n\r\n"), length = answer.find("Content-Length: ");
       return head != std::string::npos && length != std::string::npos && length < head &&
              answer.size() >= head + 4 + std::stoul(answer.substr(length + 16));
     };
-    for (int waited = 0; waited < 3000 && !complete();) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) {
-        waited += 100;
-        continue;
-      }
-      char buf[4096];
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      answer.append(buf, size_t(n));
-    }
+    bool closed = false;
+    const std::string answer = read_until(fd, complete, closed);
     ::close(fd);
     ASSERT_EQ(answer.rfind("HTTP/1.1 ", 0), 0u) << answer.substr(0, 80);
     const int status = std::stoi(answer.substr(9, 3));
