@@ -13,7 +13,7 @@ CLI::Option* add_stream_options(CLI::App& app, StreamArgs& a) {
   // The stream's own options need --stream: without it they would be ignored without a word.
   auto* stream = app.add_flag("--stream", a.stream,
                               "score the text as one stream, never reset (warm-up, then every "
-                              "next-token prediction, per segment); -c and --chunks do not apply")
+                              "next-token prediction, per segment); -c and --chunks are refused with it")
                      ->group("Stream");
   app.add_option("--warmup", a.options.warmup, "stream: tokens fed before scoring starts")
       ->capture_default_str()
