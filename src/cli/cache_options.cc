@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "squeezekv/base/errors.h"
-#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kv_rows.h"
 
@@ -119,8 +118,6 @@ void require_effective(const CacheOptions& o, const KVCacheConfig& config) {
                             owners.front() + ")");
     }
   }
-  const std::string unfit = kivi_budget_unfit(config);
-  if (!unfit.empty()) throw InvalidArgument(unfit);
 }
 
 nlohmann::json to_json(const ParamValue& value) {

@@ -31,7 +31,7 @@ struct CacheOptions {
 // For a command that runs one cache (generate, perplexity, serve): throws InvalidArgument when an
 // option given has no effect on `config` (a KIVI option without KIVI storage, --max-distance
 // without an evicting span-rule cache, a component parameter its policy and allocator do not
-// read), naming both options, or when KIVI storage would compress nothing (kivi_budget.h).
+// read), naming both options. (KIVI storage that would compress nothing is KVCacheConfig::validate's.)
 void require_effective(const CacheOptions& options, const KVCacheConfig& config);
 
 // Adds one option per registered parameter that the command line exposes, except `exclude`.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -84,20 +85,39 @@ std::string cell_key(const nlohmann::json& row) {
                   row.at("length").get<int64_t>(), row.at("depth").get<double>());
 }
 
-// --resume: the rows already in the file (a line cut short by an interrupted run is dropped), each
-// checked to come from the same run.
+// --resume: the rows already in the file, each checked to come from the same run. Only the last
+// line may be cut short (an interrupted run: no newline after it, a row's beginning); it is dropped
+// and `clean` set false. Any other line that is not a cell of a needle run refuses the file,
+// naming it and the line, before anything is written to it.
 std::vector<nlohmann::json> read_done(const std::string& path, const nlohmann::json& identity, bool& clean) {
   std::vector<nlohmann::json> rows;
   clean = true;
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return rows;  // nothing yet: a fresh run
-  std::string line;
-  while (std::getline(in, line)) {
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw InvalidArgument(invalid_value("--json", path, "cannot be read"));
+  const bool ends_with_newline = text.empty() || text.back() == '\n';
+  int64_t number = 0;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++number;
     if (line.empty()) continue;
     nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_discarded() || !row.is_object() || !row.contains("variant") || !row.contains("depth")) {
-      clean = false;
-      continue;
+    const bool cell = !row.is_discarded() && row.is_object() && row.contains("variant") && row["variant"].is_string() &&
+                      row.contains("budget") && row["budget"].is_number_integer() && row.contains("length") &&
+                      row["length"].is_number_integer() && row.contains("depth") && row["depth"].is_number();
+    if (!cell) {
+      const bool cut_short = row.is_discarded() && at >= text.size() && !ends_with_newline && line.starts_with("{\"");
+      if (cut_short) {
+        clean = false;
+        continue;
+      }
+      throw InvalidArgument(invalid_value("--json", path,
+                                          "line " + std::to_string(number) +
+                                              " is not a cell of a needle run (only the last line may be cut "
+                                              "short); --resume leaves the file as it is"));
     }
     for (const auto& [name, value] : identity.items()) {
       if (row.value(name, nlohmann::json()) != value) {
@@ -109,12 +129,8 @@ std::vector<nlohmann::json> read_done(const std::string& path, const nlohmann::j
     }
     rows.push_back(std::move(row));
   }
-  if (!in.eof()) throw InvalidArgument(invalid_value("--json", path, "cannot be read"));
   // A last line without its newline (cut short after its brace) would join the next one appended.
-  in.clear();
-  in.seekg(-1, std::ios::end);
-  char last = '\n';
-  if (in && in.get(last) && last != '\n') clean = false;
+  if (!ends_with_newline) clean = false;
   return rows;
 }
 
@@ -254,6 +270,24 @@ void run(NeedleArgs& a) {
     for (nlohmann::json& row : read_done(a.json_path, identity, clean)) {
       const std::string key = cell_key(row);  // before the move: the right side is evaluated first
       done[key] = std::move(row);
+    }
+  }
+  // A full cache holds the whole prompt and every decoded token: within the model's context, as
+  // generate's (the library checks each sample too; this names the options before any work).
+  const int n_predict = a.n_predict > 0 ? a.n_predict : needle_answer_tokens(task);
+  const int context = model.config().context_length;
+  for (int64_t length : a.lengths) {
+    if (length + n_predict <= context) continue;
+    for (const KVCacheConfig& c : configs[length]) {
+      if (!keeps_every_row(c)) continue;
+      const std::string past = " a full cache would hold " + std::to_string(length + n_predict) +
+                               " rows, past the model's context of " + std::to_string(context) +
+                               " tokens (lower -n or the length, or leave full out of --methods)";
+      if (a.n_predict > 0) {
+        throw InvalidArgument(invalid_value("-n", n_predict, "with --lengths " + std::to_string(length) + past));
+      }
+      throw InvalidArgument(
+          invalid_value("--lengths", length, "with the task's " + std::to_string(n_predict) + " answer tokens" + past));
     }
   }
   // A resumed file is appended to; one with a line cut short is written again without it.

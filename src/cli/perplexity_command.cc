@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
+#include "cli/output_file.h"
 #include "cli/perplexity_json.h"
 #include "cli/progress.h"
 #include "cli/stream_report.h"
@@ -35,7 +36,8 @@ nlohmann::json to_json(const PerplexityResult& r) {
   return out;
 }
 
-void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& tokens, const KVCacheConfig& config) {
+void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& tokens, const KVCacheConfig& config,
+                OutputFile& csv_out) {
   StreamOptions options = a.stream.options;
   options.n_batch = a.model.n_batch;
   const std::vector<KVCacheConfig> configs = {config};
@@ -46,7 +48,7 @@ void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& t
       progress(int(done / 1024), int(total / 1024));
     });
   }
-  if (!a.csv_path.empty()) write_stream_csv(a.csv_path, results);
+  if (csv_out.is_open()) write_stream_csv(csv_out, results);
   if (a.json) {
     nlohmann::json out = stream_json(results.front());
     out["warmup"] = options.warmup;
@@ -103,12 +105,13 @@ void run(PerplexityArgs& a) {
   const KVCacheConfig config = a.files.loads() ? KVCacheConfig{} : a.cache.resolve();
   if (!a.files.loads()) require_effective(a.cache, config);
   check_cache_file_options(a.files);
+  OutputFile csv_out("--csv", a.csv_path);  // before the work: an unwritable path fails at once
   const Model model = Model::load(a.model.model_path, a.model.load_options());
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
   const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);
   if (files) return run_continuation(a, engine, tokens, config);
-  if (a.stream.stream) return run_stream(a, engine, tokens, config);
+  if (a.stream.stream) return run_stream(a, engine, tokens, config, csv_out);
   const PerplexityOptions options = a.text.perplexity_options(a.model);
   const std::vector<KVCacheConfig> configs = {config};
   std::vector<PerplexityResult> results;
@@ -150,8 +153,9 @@ void register_perplexity(CLI::App& app) {
   add_model_options(*cmd, args->model);
   add_text_eval_options(*cmd, args->model, args->text);
   cmd->add_flag("--json", args->json, "print JSON, including per-layer values");
-  cmd->add_option("--csv", args->csv_path, "--stream: write the whole and per-segment figures to this CSV file");
-  add_stream_options(*cmd, args->stream);
+  CLI::Option* csv =
+      cmd->add_option("--csv", args->csv_path, "--stream: write the whole and per-segment figures to this CSV file");
+  csv->needs(add_stream_options(*cmd, args->stream));  // the chunked protocol writes no CSV
   // The engine feeds real attention back, so engine commands score with it (docs/results.md).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);

@@ -102,8 +102,8 @@ void run(ServeArgs& a) {
 void register_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve", "an OpenAI-compatible HTTP server with bounded K/V memory");
+  args->model.n_batch = 64;  // prompt chunks interleave with other sessions' decoding (before the help captures it)
   add_model_options(*cmd, args->model);
-  args->model.n_batch = 64;  // prompt chunks interleave with other sessions' decoding
   cmd->add_option("-c,--ctx-size", args->model.n_ctx, "longest prompt, and a full cache's context (0 = the model's)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));

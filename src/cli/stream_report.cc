@@ -1,7 +1,7 @@
 #include "cli/stream_report.h"
 
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/sweep.h"
@@ -9,11 +9,11 @@
 
 namespace squeezekv::cli {
 
-void add_stream_options(CLI::App& app, StreamArgs& a) {
+CLI::Option* add_stream_options(CLI::App& app, StreamArgs& a) {
   // The stream's own options need --stream: without it they would be ignored without a word.
   auto* stream = app.add_flag("--stream", a.stream,
                               "score the text as one stream, never reset (warm-up, then every "
-                              "next-token prediction, per segment); -c and --chunks do not apply")
+                              "next-token prediction, per segment); -c and --chunks are refused with it")
                      ->group("Stream");
   app.add_option("--warmup", a.options.warmup, "stream: tokens fed before scoring starts")
       ->capture_default_str()
@@ -30,6 +30,11 @@ void add_stream_options(CLI::App& app, StreamArgs& a) {
       ->group("Stream")
       ->needs(stream)
       ->check(CLI::Range(0, 1 << 30));
+  // The chunked protocol's options do nothing to a stream: refused with it, not ignored.
+  for (const char* chunked : {"--ctx-size", "--chunks"}) {
+    if (CLI::Option* option = app.get_option_no_throw(chunked)) stream->excludes(option);
+  }
+  return stream;
 }
 
 nlohmann::json stream_json(const StreamResult& r) {
@@ -82,15 +87,14 @@ void print_stream_table(const std::vector<StreamResult>& results) {
   }
 }
 
-void write_stream_csv(const std::string& path, const std::vector<StreamResult>& results) {
-  std::ofstream out(path);
-  if (!out) throw InvalidArgument(invalid_value("--csv", path, "cannot open for writing"));
-  out << "variant,method,budget,positions,segment,first,scored,perplexity,mean_nll,mean_kept_bytes,peak_kept_bytes\n";
+void write_stream_csv(OutputFile& out, const std::vector<StreamResult>& results) {
+  std::ostringstream text;
+  text << "variant,method,budget,positions,segment,first,scored,perplexity,mean_nll,mean_kept_bytes,peak_kept_bytes\n";
   auto row = [&](const StreamResult& r, const std::string& segment, int64_t first, int64_t scored, double ppl,
                  double nll, double kept, double peak) {
-    out << '"' << sweep_variant(r.config) << "\"," << r.config.method << ',' << r.config.budget << ','
-        << to_string(r.config.positions) << ',' << segment << ',' << first << ',' << scored << ',' << ppl << ',' << nll
-        << ',' << kept << ',' << peak << "\n";
+    text << '"' << sweep_variant(r.config) << "\"," << r.config.method << ',' << r.config.budget << ','
+         << to_string(r.config.positions) << ',' << segment << ',' << first << ',' << scored << ',' << ppl << ',' << nll
+         << ',' << kept << ',' << peak << "\n";
   };
   for (const StreamResult& r : results) {
     row(r, "all", r.segments.empty() ? 0 : r.segments.front().first, r.scored, r.perplexity, r.mean_nll,
@@ -100,6 +104,8 @@ void write_stream_csv(const std::string& path, const std::vector<StreamResult>& 
       row(r, std::to_string(s), g.first, g.scored, g.perplexity, g.mean_nll, g.mean_kept_bytes, g.peak_kept_bytes);
     }
   }
+  out.write(text.str());
+  out.close();
 }
 
 }  // namespace squeezekv::cli

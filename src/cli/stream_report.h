@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/output_file.h"
 #include "squeezekv/eval/stream_perplexity.h"
 
 namespace squeezekv::cli {
@@ -16,7 +17,9 @@ struct StreamArgs {
   StreamOptions options;
 };
 
-void add_stream_options(CLI::App& app, StreamArgs& args);
+// Adds them (the stream's own need --stream; -c and --chunks, when the command has them, are
+// refused with it) and returns the --stream flag.
+CLI::Option* add_stream_options(CLI::App& app, StreamArgs& args);
 
 // One JSON object per result, its segments included.
 nlohmann::json stream_json(const StreamResult& r);
@@ -24,7 +27,8 @@ nlohmann::json stream_json(const StreamResult& r);
 // A table on stdout: one row per result, then per segment each result's perplexity.
 void print_stream_table(const std::vector<StreamResult>& results);
 
-// One CSV row per (result, segment) plus a row with segment = "all" per result.
-void write_stream_csv(const std::string& path, const std::vector<StreamResult>& results);
+// One CSV row per (result, segment) plus a row with segment = "all" per result, written and closed
+// through the checked writer.
+void write_stream_csv(OutputFile& out, const std::vector<StreamResult>& results);
 
 }  // namespace squeezekv::cli

@@ -2,7 +2,6 @@
 // model and text, one full-cache pass shared by all; a table on stdout, JSON and CSV files, a
 // progress bar with ETA on stderr when it is a terminal.
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -81,8 +80,8 @@ void write_csv(OutputFile& out, const nlohmann::json& rows) {
 
 // --stream: every evicting configuration over the text as one stream (a full cache would grow
 // with the text, so it is left out).
-void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens,
-                const std::vector<KVCacheConfig>& all) {
+void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens, const std::vector<KVCacheConfig>& all,
+                OutputFile& json_out, OutputFile& csv_out) {
   std::vector<KVCacheConfig> configs;
   for (const KVCacheConfig& c : all) {
     if (!keeps_every_row(c)) configs.push_back(c);
@@ -99,9 +98,7 @@ void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens
       progress(int(done / 1024), int(total / 1024));
     });
   }
-  if (!a.json_path.empty()) {
-    std::ofstream out(a.json_path);
-    if (!out) throw InvalidArgument(invalid_value("--json", a.json_path, "cannot open for writing"));
+  if (json_out.is_open()) {
     nlohmann::json rows = nlohmann::json::array();
     for (const StreamResult& r : results) rows.push_back(stream_json(r));
     nlohmann::json doc = {{"model", a.model.model_path},
@@ -111,9 +108,10 @@ void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens
                           {"warmup", options.warmup},
                           {"segment", options.segment},
                           {"results", rows}};
-    out << doc.dump(2) << "\n";
+    json_out.write(doc.dump(2) + "\n");
+    json_out.close();
   }
-  if (!a.csv_path.empty()) write_stream_csv(a.csv_path, results);
+  if (csv_out.is_open()) write_stream_csv(csv_out, results);
   print_stream_table(results);
 }
 
@@ -127,7 +125,7 @@ void run(SweepArgs& a) {
   auto pool = a.model.make_pool();
   Engine engine(model, pool.get());
   const std::vector<int32_t> tokens = tokenize_text_file(model.tokenizer(), a.text.text_path);
-  if (a.stream.stream) return run_stream(a, engine, tokens, configs);
+  if (a.stream.stream) return run_stream(a, engine, tokens, configs, json_out, csv_out);
   const PerplexityOptions options = a.text.perplexity_options(a.model);
   std::fprintf(stderr, "sweep: %zu configurations, n_ctx %d, %s chunks\n", configs.size(), options.n_ctx,
                a.text.chunks > 0 ? std::to_string(a.text.chunks).c_str() : "all");

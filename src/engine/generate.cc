@@ -17,6 +17,13 @@ double GenerateResult::decode_tokens_per_second() const {
   return decode_seconds > 0 ? double(n_generated) / decode_seconds : 0.0;
 }
 
+void require_fits_context(const KVCacheConfig& config, int64_t n_prompt, int64_t n_predict, int64_t n_ctx) {
+  if (!keeps_every_row(config)) return;
+  require(n_prompt + n_predict <= n_ctx, "prompt", std::to_string(n_prompt) + " tokens",
+          "prompt plus n_predict = " + std::to_string(n_predict) + " exceeds the context of " + std::to_string(n_ctx) +
+              " tokens of a full cache (raise n_ctx, or use an evicting method)");
+}
+
 GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt, const GenerateOptions& options,
                         const std::function<void(int32_t)>& on_token) {
   return generate(engine, cache, engine.model().tokenizer().encode(prompt, true), options, on_token);
@@ -28,6 +35,7 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
   const Model& model = engine.model();
   require(options.n_predict >= 0, "n_predict", options.n_predict, "must be >= 0");
   require(options.n_batch >= 1, "n_batch", options.n_batch, "must be >= 1");
+  require(options.n_ctx >= 0, "n_ctx", options.n_ctx, "must be >= 0 (0 = the model's context)");
   const int n_ctx = options.n_ctx > 0 ? options.n_ctx : model.config().context_length;
   GenerateResult result;
   result.prompt_tokens = std::move(prompt_tokens);
@@ -35,11 +43,7 @@ GenerateResult generate(Engine& engine, ModelCache& cache, std::vector<int32_t> 
   const auto n_prompt = int64_t(result.prompt_tokens.size()) + result.question_tokens;
   require(n_prompt >= 1, "prompt", "\"\"", "the prompt encodes to no token");
   const int64_t history = options.continue_cache ? cache.layer(0).tokens_seen() : 0;
-  if (keeps_every_row(cache.config())) {
-    require(history + n_prompt + options.n_predict <= n_ctx, "prompt", std::to_string(n_prompt) + " tokens",
-            "prompt plus --n-predict " + std::to_string(options.n_predict) + " exceeds the context of " +
-                std::to_string(n_ctx) + " tokens of a full cache (raise -c, or use an evicting method)");
-  }
+  require_fits_context(cache.config(), history + n_prompt, options.n_predict, n_ctx);
   Sampler sampler(options.sampler);
   std::vector<float> logits;
   auto start = Clock::now();

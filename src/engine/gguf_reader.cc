@@ -361,6 +361,8 @@ TensorType GgufTensor::type() const {
 GgufFile GgufFile::open(const std::string& path) {
   GgufFile f;
   f.path_ = path;
+  // A NUL inside the path (from Python or a C++ caller) would open the file named by its prefix.
+  require(path.find('\0') == std::string::npos, "path", quoted_path(path), "contains a NUL byte");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw FormatError("cannot open model " + quoted_path(path) + ": " + std::strerror(errno));
   struct stat st {};

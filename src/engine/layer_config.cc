@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "squeezekv/base/errors.h"
@@ -42,6 +43,18 @@ std::vector<bool> sliding_layers(const GgufFile& f, const ArchitectureInfo& arch
 }
 
 }  // namespace
+
+float hyper_parameter(const GgufFile& f, const std::string& key, float fallback, float lo, float hi) {
+  const float v = f.find_f32(key).value_or(fallback);
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    char range[96];
+    std::snprintf(range, sizeof range, ": must be a finite number in [%g, %g]", double(lo), double(hi));
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", double(v));
+    refuse(key, value + std::string(range));
+  }
+  return v;
+}
 
 void check_architecture_keys(const GgufFile& f, const ArchitectureInfo& arch) {
   if (arch.keys.empty()) return;
@@ -80,10 +93,9 @@ std::vector<LayerConfig> read_layer_configs(const GgufFile& f, const Architectur
     }
   }
   const std::vector<bool> sliding = sliding_layers(f, arch, c.n_layers, window);
-  const float sliding_base = f.find_f32(a + "rope.freq_base_swa").value_or(arch.sliding_rope_base);
-  if (window > 0 && (!(sliding_base > 0.0f) || !std::isfinite(sliding_base))) {
-    refuse(a + "rope.freq_base_swa", std::to_string(sliding_base) + ": must be positive");
-  }
+  const float sliding_base =
+      window > 0 ? hyper_parameter(f, a + "rope.freq_base_swa", arch.sliding_rope_base, kMinRopeBase, kMaxRopeBase)
+                 : arch.sliding_rope_base;
   // llama.cpp's gemma3: 1/sqrt(query_pre_attn_scalar), which is the head dimension but for the
   // 27B model (62 layers), where it is dim / heads.
   const int scalar = arch.qk_norm && c.n_layers == 62 ? c.dim / c.n_heads : c.head_dim;

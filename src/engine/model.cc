@@ -148,8 +148,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     throw FormatError(a + "rope.dimension_count = " + std::to_string(c.n_rot) +
                       ": must be even and at most the head dimension " + std::to_string(c.head_dim));
   }
-  c.rope_base = f.find_f32(a + "rope.freq_base").value_or(10000.0f);
-  c.norm_eps = f.find_f32(a + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+  c.rope_base = hyper_parameter(f, a + "rope.freq_base", 10000.0f, kMinRopeBase, kMaxRopeBase);
+  c.norm_eps = hyper_parameter(f, a + "attention.layer_norm_rms_epsilon", 1e-5f, kMinNormEps, kMaxNormEps);
   c.rope_style = arch->rope_style;
   c.qkv_bias = arch->qkv_bias;
   c.embed_scale = arch->embed_scaled ? std::sqrt(float(c.dim)) : 0.0f;

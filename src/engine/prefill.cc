@@ -25,6 +25,7 @@ void PromptFeed::start() {
   if (started_) return;
   started_ = true;
   if (options_.reset) cache_.reset();
+  fresh_ = cache_.layer(0).tokens_seen() == 0;
   if (BudgetCoordinator* coordinator = cache_.coordinator()) {
     // The allocator's bound is an int; a longer sequence is as good as unbounded to it.
     const int64_t most = std::numeric_limits<int>::max();

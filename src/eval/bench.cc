@@ -171,6 +171,29 @@ BenchReport run_bench(const Model& model, const BenchOptions& o,
   for (int n : o.n_prompt) longest = std::max(longest, n);
   for (int n : o.n_gen) longest = std::max(longest, n);
   auto max_rows = [&](int depth) { return int64_t(depth) + int64_t(longest) * o.repetitions; };
+  require(longest > 0, "n_prompt", "0 and n_gen = 0", "nothing to measure (give a test of at least one token)");
+  // A full cache holds every row it is fed: like generate, it may not run past the model's context.
+  // Depth 0 is cleared before every repetition; a deeper cache keeps every test's tokens.
+  const int64_t context = model.config().context_length;
+  int64_t every_test = 0;  // the tokens of one repetition of every test
+  for (int n : o.n_prompt) every_test += n;
+  for (int n : o.n_gen) every_test += n;
+  for (const KVCacheConfig& c : configs) {
+    if (!keeps_every_row(c)) continue;
+    const std::string why =
+        " tokens of a full cache (lower the depth, the tests or the repetitions, or use an "
+        "evicting method)";
+    require(longest <= context,
+            std::find(o.n_prompt.begin(), o.n_prompt.end(), longest) != o.n_prompt.end() ? "n_prompt" : "n_gen",
+            longest, "longer than the model's context of " + std::to_string(context) + why);
+    for (int depth : o.depths) {
+      if (depth == 0) continue;
+      const int64_t filled = int64_t(depth) + every_test * o.repetitions;
+      require(filled <= context, "depth", depth,
+              "plus every test x " + std::to_string(o.repetitions) + " repetitions fills a cache to " +
+                  std::to_string(filled) + " rows, past the model's context of " + std::to_string(context) + why);
+    }
+  }
 
   for (int threads : o.threads) {
     ThreadPool pool{size_t(threads)};

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/engine/generate.h"
 #include "squeezekv/engine/prefill.h"
 #include "squeezekv/ops/model_ops.h"
 
@@ -311,6 +312,8 @@ NeedleOutcome run_needle_sample(Engine& engine, ModelCache& cache, const NeedleS
   const int n_predict = options.n_predict > 0 ? options.n_predict : needle_answer_tokens(task);
   PrefillOptions prefill_options;
   prefill_options.n_batch = options.n_batch;
+  require_fits_context(cache.config(), int64_t(sample.context.size() + sample.question.size()), n_predict,
+                       engine.model().config().context_length);
   prefill_options.max_rows = int64_t(sample.context.size() + sample.question.size()) + n_predict;
   std::vector<float> logits;
   if (options.context_in_cache || options.after_context) {

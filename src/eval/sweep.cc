@@ -5,6 +5,7 @@
 #include <set>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
@@ -33,7 +34,9 @@ void expand_axes(const SweepSpec& spec, size_t i, KVCacheConfig& c,
 }  // namespace
 
 std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
-  std::vector<std::string> methods = spec.methods;
+  // "all" alone (the command line's default, as its help shows it) is every method, as empty is.
+  const bool whole_table = spec.methods.empty() || spec.methods == std::vector<std::string>{"all"};
+  std::vector<std::string> methods = whole_table ? std::vector<std::string>{} : spec.methods;
   if (methods.empty()) {
     for (const MethodInfo& m : all_methods()) methods.emplace_back(m.id);
   }
@@ -46,16 +49,20 @@ std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
   }
   std::vector<KVCacheConfig> out;
   std::set<std::string> seen;
-  const bool whole_table = spec.methods.empty();
   auto add = [&](const KVCacheConfig& given) {
     KVCacheConfig c = given;
     // A method with a storage preset (kivi: kivi2) spells it out, so that it and the same format
     // given by --kv-types are one variant; the whole-table default leaves such a method out of
     // the formats it does not take.
+    bool preset = false;
     if (const MethodInfo& m = find_method(c.method); !m.kv_type.empty()) {
-      if (c.kv_type == KVType::f16) c.kv_type = parse_kv_type(std::string(m.kv_type));
+      preset = c.kv_type == KVType::f16;
+      if (preset) c.kv_type = parse_kv_type(std::string(m.kv_type));
       if (whole_table && !kv_kivi(c.kv_type)) return;
     }
+    // The whole table also leaves a KIVI method's own preset out where it would compress nothing
+    // (kivi_budget.h: the small default budgets); KIVI asked for by name is refused, by validate.
+    if (whole_table && preset && !kivi_budget_unfit(c).empty()) return;
     c.validate();
     std::string key = sweep_variant(c);
     key += keeps_every_row(c) ? std::string(" b=-") : " b=" + std::to_string(c.budget);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "squeezekv/base/errors.h"
+#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kivi_rows.h"
 
@@ -31,6 +32,15 @@ void multiple_of_8(const ParamSpec& spec, const ParamValue& value) {
   const int64_t v = std::get<int64_t>(value);
   require(v % 8 == 0, spec.name, v, "must be a multiple of 8 (whole bytes of 2- and 4-bit codes)");
 }
+// The component fields name registered components (or nothing, for the overrides), checked when
+// set so that every caller (C's squeezekv_cache_params_set included) hears of a bad id at once.
+void known_method(const ParamSpec&, const ParamValue& value) { find_method(std::get<std::string>(value)); }
+void known_policy(const ParamSpec&, const ParamValue& value) {
+  if (!std::get<std::string>(value).empty()) find_policy(std::get<std::string>(value));
+}
+void known_allocator(const ParamSpec&, const ParamValue& value) {
+  if (!std::get<std::string>(value).empty()) find_allocator(std::get<std::string>(value));
+}
 constexpr std::string_view kPositionRules[] = {"span", "cache", "text"};
 
 using Value = ParamValue;
@@ -50,13 +60,46 @@ struct Field {
 
 // In the order interfaces list them (a sweep label shows score, recent, decay and sinks so).
 const Field kFields[] = {
-    {{"method", ParamKind::text, "squeeze", "eviction method id (see `squeezekv methods`)"},
+    {{"method",
+      ParamKind::text,
+      "squeeze",
+      "eviction method id (see `squeezekv methods`)",
+      0,
+      0,
+      false,
+      {},
+      {},
+      true,
+      false,
+      known_method},
      [](const Config& c) -> Value { return c.method; },
      [](Config& c, const Value& v) { c.method = as_text(v); }},
-    {{"policy", ParamKind::text, "", "override the method's token policy"},
+    {{"policy",
+      ParamKind::text,
+      "",
+      "override the method's token policy",
+      0,
+      0,
+      false,
+      {},
+      {},
+      true,
+      false,
+      known_policy},
      [](const Config& c) -> Value { return c.policy; },
      [](Config& c, const Value& v) { c.policy = as_text(v); }},
-    {{"allocator", ParamKind::text, "", "override the method's layer allocator"},
+    {{"allocator",
+      ParamKind::text,
+      "",
+      "override the method's layer allocator",
+      0,
+      0,
+      false,
+      {},
+      {},
+      true,
+      false,
+      known_allocator},
      [](const Config& c) -> Value { return c.allocator; },
      [](Config& c, const Value& v) { c.allocator = as_text(v); }},
     {{"head_split",
@@ -452,6 +495,9 @@ void KVCacheConfig::validate() const {
   }
   if (p.validate) p.validate(component_params(*this, p.params));
   if (a.validate) a.validate(component_params(*this, a.params));
+  // A KIVI cache that would compress nothing (kivi_budget.h) is refused here, so that every
+  // command, the server, C and Python refuse it alike.
+  if (const std::string unfit = kivi_budget_unfit(*this); !unfit.empty()) throw InvalidArgument(unfit);
 }
 
 namespace {

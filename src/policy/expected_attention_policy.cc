@@ -120,9 +120,9 @@ class ExpectedAttentionPolicy final : public ScorerPolicy {
     const auto base = in.get<float>("expected_attention: rope base");
     const auto scale = in.get<float>("expected_attention: scale");
     const bool empty = count == 0 && d == 0 && heads == 0;
-    check_state(empty || (d == uint64_t(layer.head_dim()) && heads >= 1 && heads <= 4096 && count >= 0 &&
-                          groups >= 1 && groups <= uint64_t(heads) && (neox == 0 || neox == 1) && n_rot >= 0 &&
-                          uint64_t(n_rot) <= d && std::isfinite(base) && std::isfinite(scale)),
+    check_state(empty || (d == uint64_t(layer.head_dim()) && heads >= 1 && heads <= 4096 && count >= 0 && groups >= 1 &&
+                          groups <= uint64_t(heads) && (neox == 0 || neox == 1) && n_rot >= 0 && uint64_t(n_rot) <= d &&
+                          std::isfinite(base) && std::isfinite(scale)),
                 "expected_attention", "statistics that do not fit the layer");
     const uint64_t per_head = uint64_t(heads) * d;
     std::vector<double> sum = in.get_vector<double>("expected_attention: sums", per_head);

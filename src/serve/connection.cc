@@ -44,7 +44,13 @@ class ConnectionStream : public httplib::Stream {
     if (begin_ < end_) return true;
     return wait(POLLIN, Clock::now() + limits_.idle_timeout, true);
   }
-  void start_request() { deadline_ = Clock::now() + limits_.read_timeout; }
+  void start_request() {
+    deadline_ = Clock::now() + limits_.read_timeout;
+    head_.start();
+  }
+  HeadBudget::State head_state() const { return head_.state(); }
+  bool head_overflowed() const { return head_.overflowed(); }
+  bool head_in_request_line() const { return head_.in_request_line(); }
   bool timed_out() const { return timed_out_; }
   bool hung_up() const {
     pollfd p{sock_, POLLIN | POLLRDHUP, 0};
@@ -75,6 +81,11 @@ class ConnectionStream : public httplib::Stream {
       end_ = size_t(n);
     }
     const size_t n = std::min(size, end_ - begin_);
+    // The head's bytes are counted as they are handed over: past its budget the read fails, so
+    // the parser holds no more of it than the budget.
+    for (size_t i = 0; i < n && head_.state() == HeadBudget::State::reading; ++i) {
+      if (head_.take(buffer_[begin_ + i]); head_.overflowed()) return -1;
+    }
     std::memcpy(ptr, buffer_ + begin_, n);
     begin_ += n;
     return ssize_t(n);
@@ -137,6 +148,7 @@ class ConnectionStream : public httplib::Stream {
   size_t begin_ = 0, end_ = 0;
   Clock::time_point deadline_{};
   bool timed_out_ = false;
+  HeadBudget head_{limits_};
 };
 
 // One thread per connection up to the limit. Beyond it the connection is handed over on the
@@ -184,7 +196,51 @@ class ConnectionThreads : public httplib::TaskQueue {
   std::condition_variable idle_;
 };
 
+// "HTTP/1.1 <status>" with a JSON body, closing: for answers given outside cpp-httplib's parser.
+std::string raw_answer(const char* status, const std::string& body, const char* extra_headers) {
+  return std::string("HTTP/1.1 ") + status +
+         "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+         extra_headers + "Connection: close\r\n\r\n" + body;
+}
+
+// After an answer to a request whose bytes still arrive: stop writing, then read (and drop) what
+// the client sends for a short while, so that closing does not reset the answer before the
+// client has read it; bounded in time and bytes.
+void linger_close(int sock) {
+  ::shutdown(sock, SHUT_WR);
+  const auto end = Clock::now() + milliseconds(500);
+  char drain[16384];
+  for (size_t total = 0; total < (size_t(4) << 20);) {
+    const auto left = std::chrono::duration_cast<milliseconds>(end - Clock::now()).count();
+    if (left <= 0) break;
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, int(left)) <= 0) break;
+    const ssize_t n = ::recv(sock, drain, sizeof drain, MSG_DONTWAIT);
+    if (n <= 0) break;
+    total += size_t(n);
+  }
+}
+
 }  // namespace
+
+HeadBudget::State HeadBudget::take(char c) {
+  if (state_ != State::reading) return state_;
+  ++bytes_;
+  ++line_bytes_;
+  if (c == '\n') {
+    if (lines_ >= 1 && line_bytes_ == 2 && last_ == '\r') return state_ = State::done;  // the blank line
+    ++lines_;
+    line_bytes_ = 0;
+    if (lines_ - 1 > limits_->max_header_lines) return state_ = State::too_many_lines;
+  } else if (lines_ == 0 && line_bytes_ >= limits_->max_request_line) {
+    return state_ = State::request_line_too_long;  // its LF would make it longer still
+  } else if (lines_ >= 1 && line_bytes_ >= limits_->max_header_line) {
+    return state_ = State::header_line_too_long;
+  }
+  last_ = c;
+  if (bytes_ > limits_->max_head_bytes) state_ = State::too_many_bytes;
+  return state_;
+}
 
 ConnectionServer::ConnectionServer(ConnectionLimits limits) : limits_(limits) {
   new_task_queue = [n = limits_.max_connections] { return new ConnectionThreads(n); };
@@ -195,13 +251,33 @@ void ConnectionServer::close_after_answer() { t_close = true; }
 
 bool ConnectionServer::client_gone() { return t_stream != nullptr && t_stream->hung_up(); }
 
+HeadBudget::State ConnectionServer::head_overflow() {
+  return t_stream != nullptr ? t_stream->head_state() : HeadBudget::State::reading;
+}
+
+std::string ConnectionServer::head_overflow_message(HeadBudget::State state, const ConnectionLimits& limits) {
+  switch (state) {
+    case HeadBudget::State::request_line_too_long:
+      return "the request line is longer than " + std::to_string(limits.max_request_line) + " bytes";
+    case HeadBudget::State::header_line_too_long:
+      return "a header line is longer than " + std::to_string(limits.max_header_line) + " bytes";
+    case HeadBudget::State::too_many_lines:
+      return "the request has more than " + std::to_string(limits.max_header_lines) + " header lines";
+    case HeadBudget::State::too_many_bytes:
+      return "the request line and headers are longer than " + std::to_string(limits.max_head_bytes) + " bytes";
+    case HeadBudget::State::reading:
+    case HeadBudget::State::done:
+      break;
+  }
+  return "";
+}
+
 void ConnectionServer::refuse(socket_t sock) {
   ++refused_;
   const std::string body = error_json(
       Failure::too_many_connections,
       "too many connections: " + std::to_string(limits_.max_connections) + " are open (--max-connections)", "");
-  const std::string answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
-                             std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+  const std::string answer = raw_answer("503 Service Unavailable", body, "Retry-After: 1\r\n");
   // A fresh socket's send buffer takes this at once; never wait here (this is the accepting thread).
   (void)::send(sock, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::shutdown(sock, SHUT_WR);
@@ -228,6 +304,15 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
     bool closed = false;
     const bool last = served + 1 >= keep_alive_max_count_;  // its answer says "Connection: close"
     ok = process_request(stream, last, closed, nullptr);
+    if (stream.head_overflowed() && stream.head_in_request_line()) {  // the parser gave up without an answer
+      const std::string message = head_overflow_message(stream.head_state(), limits_);
+      const std::string answer = raw_answer("414 URI Too Long", error_json(Failure::uri_too_long, message, ""), "");
+      (void)stream.write(answer.data(), answer.size());
+    }
+    if (stream.head_overflowed()) {
+      linger_close(sock);
+      break;
+    }
     if (!ok || closed || last || t_close || stream.timed_out()) break;
   }
   t_stream = nullptr;

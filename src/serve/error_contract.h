@@ -4,6 +4,7 @@
 // table; tests/serve/serve_http_test.cc walks it.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
@@ -11,13 +12,15 @@
 namespace squeezekv::serve {
 
 enum class Failure {
-  invalid_json,          // 400: not JSON, a string not UTF-8, a number beyond a double
+  invalid_json,          // 400: not JSON, a string not UTF-8, a number beyond a double, nesting beyond 64
   invalid_field,         // 400: a field unknown, of a wrong type, out of range, or refused in combination
   prompt_too_long,       // 400: more tokens than -c
   never_fits,            // 400: the cache's promise exceeds --kv-limit-mib on its own
   unknown_model,         // 404: "model" names another model
   no_route,              // 404: no such path
   bad_head,              // 400: a request line or header that does not parse, or arrived too slowly
+  uri_too_long,          // 414: a request line beyond its budget (connection.h)
+  headers_too_large,     // 431: header lines beyond their budget: too many, one too long, or too many bytes
   bad_content_length,    // 400: Content-Length not one byte count
   length_required,       // 411: a body without Content-Length (chunked)
   body_too_large,        // 413: Content-Length above --max-body
@@ -43,7 +46,9 @@ const FailureSpec& failure_spec(Failure failure);
 // The failure behind a status the scheduler reports on a channel (500 or 503).
 Failure failure_of_status(int status);
 
-// The one error body; it always serialises (bytes that are not UTF-8 become U+FFFD).
+// The one error body; it always serialises (bytes that are not UTF-8 become U+FFFD), and its
+// message and param are cut to these many bytes, so that no answer echoes more of a request.
+inline constexpr size_t kMaxErrorMessageBytes = 1024, kMaxErrorParamBytes = 256;
 std::string error_json(Failure failure, const std::string& message, const std::string& param);
 
 }  // namespace squeezekv::serve

@@ -192,6 +192,12 @@ void HttpServer::Impl::routes() {
   server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ++counters.client_errors;
+    // A head past its budget (connection.h): its reading stopped there, hence the parser's 400.
+    if (const HeadBudget::State head = ConnectionServer::head_overflow();
+        head != HeadBudget::State::reading && head != HeadBudget::State::done) {
+      return send_error(req, res, Failure::headers_too_large,
+                        ConnectionServer::head_overflow_message(head, options.connections), "");
+    }
     if (res.status == 404)
       return send_error(req, res, Failure::no_route, "no route " + req.method + " " + req.path, "");
     if (res.status == 413) {

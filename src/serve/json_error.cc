@@ -20,8 +20,9 @@ class PathTracker : public nlohmann::json_sax<json> {
   bool number_float(number_float_t, const string_t&) override { return scalar(); }
   bool string(string_t&) override { return scalar(); }
   bool binary(binary_t&) override { return scalar(); }
-  bool start_object(std::size_t) override { return open(false); }
-  bool start_array(std::size_t) override { return open(true); }
+  // Never deeper than a body may nest (parse_body refuses deeper ones): the path stays short.
+  bool start_object(std::size_t) override { return frames_.size() < size_t(kMaxJsonDepth) && open(false); }
+  bool start_array(std::size_t) override { return frames_.size() < size_t(kMaxJsonDepth) && open(true); }
   bool end_object() override { return close(); }
   bool end_array() override { return close(); }
   bool key(string_t& k) override {
@@ -96,6 +97,21 @@ size_t first_bad_utf8(const std::string& text) {
 }
 
 }  // namespace
+
+json parse_body(const std::string& body) {
+  try {
+    return json::parse(body, [](int depth, json::parse_event_t event, json&) {
+      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+          depth >= kMaxJsonDepth) {
+        throw RequestError(Failure::invalid_json, "",
+                           "the body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) + " deep");
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {
+    throw json_body_error(body, e);  // bad syntax, a string not UTF-8, a number beyond a double
+  }
+}
 
 JsonErrorPlace json_error_place(const std::string& body) {
   PathTracker tracker;

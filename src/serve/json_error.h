@@ -11,6 +11,14 @@
 
 namespace squeezekv::serve {
 
+// Arrays and objects nest at most this deep in a body (OpenAI's bodies nest 4 deep): deeper is a
+// 400, found while parsing, so that no body costs more than its bytes' worth of frames.
+inline constexpr int kMaxJsonDepth = 64;
+
+// The body parsed; RequestError (invalid_json) for bad syntax, a string that is not UTF-8, a
+// number that overflows a double, or nesting deeper than kMaxJsonDepth.
+nlohmann::json parse_body(const std::string& body);
+
 // The field the parse error of `body` lies in ("" at the top level), and whether it lies in a
 // key (then the field is the object holding it).
 struct JsonErrorPlace {

@@ -6,7 +6,6 @@
 #include <set>
 
 #include "serve/json_error.h"
-#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
 
@@ -109,9 +108,7 @@ KVCacheConfig parse_cache(const json& v, KVCacheConfig config) {
     }
   }
   try {
-    config.validate();
-    const std::string unfit = kivi_budget_unfit(config);
-    if (!unfit.empty()) throw InvalidArgument(unfit);
+    config.validate();  // KIVI that compresses nothing included (kivi_budget.h)
   } catch (const Error& e) {
     // Messages read "name = value: why" (errors.h): the field is the name.
     const std::string what = e.what();
@@ -125,12 +122,7 @@ KVCacheConfig parse_cache(const json& v, KVCacheConfig config) {
 
 CompletionRequest parse_request(const std::string& body, bool chat, const RequestLimits& limits,
                                 const Tokenizer& tokenizer, FragmentMemo* memo) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    throw json_body_error(body, e);  // bad syntax, a string not UTF-8, a number beyond a double
-  }
+  json j = parse_body(body);
   if (!j.is_object()) bad("", "the body must be a JSON object");
   CompletionRequest r;
   r.chat = chat;

@@ -57,7 +57,7 @@ size_t Scheduler::promise(const CompletionRequest& r) const {
 }
 
 Admission Scheduler::submit(CompletionRequest request, std::shared_ptr<Channel> channel) {
-  Job job{std::move(request), std::move(channel), 0};
+  Job job{std::move(request), std::move(channel), 0, nullptr, 0};
   job.promise = promise(job.request);
   std::lock_guard lock(mutex_);
   if (stopping_) return Admission::shutting_down;
@@ -65,8 +65,7 @@ Admission Scheduler::submit(CompletionRequest request, std::shared_ptr<Channel> 
   // First come, first served: nobody overtakes the queue.
   if (queue_.empty() && reserved_ + job.promise <= options_.kv_limit_bytes &&
       running_ < size_t(options_.max_sessions)) {
-    reserved_ += job.promise;
-    ++running_;
+    reserve_locked(job);
     incoming_.push_back(std::move(job));
     cv_.notify_all();
     return Admission::running;
@@ -107,8 +106,7 @@ void Scheduler::admit_locked() {
   std::erase_if(queue_, [](const Job& j) { return j.channel->cancelled(); });
   while (!queue_.empty() && reserved_ + queue_.front().promise <= options_.kv_limit_bytes &&
          running_ < size_t(options_.max_sessions)) {
-    reserved_ += queue_.front().promise;
-    ++running_;
+    reserve_locked(queue_.front());
     incoming_.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -135,14 +133,15 @@ void Scheduler::drop_kept_locked() {
   }
 }
 
-std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
-  const CompletionRequest& r = job.request;
+void Scheduler::reserve_locked(Job& job) {
+  reserved_ += job.promise;
+  ++running_;
   // The longest kept sequence this prompt continues (at least one token must be new: the cache
-  // keeps no logits). It leaves kept_: one conversation, one cache.
-  std::unique_ptr<ModelCache> cache;
-  size_t reused = 0;
-  const KVCacheConfig resolved = engine_.resolved_config(r.cache);
+  // keeps no logits), held in memory or saved in --cache-dir. It leaves kept_: one conversation,
+  // one cache; the promise covers it.
+  const CompletionRequest& r = job.request;
   if (r.cache_prompt && options_.kept_caches > 0) {
+    const KVCacheConfig resolved = engine_.resolved_config(r.cache);
     auto best = kept_.end();
     for (auto k = kept_.begin(); k != kept_.end(); ++k) {
       if (k->seen.size() >= r.tokens.size() || !(k->config == resolved)) continue;
@@ -155,25 +154,31 @@ std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
         LoadedCache loaded = store_.load(saved->id);
         ++stats_.kept_hits;
         ++stats_.kept_restored;
-        reused = saved->seen.size();
-        cache = std::move(loaded.cache);
+        job.reused = saved->seen.size();
+        job.continued = std::move(loaded.cache);
       } catch (const Error& e) {
         std::fprintf(stderr, "squeezekv serve: saved cache %s not used: %s\n", saved->id.c_str(), e.what());
         store_.erase(saved->id);
       }
     }
-    if (cache) {
+    if (job.continued) {
     } else if (best == kept_.end()) {
       ++stats_.kept_misses;
     } else {
       ++stats_.kept_hits;
-      reused = best->seen.size();
-      cache = std::move(best->cache);
+      job.reused = best->seen.size();
+      job.continued = std::move(best->cache);
       kept_bytes_ -= best->bytes;
       kept_.erase(best);
     }
   }
   drop_kept_locked();  // the promises, this one included, plus what stays kept fit the limit
+}
+
+std::unique_ptr<Scheduler::Session> Scheduler::start_locked(Job job) {
+  const CompletionRequest& r = job.request;
+  std::unique_ptr<ModelCache> cache = std::move(job.continued);
+  const size_t reused = job.reused;
   if (!cache) cache = engine_.make_cache(r.cache);
   auto s = std::make_unique<Session>(next_id_++, std::move(job), std::move(cache));
   // The commands' prompt protocol (engine/prefill.h), one update per step.

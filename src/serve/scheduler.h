@@ -122,6 +122,8 @@ class Scheduler {
     CompletionRequest request;
     std::shared_ptr<Channel> channel;
     size_t promise = 0;
+    std::unique_ptr<ModelCache> continued;  // the kept cache it continues, taken when admitted
+    size_t reused = 0;                      // the tokens that cache has taken
   };
   struct Session;
   struct Kept {
@@ -133,7 +135,11 @@ class Scheduler {
   };
 
   void run();
-  void admit_locked();                             // moves queue heads that fit into incoming_
+  void admit_locked();  // moves queue heads that fit into incoming_
+  // Admits `job`: its promise reserved and the kept cache it continues taken out of kept_, then
+  // kept caches dropped until promises + kept bytes fit the limit: one step under the lock, so
+  // that /metrics never reads more than the limit.
+  void reserve_locked(Job& job);
   std::unique_ptr<Session> start_locked(Job job);  // a kept cache continued, or a fresh one
   std::string keep_locked(Session& s);  // a finished session's cache (and its prompt tokens) move to kept_; its id
   void drop_kept_locked();              // LRU first, until promises + kept fit the limit and the count
@@ -153,7 +159,7 @@ class Scheduler {
   std::vector<Job> incoming_;  // admitted, not yet picked up by the thread
   size_t running_ = 0;         // admitted sessions (incoming and active)
   size_t reserved_ = 0;        // their promises
-  std::vector<Kept> kept_;     // idle caches, oldest first; changed by the scheduler thread under mutex_
+  std::vector<Kept> kept_;     // idle caches, oldest first; changed under mutex_ only
   size_t kept_bytes_ = 0;
   CacheStore store_;  // --cache-dir
   bool stopping_ = false;

@@ -87,6 +87,27 @@ TEST(SqueezeBudgets, RejectsBadParametersByName) {
   }
 }
 
+// Issue 64: an average of 2^31 - 1 (or 1.2e9) gave negative budgets to the C API and Python; the
+// library refuses what the command line refuses, for every caller.
+TEST(SqueezeBudgets, RefusesAveragesBeyondTheCommandLinesLimit) {
+  const std::vector<double> c = {0.1, 0.5, 0.9};
+  for (int avg : {2147483647, 1200000000, kMaxAvgBudget + 1}) {
+    try {
+      squeeze_budgets(c, avg, 4, 1.0);
+      ADD_FAILURE() << avg << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("avg_budget = " + std::to_string(avg) + ": must be at most 1073741823"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // At the limit every budget is positive and the total is conserved; spread over many layers a
+  // budget would pass an int: refused, never wrapped.
+  const std::vector<int> b = squeeze_budgets(std::vector<double>{0.5, 0.5}, kMaxAvgBudget, 4, 1.0);
+  EXPECT_EQ(b, (std::vector<int>{kMaxAvgBudget, kMaxAvgBudget}));
+  EXPECT_THROW(squeeze_budgets(std::vector<double>{0.0, 1.0, 1.0, 1.0}, kMaxAvgBudget, 4, 1.0), InvalidArgument);
+}
+
 TEST(FloorAndRound, LargestRemainderTiesToLowerIndex) {
   EXPECT_EQ(floor_and_round({1.5, 1.5, 1.0}, 0.0), (std::vector<int>{2, 1, 1}));
 }

@@ -68,9 +68,15 @@ static void test_defaults_and_status(void) {
   CHECK(strstr(squeezekv_last_error(), "budget = 3") != NULL);
   CHECK(captured_count == 1 && strcmp(captured, squeezekv_last_error()) == 0);
   CHECK(squeezekv_cache_params_set(p, "budget", "512") == SQUEEZEKV_STATUS_OK);
-  CHECK(squeezekv_cache_params_set(p, "method", "nope") == SQUEEZEKV_STATUS_OK);
-  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
-  CHECK(strstr(squeezekv_last_error(), "nope") != NULL);
+  /* Issue 64.11: an unknown component id is refused at once (it was accepted until validate). */
+  CHECK(squeezekv_cache_params_set(p, "method", "nope") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "method = nope: unknown method id") != NULL);
+  CHECK(squeezekv_cache_params_set(p, "method", "bogus") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(squeezekv_cache_params_set(p, "policy", "bogus") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "policy = bogus") != NULL);
+  CHECK(squeezekv_cache_params_set(p, "allocator", "bogus") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "allocator = bogus") != NULL);
+  CHECK(squeezekv_cache_params_validate(p) == SQUEEZEKV_STATUS_OK); /* unchanged by the refusals */
   CHECK(squeezekv_cache_params_set(p, "method", "squeeze") == SQUEEZEKV_STATUS_OK);
   /* A value out of range is refused at once, naming the parameter, and changes nothing. */
   CHECK(squeezekv_cache_params_set(p, "score", "7") == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
@@ -128,6 +134,13 @@ static void test_allocators(void) {
   const int32_t pyramid[12] = {1019, 927, 835, 742, 650, 558, 466, 374, 282, 189, 97, 5};
   CHECK(squeezekv_pyramid_budgets(12, 512, 4, 2.0, budgets) == SQUEEZEKV_STATUS_OK);
   CHECK(memcmp(budgets, pyramid, sizeof pyramid) == 0);
+  /* Issue 64: averages beyond the command line's 2^30 - 1 gave negative budgets. */
+  CHECK(squeezekv_squeeze_budgets(conc, 3, 2147483647, 4, 1.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "avg_budget = 2147483647") != NULL);
+  CHECK(squeezekv_squeeze_budgets(conc, 3, 1200000000, 4, 1.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(squeezekv_pyramid_budgets(12, 2147483647, 4, 2.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(squeezekv_last_error(), "avg_budget = 2147483647") != NULL);
+  CHECK(squeezekv_pyramid_budgets(12, 1200000000, 4, 2.0, budgets) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
 
   float same[4 * 8], orth[2 * 8];
   for (int i = 0; i < 4 * 8; ++i) same[i] = (float)(i % 8 + 1);
@@ -389,6 +402,31 @@ static void test_engine(void) {
   squeezekv_layer_stats s;
   CHECK(squeezekv_cache_layer_stats(cache, 0, &s) == SQUEEZEKV_STATUS_OK && s.tokens_seen == 5 + 7);
   squeezekv_cache_free(cache);
+
+  /* Issue 64.11: the library's messages name its parameters, not command-line flags. */
+  cache = squeezekv_cache_init_for_model(model, full);
+  static int32_t many[4096];
+  g.n_predict = 3000;
+  CHECK(squeezekv_generate(model, cache, "Once upon a time", &g, many, 4096) == INT32_MIN);
+  CHECK(strstr(squeezekv_last_error(), "prompt plus n_predict = 3000 exceeds the context") != NULL);
+  CHECK(strstr(squeezekv_last_error(), "raise n_ctx") != NULL);
+  CHECK(strstr(squeezekv_last_error(), "--") == NULL && strstr(squeezekv_last_error(), "-c") == NULL);
+  g.n_predict = 8;
+  g.n_ctx = -1;
+  CHECK(squeezekv_generate(model, cache, "Once upon a time", &g, tokens, 256) == INT32_MIN);
+  CHECK(strstr(squeezekv_last_error(), "n_ctx = -1") != NULL);
+  g.n_ctx = 0;
+  squeezekv_cache_free(cache);
+  /* Issue 64.5: KIVI that would compress nothing (residual 128 of budget 64) is refused by the
+   * library, so C refuses it as the command line does. */
+  squeezekv_cache_params* kivi = squeezekv_cache_params_new();
+  CHECK(squeezekv_cache_params_set(kivi, "method", "h2o") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(kivi, "budget", "64") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_params_set(kivi, "kv_type", "kivi2") == SQUEEZEKV_STATUS_OK);
+  CHECK(squeezekv_cache_init_for_model(model, kivi) == NULL);
+  CHECK(strstr(squeezekv_last_error(), "kivi_residual = 128: more than half of budget = 64") != NULL);
+  CHECK(squeezekv_cache_params_validate(kivi) == SQUEEZEKV_STATUS_INVALID_ARGUMENT);
+  squeezekv_cache_params_free(kivi);
 
   /* Perplexity of a passage under the full cache and a small squeeze cache, one shared pass. */
   const char* passage =

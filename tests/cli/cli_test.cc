@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ CliRun run(const std::string& args) {
 }
 
 const std::string kModel = "-m ../shared/models/stories260K.gguf";
+// A short stream over the test text (the stream commands' outputs); perplexity adds its cache.
+const std::string kStream = " -f ../shared/data/tinystories_val.txt -t 1 --stream --stream-tokens 300 --warmup 64";
 
 TEST(Cli, BudgetsPrintsTheSeedExample) {
   const CliRun r = run("budgets --concentrations 0.1,0.5,0.9 --avg 100 --sinks 4 --strength 1");
@@ -399,8 +402,52 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"needle " + kModel +
                      " --lengths 256 --depths 0.5 --samples 1 --methods h2o --budgets 32 "
                      "--question-in-prompt --save-cache x.skv",
-                 "needs the question apart from the context"}),
+                 "needs the question apart from the context"},
+        // Issue 64.3: the stream outputs go through the checked writer.
+        BadInput{"perplexity " + kModel + kStream + " --method h2o --budget 32 --csv /dev/full",
+                 "--csv = /dev/full: write failed"},
+        BadInput{"sweep " + kModel + kStream + " --methods h2o --budgets 32 --csv /dev/full",
+                 "--csv = /dev/full: write failed"},
+        BadInput{"sweep " + kModel + kStream + " --methods h2o --budgets 32 --json /dev/full",
+                 "--json = /dev/full: write failed"},
+        // Issue 64.5: KIVI that compresses nothing, refused by the library for every command.
+        BadInput{"sweep " + kModel +
+                     " -f ../shared/data/tinystories_val.txt -c 64 --chunks 1 --methods h2o "
+                     "--budgets 64 --kv-types kivi2",
+                 "kivi_residual = 128: more than half of budget = 64"},
+        BadInput{"needle " + kModel + " --lengths 256 --methods h2o --budgets 64 --kv-types kivi2",
+                 "kivi_residual = 128: more than half of budget = 64"},
+        BadInput{"bench " + kModel + " -p 8 -n 2 -r 1 --method h2o --budget 64 --kv-type kivi2",
+                 "kivi_residual = 128: more than half of budget = 64"},
+        // Issue 64.7: options without effect are refused, and full caches stay within the context.
+        BadInput{"perplexity " + kModel + " -f ../shared/data/tinystories_val.txt --csv x.csv",
+                 "--csv requires --stream"},
+        BadInput{"perplexity " + kModel + kStream + " -c 128", "--ctx-size excludes --stream"},
+        BadInput{"perplexity " + kModel + kStream + " --chunks 2", "--chunks excludes --stream"},
+        BadInput{"sweep " + kModel + kStream + " --methods h2o --budgets 32 --chunks 2", "--chunks excludes --stream"},
+        BadInput{"needle " + kModel + " --lengths 2040 --methods full",
+                 "--lengths = 2040: with the task's 12 answer tokens a full cache would hold 2052 rows"},
+        BadInput{"bench " + kModel + " -p 0 -n 0", "n_prompt = 0 and n_gen = 0: nothing to measure"},
+        BadInput{"bench " + kModel + " -p 8 -n 4 -r 1 -d 2040",
+                 "depth = 2040: plus every test x 1 repetitions fills a cache to 2052 rows, past the model's context"},
+        BadInput{"bench " + kModel + " -p 4096 -n 0 -r 1", "n_prompt = 4096: longer than the model's context"},
+        BadInput{"needle " + kModel + " --lengths 2000 --methods full -n 100",
+                 "-n = 100: with --lengths 2000 a full cache would hold 2100 rows, past the model's context of 2048"}),
     [](const auto& test) { return "case" + std::to_string(test.index); });
+
+// Issue 64.7: the default --methods its help shows ("all") runs the whole table; serve's help
+// shows its real -b default.
+TEST(Cli, SweepMethodsAllIsTheWholeTableAndServeHelpShowsItsBatch) {
+  const CliRun help = run("sweep --help");
+  EXPECT_NE(help.out.find("--methods TEXT=all ..."), std::string::npos) << help.out;
+  const std::string base =
+      "sweep " + kModel + " -f ../shared/data/tinystories_val.txt -t 1 -c 64 --chunks 1 --budgets 16";
+  const CliRun all = run(base + " --methods all");
+  ASSERT_EQ(all.status, 0) << all.out;
+  for (const char* id : {"squeeze", "h2o", "snapkv", "window"}) EXPECT_NE(all.out.find(id), std::string::npos) << id;
+  const CliRun serve = run("serve --help");
+  EXPECT_NE(serve.out.find("--batch-size INT:INT in [1 - 1048576]=64"), std::string::npos) << serve.out;
+}
 
 // A cache saved after its prompt and continued by a later run gives the tokens of one run over
 // the whole text (the full cache: chunking changes nothing there); `cache info` shows the file;
@@ -566,6 +613,48 @@ TEST(Cli, NeedleWritesACellPerLineAndResumes) {
   const CliRun other = run(args + " --resume --seed 9");
   EXPECT_EQ(other.status, 2) << other.out;
   EXPECT_NE(other.out.find("holds a cell of another run (seed 0, this run 9)"), std::string::npos) << other.out;
+  // The last line cut short by an interrupted run is dropped, the cells before it kept.
+  { std::ofstream(path, std::ios::app) << R"({"task":"passkey","variant":"wi)"; }
+  const CliRun cut = run(args + " --resume");
+  ASSERT_EQ(cut.status, 0) << cut.out;
+  EXPECT_NE(cut.out.find("0 samples to run"), std::string::npos) << cut.out;
+  EXPECT_EQ(lines().size(), 4u);
+  std::remove(path.c_str());
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Issue 64: a file --resume cannot read (foreign JSON, text, random bytes, a bad line before the
+// last) was rewritten with needle rows; now exit 2 naming the file and line, the file untouched.
+TEST(Cli, NeedleResumeRefusesAFileItCannotRead) {
+  const std::string path = testing::TempDir() + "/needle_cli_foreign.json";
+  const std::string args = "needle " + kModel +
+                           " --task passkey --lengths 256 --depths 0.5 --samples 1 --methods full -b 64 -t 1 "
+                           "--resume --json " +
+                           path;
+  std::string noise(300, '\0');
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = char((i * 2654435761u) >> 13);
+  const std::pair<std::string, int> cases[] = {
+      {"{\n  \"name\": \"a foreign JSON file\",\n  \"list\": [1, 2]\n}\n", 1},
+      {"{\"a\": 1}\n{\"b\": 2}\n", 1},
+      {"just some notes\nsecond line\n", 1},
+      {noise, 1},
+      {R"({"task":"passkey","variant":"full","budget":0,"length":256,"depth)"
+       "\n{\"x\":1}\n",
+       1},
+  };
+  for (const auto& [text, line] : cases) {
+    { std::ofstream(path, std::ios::binary) << text; }
+    const CliRun r = run(args);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("--json = " + path + ": line " + std::to_string(line) + " is not a cell of a needle run"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(file_text(path), text);
+  }
   std::remove(path.c_str());
 }
 

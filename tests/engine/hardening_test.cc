@@ -95,6 +95,46 @@ TEST(Hardening, BlockCountMustMatchTheBlocksStored) {
   std::filesystem::remove(path);
 }
 
+// Every float hyper-parameter the loader reads is finite and in range, or the load fails naming
+// its key (a Gemma 3 with an infinite epsilon generated <pad> tokens and a perplexity of 262144).
+TEST(Hardening, FloatHyperParametersMustBeFiniteAndSane) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::string path = temp_path("hyper.gguf");
+  for (const std::string arch : {"llama", "gemma3"}) {
+    RandomModelSpec spec;
+    spec.arch = arch;
+    if (arch == "gemma3") spec.head_dim = 32;
+    for (const std::string key : {"rope.freq_base", "attention.layer_norm_rms_epsilon"}) {
+      for (const float bad : {inf, -inf, nan, 1e-30f, 0.0f, -1.0f, 1e30f}) {
+        std::vector<uint8_t> bytes = random_model_writer(spec).to_bytes();
+        const std::string name = arch + "." + key;
+        auto it = std::search(bytes.begin(), bytes.end(), name.begin(), name.end());
+        ASSERT_NE(it, bytes.end()) << name;
+        const size_t at = size_t(it - bytes.begin()) + name.size() + 4;  // past the type id (6: f32)
+        std::memcpy(bytes.data() + at, &bad, 4);
+        write_bytes(path, bytes);
+        const std::string msg = format_error([&] { Model::load(path); });
+        EXPECT_NE(msg.find("key '" + name + "'"), std::string::npos) << bad << ": " << msg;
+        EXPECT_NE(msg.find("must be a finite number in"), std::string::npos) << bad << ": " << msg;
+      }
+    }
+  }
+  for (const float bad : {inf, nan, 1e-30f}) {  // the sliding layers' own base
+    RandomModelSpec spec;
+    spec.arch = "gemma3";
+    spec.head_dim = 32;
+    GgufWriter w = random_model_writer(spec);
+    w.add_f32("gemma3.rope.freq_base_swa", bad);
+    write_bytes(path, w.to_bytes());
+    const std::string msg = format_error([&] { Model::load(path); });
+    EXPECT_NE(msg.find("key 'gemma3.rope.freq_base_swa'"), std::string::npos) << bad << ": " << msg;
+  }
+  RandomModelSpec spec;  // in range still loads
+  write_bytes(path, random_model_writer(spec).to_bytes());
+  EXPECT_NO_THROW(Model::load(path));
+  std::filesystem::remove(path);
+}
+
 // stories260K with one f32 tensor's data overwritten by NaN.
 std::string model_with_nan(const std::string& tensor) {
   std::vector<uint8_t> bytes = read_bytes(test::kStoriesModel);

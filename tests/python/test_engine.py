@@ -3,7 +3,7 @@ perplexity and a sweep of several configurations against one full pass."""
 import pytest
 
 import squeezekv
-from conftest import TEXT_PATH
+from conftest import MODEL_PATH, TEXT_PATH
 
 
 def test_model_shape(model):
@@ -81,6 +81,43 @@ def test_bad_generate_options(model):
         model.generate("Once", threads=-2)
     with pytest.raises(ValueError, match="configs"):
         model.sweep("Once upon a time", [])
+
+
+# Issue 64.11: the edges of the Python API, each a ValueError naming the parameter.
+def test_a_path_with_a_nul_byte_is_refused_not_cut(tmp_path):
+    with pytest.raises(ValueError, match="path = .*contains a NUL byte"):
+        squeezekv.Model.load(str(MODEL_PATH) + "\x00junk")
+    with pytest.raises(ValueError, match="NUL"):
+        squeezekv.load_model(str(MODEL_PATH) + "\x00")
+
+
+def test_generate_refuses_a_negative_context_a_dict_config_and_ints_beyond_their_type(model):
+    with pytest.raises(ValueError, match="n_ctx = -1"):
+        model.generate("Once", n_predict=2, n_ctx=-1)
+    with pytest.raises(ValueError, match="config = {'method': 'h2o'}: must be a squeezekv.KVCacheConfig"):
+        model.generate("Once", config={"method": "h2o"})
+    with pytest.raises(ValueError, match="config = "):
+        model.perplexity("Once upon a time", config={"method": "h2o"})
+    for name, value in (("n_predict", 2**31), ("n_batch", 2**40), ("top_k", -2**63), ("threads", 2**64),
+                        ("seed", -1), ("seed", 2**64)):
+        with pytest.raises(ValueError, match=f"{name} = {value}"):
+            model.generate("Once", **{name: value})
+    with pytest.raises(ValueError, match="n_ctx = 4294967296"):
+        model.sweep("Once upon a time", [squeezekv.KVCacheConfig(method="full")], n_ctx=2**32)
+    for fn, args, name in ((squeezekv.squeeze_budgets, ([0.5], 2**40), "avg_budget"),
+                           (squeezekv.pyramid_budgets, (2**31, 64), "n_layers"),
+                           (squeezekv.pyramid_budgets, (4, 64, -2**33), "n_sink")):
+        with pytest.raises(ValueError, match=name):
+            fn(*args)
+
+
+# Issue 64.5: KIVI that would compress nothing is refused by the library for Python too.
+def test_generate_refuses_kivi_that_compresses_nothing(model):
+    with pytest.raises(ValueError, match="residual_length = 128: more than half of squeeze_budget = 64"):
+        config = squeezekv.KVCacheConfig(method="h2o", squeeze_budget=64, kv_type="kivi2")
+        model.generate("Once upon a time", config=config, n_predict=4)
+    config = squeezekv.KVCacheConfig(method="h2o", squeeze_budget=64, kv_type="kivi2", residual_length=32)
+    assert len(model.generate("Once upon a time", config=config, n_predict=4, temperature=0)["tokens"]) == 4
 
 
 def test_text_is_always_valid_even_when_tokens_split_a_character(model):

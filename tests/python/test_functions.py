@@ -24,6 +24,15 @@ def test_bad_allocator_input():
         squeezekv.pyramid_budgets(4, 100, 4, 0.5)
 
 
+# Issue 64.4: an average of 2^31 - 1 (or 1.2e9) gave negative budgets; refused as the command line does.
+def test_an_average_beyond_the_command_lines_limit_is_refused():
+    for avg in (2**31 - 1, 1_200_000_000):
+        with pytest.raises(ValueError, match=f"avg_budget = {avg}: must be at most 1073741823"):
+            squeezekv.squeeze_budgets([0.1, 0.5, 0.9], avg, 4, 1.0)
+        with pytest.raises(ValueError, match=f"avg_budget = {avg}: must be at most 1073741823"):
+            squeezekv.pyramid_budgets(12, avg, 4, 2.0)
+
+
 def test_pyramid_example():
     assert squeezekv.pyramid_budgets(12, 512, 4, 2.0) == [1019, 927, 835, 742, 650, 558, 466, 374, 282, 189, 97, 5]
 

@@ -52,6 +52,11 @@ struct GenerateResult {
   bool stopped_at_eos = false;
 };
 
+// InvalidArgument naming the prompt unless a full cache fed n_prompt tokens, then n_predict more,
+// stays within n_ctx tokens (an evicting cache takes any length). generate, needle and the
+// commands over them check with this one rule.
+void require_fits_context(const KVCacheConfig& config, int64_t n_prompt, int64_t n_predict, int64_t n_ctx);
+
 // on_token is called with each generated token as soon as it is sampled (streaming). The prompt
 // is encoded with the model's special tokens (BOS where it asks for one).
 GenerateResult generate(Engine& engine, ModelCache& cache, const std::string& prompt, const GenerateOptions& options,

@@ -19,7 +19,7 @@ struct SweepAxis {
 };
 
 struct SweepSpec {
-  std::vector<std::string> methods;  // empty: every registered method
+  std::vector<std::string> methods;  // empty (or "all" alone): every registered method
   std::vector<int> budgets = {16, 32, 64, 128};
   // Further axes in the order given; a parameter without an axis keeps the base's value.
   std::vector<SweepAxis> axes;
