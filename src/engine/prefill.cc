@@ -60,7 +60,7 @@ void PromptFeed::finish(std::span<const int32_t> prompt) {
   start();
   if (!options_.as_prompt) return;
   const std::optional<ReconstructionPlan> plan =
-      options_.reconstruct && options_.reset && n_tokens_ > 0 ? context_reconstruction(cache_.config()) : std::nullopt;
+      options_.reconstruct && fresh_ && n_tokens_ > 0 ? context_reconstruction(cache_.config()) : std::nullopt;
   if (plan && int64_t(prompt.size()) == n_tokens_) {
     reconstruct_context(engine_, cache_, prompt, 0, 0, n_tokens_, plan->chunk, options_.n_batch);
   }
@@ -107,10 +107,10 @@ void prefill_streaming(Engine& engine, ModelCache& cache, std::span<const int32_
 
 void prefill(Engine& engine, ModelCache& cache, std::span<const int32_t> tokens, const PrefillOptions& options,
              std::vector<float>& logits, const std::function<void(int64_t)>& after_chunk) {
-  const std::optional<ReconstructionPlan> plan =
-      options.reconstruct && options.reset && options.as_prompt && !tokens.empty()
-          ? context_reconstruction(cache.config())
-          : std::nullopt;
+  const bool fresh = options.reset || cache.layer(0).tokens_seen() == 0;
+  const std::optional<ReconstructionPlan> plan = options.reconstruct && fresh && options.as_prompt && !tokens.empty()
+                                                     ? context_reconstruction(cache.config())
+                                                     : std::nullopt;
   if (plan && plan->streaming) {
     prefill_streaming(engine, cache, tokens, options, plan->chunk, logits, after_chunk);
     return;

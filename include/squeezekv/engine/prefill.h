@@ -23,7 +23,7 @@ struct PrefillOptions {
   bool reset = true;             // clear the cache first (false: continue where it stands)
   bool as_prompt = true;         // one prompt for the policies that act at its end (snapkv)
   Logits logits = Logits::last;  // what the last update returns (last or none; earlier ones: none)
-  // A prompt into a fresh cache (reset and as_prompt) whose policy scores by context
+  // A prompt into an empty cache (reset, or nothing seen yet) whose policy scores by context
   // reconstruction (kvzip) is reconstructed before it ends (engine/reconstruction.h): read once
   // after the whole prompt, or after every chunk when the policy streams. False: never.
   bool reconstruct = true;
@@ -57,6 +57,7 @@ class PromptFeed {
   PrefillOptions options_;
   int64_t clamp_;  // the span rule's distance (0: the rule does not apply)
   bool started_ = false;
+  bool fresh_ = false;  // the prompt goes into an empty cache (a context reconstruction may follow)
   int64_t fed_ = 0;
   int64_t chunk_end_ = 0;  // end of the n_batch chunk being fed
   int64_t piece_ = 0;      // its pieces' size (0: the chunk is one update)
