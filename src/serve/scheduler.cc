@@ -338,7 +338,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
     }
     if (!s->done) sessions.push_back({s->id, bytes, s->job.promise, s->cache->sliding_kept_bytes()});
   }
-  const size_t peak = resident + kept_bytes_;  // only this thread changes kept_bytes_
+  const size_t sessions_peak = resident;
   resident = 0;
   size_t sliding = 0;
   for (const auto& x : sessions) {  // what stays after this step
@@ -347,6 +347,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   }
   uint64_t finished = 0, prompt = 0;
   std::lock_guard lock(mutex_);
+  // The kept caches with the sessions (admission may drop kept caches from other threads, under
+  // this lock).
+  const size_t peak = sessions_peak + kept_bytes_;
   // Done sessions leave the step (kept order for the rest) and free their promise.
   const auto first_done =
       std::stable_partition(active.begin(), active.end(), [](const std::unique_ptr<Session>& s) { return !s->done; });
