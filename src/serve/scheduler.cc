@@ -377,7 +377,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Session>>& active) {
   }
   uint64_t finished = 0, prompt = 0;
   std::lock_guard lock(mutex_);
-  const size_t peak = sessions_peak + kept_bytes_;  // a restore may change it: read under the lock
+  // The kept caches with the sessions (admission may drop kept caches, and a restore add one, from
+  // other threads, under this lock).
+  const size_t peak = sessions_peak + kept_bytes_;
   // Done sessions leave the step (kept order for the rest) and free their promise.
   const auto first_done =
       std::stable_partition(active.begin(), active.end(), [](const std::unique_ptr<Session>& s) { return !s->done; });
