@@ -122,7 +122,10 @@ TEST(CacheFile, EveryPolicyAllocatorAndFormatContinuesExactly) {
   int runs = 0;
   for (const PolicyInfo* policy : all_policies()) {
     for (const AllocatorInfo* allocator : all_allocators()) {
-      if (policy->keeps_every_row != allocator->unbounded) continue;  // a pair the config refuses
+      // A pair the config refuses: the full policy and its unbounded allocator go together, and a
+      // ranking across layers takes only scores that rank across layers.
+      if (policy->keeps_every_row != allocator->unbounded) continue;
+      if (allocator->ranks_globally && !policy->ranks_across_layers) continue;
       for (const KVFormat& format : kKVFormats) {
         KVCacheConfig config = base_config();
         config.policy = std::string(policy->id);
