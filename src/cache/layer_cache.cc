@@ -329,17 +329,15 @@ void LayerCache::settle(ThreadPool* pool) {
   if (rows_.reconstruction) return;  // the reconstruction's rows leave at its end; nothing else moves
   const bool prompt_end = prompt_pending_;
   prompt_pending_ = false;
+  // Rows older than the span go first, so the policy fills its budget from rows within it.
+  const bool age = ages_rows();
+  const int64_t before = rows_.tokens_seen - config_.max_distance;
   if (heads_pinned_) {  // each head to the count a ranking across layers gave it
-    const int64_t before_pinned = rows_.tokens_seen - config_.max_distance;
     for (size_t h = 0; h < rows_.heads.size(); ++h) {
-      if (ages_rows()) evict_aged(rows_.heads[h], before_pinned);
+      if (age) evict_aged(rows_.heads[h], before);
       policy_->evict_head(rows_, int(h), head_budget(h));
     }
-    if (prompt_end) {
-      int most = 1;
-      for (const HeadStore& head : rows_.heads) most = std::max(most, head.n_live());
-      policy_->finish_prompt(rows_, most);
-    }
+    if (prompt_end) policy_->finish_prompt(rows_, std::max(1, tokens_kept()));  // no head exceeds it
     for_each_head(pool, total_slots() >= kParallelHeadSlots,
                   [&](size_t h) { settle_head(rows_.heads[h], prompt_end, head_budget(h)); });
     return;
@@ -347,9 +345,6 @@ void LayerCache::settle(ThreadPool* pool) {
   const int now = budget_at(rows_.tokens_seen);
   if (now != budget_now_) head_budgets_.clear();  // the last split shared another budget
   budget_now_ = now;
-  // Rows older than the span go first, so the policy fills its budget from rows within it.
-  const bool age = ages_rows();
-  const int64_t before = rows_.tokens_seen - config_.max_distance;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
   const bool worth_it = (policy_->bounded() || kivi_storage_ || prompt_end) && total_slots() >= kParallelHeadSlots;
@@ -415,9 +410,7 @@ void LayerCache::settle_split(ThreadPool* pool, bool prompt_end, bool worth_it) 
   if (prompt_end) {
     // The policy's own end of the prompt (snapkv turns to its decode rule), with a budget no head
     // exceeds: the split has chosen the rows.
-    int most = 1;
-    for (const HeadStore& head : rows_.heads) most = std::max(most, head.n_live());
-    policy_->finish_prompt(rows_, most);
+    policy_->finish_prompt(rows_, std::max(1, tokens_kept()));
   }
   for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end, head_budget(h)); });
 }

@@ -145,12 +145,6 @@ class LayerCache {
   int rows_per_head() const;
   int tokens_kept(int h) const { return head(h).n_live(); }
   HeadSplitRule head_split() const { return split_; }
-  // Each head holds its own count, chosen by a ranking across layers (the global allocator): the
-  // layer's heads together may hold more or fewer than heads x the average budget; the model's
-  // evicting layers together hold at most layers x heads x budget.
-  bool heads_pinned() const { return heads_pinned_; }
-  // A head's count: its share from a split or a ranking across layers, else the layer's budget.
-  int head_rows(int h) const { return head_budget(size_t(h)); }
   size_t kept_bytes() const;         // K and V bytes resident (allocated slots)
   size_t full_bytes() const;         // what an unevicted cache would hold (sliding: the window's rows)
   double compression_ratio() const;  // full / kept, 1 when nothing is kept
