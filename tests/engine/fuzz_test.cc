@@ -197,8 +197,8 @@ TEST(Fuzz, MutatedCacheFilesLoadOrFailCleanly) {
         const uint64_t how = rng() % 4;
         bytes[at] = how == 0   ? uint8_t(rng())
                     : how == 1 ? uint8_t(bytes[at] ^ (1u << (rng() % 8)))
-                    : how == 2 ? 0xFF
-                               : 0;
+                    : how == 2 ? uint8_t(0xFF)
+                               : uint8_t(0);
       }
       if (i % 5 == 0) bytes.resize(rng() % bytes.size());
       if (i % 2 == 0) fix_checksums(bytes);
