@@ -1,6 +1,7 @@
 #include "squeezekv/cache/layer_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -190,7 +191,9 @@ void LayerCache::begin_reconstruction(int64_t first, int64_t end) {
     require(false, "reconstruction chunk", range,
             "must be a non-empty range of the " + std::to_string(rows_.tokens_seen) + " positions the cache has seen");
   }
-  rows_.reconstruction = ReconstructionSpan{config_.n_sink, first, end, rows_.tokens_seen};
+  static std::atomic<uint64_t> next_id{1};
+  rows_.reconstruction = ReconstructionSpan{
+      config_.n_sink, first, end, rows_.tokens_seen, policy_->weighs_reconstruction_by_output(), next_id++};
 }
 
 void LayerCache::end_reconstruction() {

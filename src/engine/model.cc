@@ -220,10 +220,7 @@ void Model::embed(int32_t token, float* out) const {
   if (token < 0 || token >= config_.vocab) {  // the message only on failure: embed runs per token
     require(false, "token", token, "out of range [0, " + std::to_string(config_.vocab) + ")");
   }
-  if (token_embd_.repacked != nullptr) return dequantize_repacked_row(token_embd_, token, out);
-  const size_t row = row_bytes(token_embd_.type, token_embd_.n_cols);
-  dequantize_row(token_embd_.type, static_cast<const std::byte*>(token_embd_.data) + size_t(token) * row, out,
-                 token_embd_.n_cols);
+  dequantize_weight_row(token_embd_, token, out);
 }
 
 uint64_t Model::n_params() const {

@@ -1,10 +1,12 @@
 #include "squeezekv/engine/reconstruction.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/prefill.h"
+#include "squeezekv/ops/repacked_weights.h"
 
 namespace squeezekv {
 
@@ -19,7 +21,7 @@ void reconstruction_masks(const int64_t* positions, int n, const ReconstructionS
 }
 
 void reconstruction_weights(const float* in_softmax, const float* in_chunk, const float* probs, size_t group, size_t ld,
-                            int hi, float* dst) {
+                            int hi, float* dst, const OutputWeighting& by) {
   std::fill(dst, dst + hi, 0.0f);
   const auto n = size_t(hi);
   for (size_t i = 0; i < group; ++i) {
@@ -34,9 +36,47 @@ void reconstruction_weights(const float* in_softmax, const float* in_chunk, cons
     for (; s < n; ++s) in += double(p[s] * in_softmax[s]);
     for (const float x : part) in += double(x);
     if (!(in > 0.0)) continue;
-    const auto inv = float(1.0 / in);
-    for (s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s]);
+    const auto inv = float(1.0 / in) * by.query_scale;
+    if (by.out_norms == nullptr) {
+      for (s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s]);
+    } else {
+      const float* w = by.out_norms + i * by.ld;
+      for (s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s] * w[s]);
+    }
   }
+}
+
+std::vector<float> output_grams(const WeightMatrix& wo, int n_heads, int head_dim) {
+  require(n_heads >= 1 && head_dim >= 1 && wo.n_cols == int64_t(n_heads) * head_dim, "attention output columns",
+          wo.n_cols, "must be n_heads x head_dim = " + std::to_string(int64_t(n_heads) * head_dim));
+  const auto hd = size_t(head_dim);
+  std::vector<float> grams(size_t(n_heads) * hd * hd, 0.0f);
+  std::vector<float> row(size_t(wo.n_cols));
+  for (int64_t r = 0; r < wo.n_rows; ++r) {
+    dequantize_weight_row(wo, r, row.data());
+    for (size_t h = 0; h < size_t(n_heads); ++h) {
+      const float* w = row.data() + h * hd;
+      float* g = grams.data() + h * hd * hd;
+      for (size_t a = 0; a < hd; ++a) {
+        const float wa = w[a];
+        float* ga = g + a * hd;
+        for (size_t b = 0; b < hd; ++b) ga[b] += wa * w[b];
+      }
+    }
+  }
+  return grams;
+}
+
+float output_norm(const float* gram, const float* v, int head_dim) {
+  const auto hd = size_t(head_dim);
+  double sum = 0.0;
+  for (size_t a = 0; a < hd; ++a) {
+    const float* ga = gram + a * hd;
+    float dot = 0.0f;
+    for (size_t b = 0; b < hd; ++b) dot += ga[b] * v[b];
+    sum += double(v[a]) * double(dot);
+  }
+  return float(std::sqrt(std::max(sum, 0.0)));
 }
 
 std::vector<int32_t> reconstruction_tokens(const Tokenizer& tokenizer, std::span<const int32_t> context, int64_t first,

@@ -113,4 +113,13 @@ void dequantize_repacked_row(const WeightMatrix& w, int64_t row, float* out) {
   }
 }
 
+void dequantize_weight_row(const WeightMatrix& w, int64_t row, float* out) {
+  if (w.repacked != nullptr) return dequantize_repacked_row(w, row, out);
+  if (row < 0 || row >= w.n_rows) {  // the message only on failure: this runs once per token
+    require(false, "row", row, "out of range [0, " + std::to_string(w.n_rows) + ")");
+  }
+  const size_t bytes = row_bytes(w.type, w.n_cols);
+  dequantize_row(w.type, static_cast<const std::byte*>(w.data) + size_t(row) * bytes, out, w.n_cols);
+}
+
 }  // namespace squeezekv

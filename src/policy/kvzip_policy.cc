@@ -28,10 +28,12 @@ constexpr float kKept = std::numeric_limits<float>::infinity();
 
 class KVzipPolicy final : public PerHeadPolicy {
  public:
-  explicit KVzipPolicy(const ComponentParams& params) : n_sink_(params.n_sink) {}
+  explicit KVzipPolicy(const ComponentParams& params)
+      : n_sink_(params.n_sink), by_output_(params.get_text("kvzip_normalize") == "on") {}
   std::string_view name() const override { return "kvzip"; }
   bool bounded() const override { return done_; }  // the prompt is held until its rows are scored
   bool scores_reconstruction() const override { return true; }
+  bool weighs_reconstruction_by_output() const override { return by_output_; }
 
   void score_keys(LayerRows& layer, const UpdateRows& update) override {
     const float score = done_ ? kKept : kUnscored;
@@ -94,10 +96,12 @@ class KVzipPolicy final : public PerHeadPolicy {
 
  private:
   int64_t n_sink_;
+  bool by_output_;
   bool done_ = false;
 };
 
 constexpr std::string_view kModes[] = {"read-once", "streaming"};
+constexpr std::string_view kSwitch[] = {"on", "off"};
 
 const ParamSpec kParams[] = {
     {"kvzip_chunk",
@@ -129,11 +133,27 @@ const ParamSpec kParams[] = {
      nullptr,
      /*label=*/"mode",
      /*omit_if=*/"read-once"},
+    {"kvzip_normalize",
+     ParamKind::choice,
+     "off",
+     "kvzip: KVzip+ (on): each weight times the norm of the row's value through the attention output, over the "
+     "norm of the querying hidden state",
+     0,
+     0,
+     false,
+     kSwitch,
+     {},
+     true,
+     false,
+     nullptr,
+     /*label=*/"plus",
+     /*omit_if=*/"off"},
 };
 
 constexpr std::string_view kReads[] = {"n_sink"};
 
 constexpr ParamOverride kStreaming[] = {{"kvzip_mode", "streaming"}};
+constexpr ParamOverride kPlus[] = {{"kvzip_normalize", "on"}};
 
 constexpr MethodInfo kMethods[] = {
     {"kvzip", "kvzip", "global",
@@ -149,6 +169,10 @@ constexpr MethodInfo kMethods[] = {
     {"kvzip_stream", "kvzip", "global",
      "KVzip streaming: each chunk prefilled, reconstructed over the rows held, and compressed before the next",
      "Documents longer than memory: the peak is the budget plus one chunk", kStreaming},
+    {"kvzip_plus", "kvzip", "global",
+     "KVzip+: KVzip's weights times each row's value norm through the attention output, over the query's "
+     "hidden-state norm",
+     "Query-agnostic compression, the weighting of KVzip's follow-up (kvpress's kvzip_plus)", kPlus},
 };
 
 ReconstructionPlan plan(const ComponentParams& params) {

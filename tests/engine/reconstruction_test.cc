@@ -48,7 +48,14 @@ TEST(ReconstructionWeights, EqualASoftmaxOverTheSpanMaxedOverTheGroup) {
     }
     std::vector<float> got(n, -1.0f), in_softmax(n), in_chunk(n);
     reconstruction_masks(pos.data(), int(n), span, in_softmax.data(), in_chunk.data());
-    reconstruction_weights(in_softmax.data(), in_chunk.data(), probs.data(), group, ld, int(n), got.data());
+    // Odd trials weigh as KVzip+ does: per query head and row a factor, and one per query.
+    std::vector<float> out_norms(group * ld);
+    std::uniform_real_distribution<float> factor(0.1f, 4.0f);
+    for (float& w : out_norms) w = factor(rng);
+    const bool plus = trial % 2 == 1;
+    const float query_scale = plus ? factor(rng) : 1.0f;
+    const OutputWeighting by = plus ? OutputWeighting{out_norms.data(), ld, query_scale} : OutputWeighting{};
+    reconstruction_weights(in_softmax.data(), in_chunk.data(), probs.data(), group, ld, int(n), got.data(), by);
     for (size_t s = 0; s < n; ++s) {
       double want = 0.0;
       if (pos[s] != HeadStore::kFree && pos[s] >= 10 && pos[s] < 25) {
@@ -60,12 +67,40 @@ TEST(ReconstructionWeights, EqualASoftmaxOverTheSpanMaxedOverTheGroup) {
               sum += std::exp(double(logits[i * ld + r]));
             }
           }
-          want = std::max(want, std::exp(double(logits[i * ld + s])) / sum);
+          const double w = plus ? double(out_norms[i * ld + s]) * double(query_scale) : 1.0;
+          want = std::max(want, std::exp(double(logits[i * ld + s])) / sum * w);
         }
       }
       EXPECT_NEAR(got[s], want, 1e-6 * std::max(1.0, want)) << "trial " << trial << " row " << s;
     }
   }
+}
+
+// KVzip+'s output norms from the Gram matrices equal ||W_h v|| taken directly, W_h being query
+// head h's columns of the attention output projection (GGUF rows: one output dimension each).
+TEST(OutputGrams, GiveTheNormOfTheValueThroughEachHeadsColumns) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n_heads = 3, hd = 8, dim = 24;
+  std::vector<float> wo(size_t(dim) * n_heads * hd);
+  for (float& x : wo) x = normal(rng);
+  const WeightMatrix w{wo.data(), TensorType::f32, dim, int64_t(n_heads) * hd};
+  const std::vector<float> grams = output_grams(w, n_heads, hd);
+  ASSERT_EQ(grams.size(), size_t(n_heads * hd * hd));
+  for (int trial = 0; trial < 10; ++trial) {
+    std::vector<float> v(hd);
+    for (float& x : v) x = normal(rng);
+    for (int h = 0; h < n_heads; ++h) {
+      double sq = 0.0;
+      for (int r = 0; r < dim; ++r) {
+        double y = 0.0;
+        for (int a = 0; a < hd; ++a) y += double(wo[size_t(r) * n_heads * hd + size_t(h * hd + a)]) * v[size_t(a)];
+        sq += y * y;
+      }
+      EXPECT_NEAR(output_norm(grams.data() + size_t(h) * hd * hd, v.data(), hd), std::sqrt(sq), 1e-4 * std::sqrt(sq));
+    }
+  }
+  EXPECT_THROW(output_grams(w, 2, hd), InvalidArgument);  // 16 columns are not 24
 }
 
 TEST(ReconstructionTokens, ThePromptThenTheChunk) {
@@ -287,6 +322,48 @@ TEST(Kvzip, StreamingHoldsTheBudgetPlusOneChunk) {
   prefill(engine, *again, context, options, logits2);
   EXPECT_EQ(logits, logits2);
   EXPECT_EQ(scores_of(*cache), scores_of(*again));
+}
+
+// KVzip+ (kvzip_normalize on, the method kvzip_plus): its scores are not KVzip's, and they do not
+// depend on how the pass is cut into updates (the chunk's output norms are taken once and read by
+// every later update of its pass); a cache kept at a budget holds the best of them per head.
+TEST(Kvzip, PlusWeighsByOutputNormsTheSameInEveryUpdate) {
+  Engine engine(test::stories(), nullptr);
+  const std::vector<int32_t> context = story_tokens(300);
+  KVCacheConfig plus = kvzip(1000);
+  plus.set("kvzip_normalize", ParamValue(std::string("on")));
+  std::vector<float> logits;
+  PrefillOptions whole, pieces;
+  whole.n_batch = 1000;
+  pieces.n_batch = 37;
+  auto a = engine.make_cache(plus), b = engine.make_cache(plus), c = engine.make_cache(kvzip(1000));
+  prefill(engine, *a, context, whole, logits);
+  prefill(engine, *b, context, pieces, logits);
+  prefill(engine, *c, context, whole, logits);
+  const Scores x = scores_of(*a), y = scores_of(*b), z = scores_of(*c);
+  int differ = 0;
+  for (size_t l = 0; l < x.size(); ++l) {
+    for (size_t h = 0; h < x[l].size(); ++h) {
+      ASSERT_EQ(x[l][h].size(), 300u);
+      for (const auto& [p, s] : x[l][h]) {
+        if (p < 4) continue;  // sinks: never scored
+        ASSERT_TRUE(std::isfinite(s));
+        EXPECT_GE(s, 0.0f);
+        EXPECT_NEAR(y[l][h].at(p), s, 1e-4f * std::max(1.0f, s)) << "layer " << l << " head " << h << " pos " << p;
+        differ += std::fabs(z[l][h].at(p) - s) > 1e-3f * std::max(1.0f, s) ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(differ, 0);
+  KVCacheConfig method;
+  method.method = "kvzip_plus";
+  method.budget = 1000;
+  auto d = engine.make_cache(method);
+  prefill(engine, *d, context, whole, logits);
+  const Scores w = scores_of(*d);  // the global allocator over the same scores
+  for (size_t l = 0; l < x.size(); ++l) {
+    for (size_t h = 0; h < x[l].size(); ++h) EXPECT_EQ(w[l][h], x[l][h]) << "layer " << l << " head " << h;
+  }
 }
 
 TEST(Kvzip, AContextNoLongerThanTheSinksIsRefused) {

@@ -14,12 +14,17 @@ namespace squeezekv {
 // A context reconstruction under way (KVzip; engine/reconstruction.h): the chunk of the context
 // [first, end) being reconstructed, the sinks (positions < n_sink) and the reconstruction's own
 // rows (positions >= from, the positions the cache had seen when it began) are what its scores'
-// softmax is taken over.
+// softmax is taken over. `by_output`: each weight is also scaled by the row's value as the
+// attention output projects it over the query's hidden state (KVzip+; TokenPolicy::
+// weighs_reconstruction_by_output). `id`: no other reconstruction shares it, so that what is
+// derived from this chunk's rows may be kept while it lasts.
 struct ReconstructionSpan {
   int64_t n_sink = 0;
   int64_t first = 0;
   int64_t end = 0;
   int64_t from = 0;
+  bool by_output = false;
+  uint64_t id = 0;
   bool in_softmax(int64_t p) const { return p < n_sink || (p >= first && p < end) || p >= from; }
   bool in_chunk(int64_t p) const { return p >= first && p < end; }
 };

@@ -151,6 +151,10 @@ class Engine {
   // The cache wants, per KV head, [n, n_slots] probabilities summed over its query heads: token
   // t's row from its group's probabilities (group rows, ld apart), the first hi slots nonzero.
   void feed_probs(int g, int t, const float* probs, size_t ld, int hi, int n_slots, size_t probs_per_head);
+  // KVzip+ (engine_output_norms.cc): fills recon_out_ with ||W_O,h v|| of each slot of the chunk
+  // for each query head (0 elsewhere) and recon_qscale_ with 1 / ||x|| of rows [row0, row0 + n)
+  // of xb_, the attention's input.
+  void prepare_output_weighting(int l, const LayerCache& layer, int row0, int n);
 
   // ---- the allocator's measurement feed (engine_measure.cc)
   // Whether this cache's allocator measures the residual stream in the coming pass (its first).
@@ -186,6 +190,18 @@ class Engine {
   // [n_kv, 2, ld] with ld = the layer's largest n_slots.
   std::vector<float> recon_masks_;
   size_t recon_ld_ = 0;
+  // KVzip+ (ReconstructionSpan::by_output): per layer, its query heads' output Gram matrices
+  // (output_grams, built when first needed) and the chunk's rows' output norms [n_heads, chunk]
+  // with the id of the span they were taken for (the pass's later updates read them again).
+  struct ChunkOutputNorms {
+    uint64_t span = 0;
+    std::vector<float> norms;
+  };
+  std::vector<std::vector<float>> output_grams_;
+  std::vector<ChunkOutputNorms> chunk_out_norms_;
+  bool recon_by_output_ = false;     // attention(): this reconstruction weighs by output norms
+  std::vector<float> recon_out_;     // [n_kv, group, recon_ld_]: per slot and query head
+  std::vector<float> recon_qscale_;  // [n]: 1 / the query's hidden-state norm
   bool any_measure_ = false;         // forward_batch: some sequence measures this pass
   std::vector<float> keys_t_;        // attention_in_blocks: per KV head, keys [hd, ld] (transposed)
   std::vector<SeqSpan> spans_;       // forward_batch: per sequence

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "squeezekv/engine/engine.h"
+#include "squeezekv/ops/weight_matrix.h"
 
 namespace squeezekv {
 
@@ -34,12 +35,29 @@ inline constexpr int kReconstructionPromptMost = 96;
 void reconstruction_masks(const int64_t* positions, int n, const ReconstructionSpan& span, float* in_softmax,
                           float* in_chunk);
 
+// KVzip+'s factors (ReconstructionSpan::by_output): per query head, its weights times
+// `out_norms[i * ld + s]` (head i of the group, slot s: ||W_O,h v_s||), all times `query_scale`
+// (1 / the query's hidden-state norm). Plain KVzip: no out_norms, query_scale 1.
+struct OutputWeighting {
+  const float* out_norms = nullptr;
+  size_t ld = 0;
+  float query_scale = 1.0f;
+};
+
 // What a reconstruction feeds back for one query (the engine's attention, per KV head): per row of
 // [0, hi), the largest weight any of the `group` query heads pays it, each head's softmax taken
 // over the span's rows alone (its probabilities over every row, `probs` rows `ld` apart,
-// renormalised over the masks' softmax rows: the same softmax); 0 for a row outside the chunk.
+// renormalised over the masks' softmax rows: the same softmax), scaled as `by` says; 0 for a row
+// outside the chunk.
 void reconstruction_weights(const float* in_softmax, const float* in_chunk, const float* probs, size_t group, size_t ld,
-                            int hi, float* dst);
+                            int hi, float* dst, const OutputWeighting& by = {});
+
+// KVzip+: the Gram matrix G_h = W_h^T W_h [head_dim, head_dim] of each query head's columns W_h
+// of the attention output projection `wo` (GGUF layout: dim rows of n_heads * head_dim), so that
+// ||W_h v||^2 = v^T G_h v costs head_dim^2 a row instead of dim * head_dim. [n_heads, hd, hd].
+std::vector<float> output_grams(const WeightMatrix& wo, int n_heads, int head_dim);
+// sqrt(v^T G v) for one head's Gram matrix `gram` [hd, hd].
+float output_norm(const float* gram, const float* v, int head_dim);
 
 // The tokens that reconstruct context[first, end) (one chunk): the prompt, then the chunk.
 std::vector<int32_t> reconstruction_tokens(const Tokenizer& tokenizer, std::span<const int32_t> context, int64_t first,

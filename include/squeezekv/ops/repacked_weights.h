@@ -75,5 +75,8 @@ void repack_groups(const WeightMatrix& w, int64_t group_begin, int64_t group_end
 // Row `row` of a repacked matrix (w.repacked set), dequantised into out[0..n_cols): the same
 // floats as dequantize_row of the GGUF row.
 void dequantize_repacked_row(const WeightMatrix& w, int64_t row, float* out);
+// Row `row` of w dequantised into out[0..n_cols), from its repacked layout when it has one (the
+// GGUF pages of a repacked matrix are given back at load), else from the GGUF row.
+void dequantize_weight_row(const WeightMatrix& w, int64_t row, float* out);
 
 }  // namespace squeezekv

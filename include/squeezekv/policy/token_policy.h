@@ -41,6 +41,11 @@ class TokenPolicy {
   // the sinks, the chunk being reconstructed and the reconstruction's own rows; zero for a row
   // outside the chunk.
   virtual bool scores_reconstruction() const { return false; }
+  // KVzip+ (Kim et al.'s normalisation): each weight is divided by the norm of the querying token's
+  // hidden state (the attention's input) and multiplied by the norm of the row's value as the
+  // attention output projection maps it for that query head, ||W_O,h v||: the row's share of what
+  // the attention adds to the residual stream rather than of the softmax alone.
+  virtual bool weighs_reconstruction_by_output() const { return false; }
   virtual void score_reconstruction(LayerRows& /*layer*/, int /*head*/, const float* /*weights*/, int /*n_queries*/,
                                     int /*n_slots*/) {}
 
