@@ -100,12 +100,12 @@ TEST(KvzipPolicy, SaysWhatItCanDo) {
   EXPECT_TRUE(p.ranks_across_layers);
   ASSERT_NE(p.reconstruction, nullptr);
   KVCacheConfig c = kvzip(16, 4);
-  EXPECT_EQ(context_reconstruction(c)->chunk, 2048);
+  EXPECT_EQ(context_reconstruction(c)->chunk, 512);
   EXPECT_FALSE(context_reconstruction(c)->streaming);
   c.set("kvzip_mode", "streaming");
-  c.set("kvzip_chunk", int64_t(512));
+  c.set("kvzip_chunk", int64_t(2048));
   EXPECT_TRUE(context_reconstruction(c)->streaming);
-  EXPECT_EQ(context_reconstruction(c)->chunk, 512);
+  EXPECT_EQ(context_reconstruction(c)->chunk, 2048);
   EXPECT_THROW(c.set("kvzip_chunk", int64_t(8)), InvalidArgument);
   c.method = "h2o";
   EXPECT_FALSE(context_reconstruction(c).has_value());
