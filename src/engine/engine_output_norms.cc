@@ -32,7 +32,8 @@ void Engine::prepare_output_weighting(int l, const LayerCache& layer, int row0, 
         head.load_value(s, v.data());
         for (size_t i = 0; i < group; ++i) {
           const size_t h = g * group + i;
-          memo.norms[h * chunk + size_t(p - span.first)] = output_norm(grams.data() + h * hd * hd, v.data(), c.head_dim);
+          memo.norms[h * chunk + size_t(p - span.first)] =
+              output_norm(grams.data() + h * hd * hd, v.data(), c.head_dim);
         }
       }
     };
