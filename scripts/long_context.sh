@@ -45,13 +45,13 @@ combos=("${needle_at[@]}" --lengths 4096 --budget-shares "$shares" --methods "$m
 
 # Query-agnostic compression (read once, ask later): kvzip read once and streaming, under the
 # global ranking and under squeeze, beside the cheap query-agnostic baselines and the cumulative
-# scorers, at 10 and 25 % of the rows, and kvzip alone at 5 % (pieces kvzip-*).
-methods_kvzip=full,kvzip,kvzip_stream,kvzip_uniform,squeeze_kvzip,expected_attention,keydiff,h2o,squeeze,snapkv
+# scorers, at 10 and 25 % of the rows, and kvzip alone at 5 % (pieces kvzip-*); kvzip_plus beside it.
+methods_kvzip=full,kvzip,kvzip_plus,kvzip_stream,kvzip_uniform,squeeze_kvzip,expected_attention,keydiff,h2o,squeeze,snapkv
 kvzip_shares=0.1,0.25
 kvzip=("${needle_at[@]}" --budget-shares "$kvzip_shares" --methods "$methods_kvzip")
 qwen=${QWEN:-$HOME/.cache/squeezekv/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
 on_qwen=(build/squeezekv needle -m "$qwen" --task single -t "$threads" --samples "$samples" --seed 0 --resume
-  --depths "$depths" --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_uniform,kvzip_stream,squeeze)
+  --depths "$depths" --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_plus,kvzip_uniform,kvzip_stream,squeeze)
 
 pieces=(kvzip-2k kvzip-4k kvzip-5pct kvzip-8k-a kvzip-8k-b kvzip-tasks kvzip-questions kvzip-qwen-4k kvzip-qwen-8k kvzip-books
   kvzip-cost combos-qaw combos-qag combos-kernel combos-kernel-grid combos-books-emma combos-books-kjv combos-kernel-books combos-books-2pct combos-gemma3 combos-gemma3-qag combos-gemma3-books
@@ -173,7 +173,7 @@ run_piece() {
         local stem
         stem=kvzip_cost_$(basename "$m" .gguf)
         [[ -s $out/$stem.json ]] && continue
-        build/squeezekv bench -m "$m" -p 2048,4096 -n 0 -r 3 -t "$threads" --method full,kvzip --budget 8192 \
+        build/squeezekv bench -m "$m" -p 2048,4096 -n 0 -r 3 -t "$threads" --method full,kvzip,kvzip_plus --budget 8192 \
           --bandwidth-mib 0 -o json > "$out/$stem.json"
       done
       ;;

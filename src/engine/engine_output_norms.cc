@@ -21,12 +21,16 @@ void Engine::prepare_output_weighting(int l, const LayerCache& layer, int row0, 
   const auto chunk = size_t(span.end - span.first);
   ChunkOutputNorms& memo = chunk_out_norms_[size_t(l)];
   if (memo.span != span.id) {
-    // Per KV head, its chunk rows' values decoded once, then one quadratic form per query head.
+    // Per KV head and part of its slots, each row's value decoded once, then one quadratic form per
+    // query head.
     memo.norms.assign(n_heads * chunk, 0.0f);
-    auto task = [&](size_t g, size_t /*worker*/) {
+    constexpr size_t kParts = 8;
+    auto task = [&](size_t index, size_t /*worker*/) {
+      const size_t g = index / kParts, part = index % kParts;
       const HeadStore& head = layer.head(int(g));
+      const auto n_slots = size_t(head.n_slots());
       std::vector<float> v(hd);
-      for (int s = 0; s < head.n_slots(); ++s) {
+      for (auto s = int(n_slots * part / kParts); s < int(n_slots * (part + 1) / kParts); ++s) {
         const int64_t p = head.positions()[s];
         if (!head.live(s) || !span.in_chunk(p)) continue;
         head.load_value(s, v.data());
@@ -37,10 +41,10 @@ void Engine::prepare_output_weighting(int l, const LayerCache& layer, int row0, 
         }
       }
     };
-    if (pool_ != nullptr && c.n_kv_heads > 1) {
-      pool_->parallel_for(size_t(c.n_kv_heads), task);
+    if (pool_ != nullptr) {
+      pool_->parallel_for(size_t(c.n_kv_heads) * kParts, task);
     } else {
-      for (size_t g = 0; g < size_t(c.n_kv_heads); ++g) task(g, 0);
+      for (size_t i = 0; i < size_t(c.n_kv_heads) * kParts; ++i) task(i, 0);
     }
     memo.span = span.id;
   }

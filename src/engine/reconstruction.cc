@@ -72,8 +72,15 @@ float output_norm(const float* gram, const float* v, int head_dim) {
   double sum = 0.0;
   for (size_t a = 0; a < hd; ++a) {
     const float* ga = gram + a * hd;
+    // Eight partial sums, so that the compiler may keep them in one vector.
+    float part[8] = {};
+    size_t b = 0;
+    for (; b + 8 <= hd; b += 8) {
+      for (size_t j = 0; j < 8; ++j) part[j] += ga[b + j] * v[b + j];
+    }
     float dot = 0.0f;
-    for (size_t b = 0; b < hd; ++b) dot += ga[b] * v[b];
+    for (; b < hd; ++b) dot += ga[b] * v[b];
+    for (const float x : part) dot += x;
     sum += double(v[a]) * double(dot);
   }
   return float(std::sqrt(std::max(sum, 0.0)));
