@@ -371,6 +371,7 @@ INSTANTIATE_TEST_SUITE_P(
         // ranking over scores that do not rank across layers, --questions beyond what fits.
         BadInput{"generate " + kModel + " --method kvzip --kvzip-chunk 8", "kvzip_chunk = 8: must lie in [16, "},
         BadInput{"generate " + kModel + " --method kvzip --kvzip-mode fast", "kvzip_mode = fast: expected read-once"},
+        BadInput{"generate " + kModel + " --method kvzip --kvzip-normalize yes", "kvzip_normalize = yes: expected on"},
         BadInput{"generate " + kModel + " --method kvzip -p a -n 2",
                  "context = 2 tokens: must be longer than the sinks (n_sink = 4)"},
         BadInput{"generate " + kModel + " --method h2o --allocator global",
