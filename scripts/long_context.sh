@@ -34,6 +34,9 @@ depths=${DEPTHS:-0,0.25,0.5,0.75,1}
 # The needle command every SmolLM2 grid piece runs, before its depths, lengths, shares and methods;
 # needle_at with the grid's depths, needle with its shares too. (The CLI refuses an option given
 # twice, so the 8k halves, with depths of their own, start from needle_cmd.)
+# "8k" needles: the longest prompt whose full cache (the prompt and the task's 16 answer tokens)
+# fits SmolLM2's context of 8,192 tokens, which needle checks before it runs.
+len_8k=8176
 needle_cmd=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0 --resume)
 needle_at=("${needle_cmd[@]}" --depths "$depths")
 grid=(--budget-shares "$shares" --importances key-dispersion,hidden-cosine)
@@ -95,7 +98,7 @@ run_piece() {
     combos-kernel-grid)
       # The best query-aware configuration of combos-kernel (snapkv's 31-position pooling) at 10 %
       # of the rows on the grid's five depths, at 4096 and 8192 tokens.
-      "${needle_at[@]}" --lengths 4096,8192 --budget-shares 0.1 --methods full,snapkv,squeeze_snapkv --kernels 31 \
+      "${needle_at[@]}" --lengths 4096,"$len_8k" --budget-shares 0.1 --methods full,snapkv,squeeze_snapkv --kernels 31 \
         --question-in-prompt --json "$out/combos_qaw_kernel.jsonl"
       ;;
     combos-kernel-books)
@@ -136,7 +139,7 @@ run_piece() {
     kvzip-8k-a | kvzip-8k-b)
       local half=0,0.25,0.5
       [[ $1 == kvzip-8k-b ]] && half=0.75,1
-      "${needle_cmd[@]}" --depths "$half" --lengths 8192 --budget-shares "$kvzip_shares" --methods "$methods_kvzip" \
+      "${needle_cmd[@]}" --depths "$half" --lengths "$len_8k" --budget-shares "$kvzip_shares" --methods "$methods_kvzip" \
         --json "$out/kvzip_qag.jsonl"
       ;;
     kvzip-tasks)
@@ -179,8 +182,8 @@ run_piece() {
       ;;
     qag-1k2k) "${needle[@]}" --lengths 1024,2048 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qag-4k) "${needle[@]}" --lengths 4096 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
-    qag-8k-a) "${needle_cmd[@]}" "${grid[@]}" --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
-    qag-8k-b) "${needle_cmd[@]}" "${grid[@]}" --lengths 8192 --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-8k-a) "${needle_cmd[@]}" "${grid[@]}" --lengths "$len_8k" --depths 0,0.25,0.5 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
+    qag-8k-b) "${needle_cmd[@]}" "${grid[@]}" --lengths "$len_8k" --depths 0.75,1 --methods "$methods_all" --json "$out/needle_qag.jsonl" ;;
     qaw-1k2k | qaw-4k)
       local lengths=1024,2048
       [[ $1 == qaw-4k ]] && lengths=4096
@@ -188,11 +191,11 @@ run_piece() {
         --json "$out/needle_qaw.jsonl"
       ;;
     qaw-8k-a)
-      "${needle_cmd[@]}" "${grid[@]}" --question-in-prompt --lengths 8192 --depths 0,0.25,0.5 --methods "$methods_scoring" \
+      "${needle_cmd[@]}" "${grid[@]}" --question-in-prompt --lengths "$len_8k" --depths 0,0.25,0.5 --methods "$methods_scoring" \
         --json "$out/needle_qaw.jsonl"
       ;;
     qaw-8k-b)
-      "${needle_cmd[@]}" "${grid[@]}" --question-in-prompt --lengths 8192 --depths 0.75,1 --methods "$methods_scoring" \
+      "${needle_cmd[@]}" "${grid[@]}" --question-in-prompt --lengths "$len_8k" --depths 0.75,1 --methods "$methods_scoring" \
         --json "$out/needle_qaw.jsonl"
       ;;
     storage | storage-shares)
