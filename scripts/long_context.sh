@@ -97,7 +97,7 @@ run_piece() {
       ;;
     combos-kernel-grid)
       # The best query-aware configuration of combos-kernel (snapkv's 31-position pooling) at 10 %
-      # of the rows on the grid's five depths, at 4096 and 8192 tokens.
+      # of the rows on the grid's five depths, at 4096 and 8176 tokens.
       "${needle_at[@]}" --lengths 4096,"$len_8k" --budget-shares 0.1 --methods full,snapkv,squeeze_snapkv --kernels 31 \
         --question-in-prompt --json "$out/combos_qaw_kernel.jsonl"
       ;;
