@@ -61,8 +61,7 @@ void Engine::attention(int l, LayerCache& layer, int row0, int n, int64_t pos0, 
       float* m = recon_masks_.data() + size_t(g) * 2 * recon_ld_;
       reconstruction_masks(layer.head(g).positions(), layer.head(g).n_slots(), *feed_span_, m, m + recon_ld_);
     }
-    recon_by_output_ = feed_span_->by_output;
-    if (recon_by_output_) prepare_output_weighting(l, layer, row0, n);
+    if (feed_span_->by_output) prepare_output_weighting(l, layer, row0, n);
   }
   const size_t probs_per_head = size_t(n) * size_t(max_slots);
   if (feed && group_probs_.size() < size_t(c.n_kv_heads) * probs_per_head) {
@@ -156,7 +155,8 @@ void Engine::feed_probs(int g, int t, const float* probs, size_t ld, int hi, int
   if (feed_span_ != nullptr) {
     const float* m = recon_masks_.data() + size_t(g) * 2 * recon_ld_;
     OutputWeighting by;
-    if (recon_by_output_) by = {recon_out_.data() + size_t(g) * group * recon_ld_, recon_ld_, recon_qscale_[size_t(t)]};
+    if (feed_span_->by_output)
+      by = {recon_out_.data() + size_t(g) * group * recon_ld_, recon_ld_, recon_qscale_[size_t(t)]};
     reconstruction_weights(m, m + recon_ld_, probs, group, ld, hi, dst, by);
     std::fill(dst + hi, dst + n_slots, 0.0f);
     return;

@@ -6,6 +6,7 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/prefill.h"
+#include "squeezekv/ops/model_ops.h"
 #include "squeezekv/ops/repacked_weights.h"
 
 namespace squeezekv {
@@ -26,22 +27,14 @@ void reconstruction_weights(const float* in_softmax, const float* in_chunk, cons
   const auto n = size_t(hi);
   for (size_t i = 0; i < group; ++i) {
     const float* p = probs + i * ld;
-    // Eight partial sums, so that the compiler may keep them in one vector.
-    float part[8] = {};
-    size_t s = 0;
-    for (; s + 8 <= n; s += 8) {
-      for (size_t j = 0; j < 8; ++j) part[j] += p[s + j] * in_softmax[s + j];
-    }
-    double in = 0.0;
-    for (; s < n; ++s) in += double(p[s] * in_softmax[s]);
-    for (const float x : part) in += double(x);
+    const double in = double(dot(p, in_softmax, int64_t(n)));  // the span's share of the softmax
     if (!(in > 0.0)) continue;
     const auto inv = float(1.0 / in) * by.query_scale;
     if (by.out_norms == nullptr) {
-      for (s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s]);
+      for (size_t s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s]);
     } else {
       const float* w = by.out_norms + i * by.ld;
-      for (s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s] * w[s]);
+      for (size_t s = 0; s < n; ++s) dst[s] = std::max(dst[s], p[s] * inv * in_chunk[s] * w[s]);
     }
   }
 }
@@ -70,19 +63,7 @@ std::vector<float> output_grams(const WeightMatrix& wo, int n_heads, int head_di
 float output_norm(const float* gram, const float* v, int head_dim) {
   const auto hd = size_t(head_dim);
   double sum = 0.0;
-  for (size_t a = 0; a < hd; ++a) {
-    const float* ga = gram + a * hd;
-    // Eight partial sums, so that the compiler may keep them in one vector.
-    float part[8] = {};
-    size_t b = 0;
-    for (; b + 8 <= hd; b += 8) {
-      for (size_t j = 0; j < 8; ++j) part[j] += ga[b + j] * v[b + j];
-    }
-    float dot = 0.0f;
-    for (; b < hd; ++b) dot += ga[b] * v[b];
-    for (const float x : part) dot += x;
-    sum += double(v[a]) * double(dot);
-  }
+  for (size_t a = 0; a < hd; ++a) sum += double(v[a]) * double(dot(gram + a * hd, v, head_dim));
   return float(std::sqrt(std::max(sum, 0.0)));
 }
 

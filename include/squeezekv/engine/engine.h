@@ -199,7 +199,6 @@ class Engine {
   };
   std::vector<std::vector<float>> output_grams_;
   std::vector<ChunkOutputNorms> chunk_out_norms_;
-  bool recon_by_output_ = false;     // attention(): this reconstruction weighs by output norms
   std::vector<float> recon_out_;     // [n_kv, group, recon_ld_]: per slot and query head
   std::vector<float> recon_qscale_;  // [n]: 1 / the query's hidden-state norm
   bool any_measure_ = false;         // forward_batch: some sequence measures this pass
