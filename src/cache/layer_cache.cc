@@ -11,16 +11,15 @@
 #include "squeezekv/cache/conserved_schedule.h"
 #include "squeezekv/cache/coordinator.h"
 #include "squeezekv/base/errors.h"
-#include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/thread_pool.h"
 #include "cache/exclusive.h"
 #include "cache/sliding_window.h"
 
 namespace squeezekv {
 
-LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, int budget,
-                       std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator,
-                       std::atomic<bool>* shared_busy)
+LayerCache::LayerCache(const KVCacheConfig& config, const StorageParams& storage, HeadSplitRule split, int layer_index,
+                       int n_kv_heads, int n_batch, int budget, std::unique_ptr<TokenPolicy> policy,
+                       BudgetCoordinator* coordinator, std::atomic<bool>* shared_busy)
     : config_(config),
       layer_index_(layer_index),
       initial_budget_(budget),
@@ -28,30 +27,32 @@ LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_he
       budget_now_(budget),
       budget_final_(coordinator == nullptr),
       policy_(std::move(policy)),
+      split_(split),
       coordinator_(coordinator),
+      storage_(storage),
       busy_(shared_busy ? shared_busy : &own_busy_) {
   require(n_kv_heads >= 1 && n_kv_heads <= kMaxCacheHeads, "n_kv_heads", n_kv_heads,
           "must lie in [1, " + std::to_string(kMaxCacheHeads) + "]");
   require(n_batch >= 1 && n_batch <= kMaxCacheBatch, "n_batch", n_batch,
           "must lie in [1, " + std::to_string(kMaxCacheBatch) + "]");
   require(budget >= 1, "budget", budget, "must be at least 1");
-  for (const KVType t : {config.key_type(), config.value_type()}) {
-    const std::string why = kv_type_unfit(t, size_t(config.head_dim));
-    require(why.empty(), "kv_type", to_string(t), why + " (head_dim = " + std::to_string(config.head_dim) + ")");
-  }
+  if (const std::string unfit = storage_unfit(storage); !unfit.empty()) throw InvalidArgument(unfit);
   rows_.n_batch = n_batch;
   rows_.n_kv_heads = n_kv_heads;
-  kivi_storage_ = kv_kivi(config.key_type()) || kv_kivi(config.value_type());
-  const KiviLayout kivi{config.kivi_group, config.kivi_residual, config.kivi_sinks()};
+  grouped_storage_ = kv_kivi(storage.key) || kv_kivi(storage.value);
+  const KiviLayout kivi{storage.kivi_group, storage.kivi_residual, storage.fp16_below};
   rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads),
-                     HeadStore(config.head_dim, config.key_type(), config.value_type(), kivi));
+                     HeadStore(storage.head_dim, storage.key, storage.value, kivi));
   update_.slots.resize(rows_.heads.size());
-  // A config without a known method (a layer built from parts) splits only when told to.
-  if (config.head_split != "auto" || method_or_null(config.method) != nullptr) split_ = head_split_rule(config);
   if (coordinator_) {
     coordinator_->attach(layer_index, [this](int b) { apply_budget(b, true); });
   }
 }
+
+LayerCache::LayerCache(const KVCacheConfig& config, const CacheParts& parts, int layer_index, int n_kv_heads,
+                       int n_batch, int budget, BudgetCoordinator* coordinator, std::atomic<bool>* shared_busy)
+    : LayerCache(config, parts.storage, parts.head_split, layer_index, n_kv_heads, n_batch, budget, parts.make_policy(),
+                 coordinator, shared_busy) {}
 
 namespace {
 
@@ -65,25 +66,25 @@ int sliding_window(const LayerKind& kind) {
 
 }  // namespace
 
-LayerCache::LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, LayerKind window_kind,
-                       std::atomic<bool>* shared_busy)
-    : LayerCache(config, layer_index, n_kv_heads, n_batch, sliding_window(window_kind), make_sliding_window_rows(),
-                 nullptr, shared_busy) {
+// A window holds the same newest rows in every head: no head split.
+LayerCache::LayerCache(const KVCacheConfig& config, const CacheParts& parts, int layer_index, int n_kv_heads,
+                       int n_batch, LayerKind window_kind, std::atomic<bool>* shared_busy)
+    : LayerCache(config, parts.storage, HeadSplitRule::uniform, layer_index, n_kv_heads, n_batch,
+                 sliding_window(window_kind), make_sliding_window_rows(), nullptr, shared_busy) {
   kind_ = window_kind;
-  split_ = HeadSplitRule::uniform;  // a window holds the same newest rows in every head
 }
 
 void LayerCache::check_finite(const float* data, size_t n, const char* what) const {
   // An f16 cache would store a finite f32 beyond 65504 as inf, silently; the block formats keep
   // their scales in fp16 and take the same range.
-  const bool f32 = config_.key_type() == KVType::f32 && config_.value_type() == KVType::f32;
+  const bool f32 = storage_.key == KVType::f32 && storage_.value == KVType::f32;
   const float limit = f32 ? std::numeric_limits<float>::max() : 65504.0f;
   for (size_t i = 0; i < n; ++i) {
     if (!(std::fabs(data[i]) <= limit)) {  // also catches NaN
       const bool finite = std::isfinite(data[i]);
       throw InvalidArgument(std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(data[i]) +
-                            (finite ? ": beyond the fp16 range (|x| <= 65504) of the " + to_string(config_.key_type()) +
-                                          "/" + to_string(config_.value_type()) + " cache (layer "
+                            (finite ? ": beyond the fp16 range (|x| <= 65504) of the " + to_string(storage_.key) + "/" +
+                                          to_string(storage_.value) + " cache (layer "
                                     : ": keys and values must be finite (layer ") +
                             std::to_string(layer_index_) + ")");
     }
@@ -134,7 +135,7 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   const size_t per_head = size_t(n_tokens) * size_t(dim);
   // Storing goes with the values stored (a prompt chunk), except that KIVI's storage also regroups
   // held rows, work that goes with the slots.
-  const bool worth_it = int64_t(n) >= kParallelHeadValues || (kivi_storage_ && total_slots() >= kParallelHeadSlots);
+  const bool worth_it = int64_t(n) >= kParallelHeadValues || (grouped_storage_ && total_slots() >= kParallelHeadSlots);
   for_each_head(pool, worth_it, [&](size_t h) {
     update_.slots[h].clear();
     rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens, rows_.tokens_seen,
@@ -350,7 +351,7 @@ void LayerCache::settle(ThreadPool* pool) {
   budget_now_ = now;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
-  const bool worth_it = (policy_->bounded() || kivi_storage_ || prompt_end) && total_slots() >= kParallelHeadSlots;
+  const bool worth_it = (policy_->bounded() || grouped_storage_ || prompt_end) && total_slots() >= kParallelHeadSlots;
   if (split_ != HeadSplitRule::uniform && (policy_->bounded() || prompt_end)) {
     if (age) {
       for (HeadStore& head : rows_.heads) evict_aged(head, before);

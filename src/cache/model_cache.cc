@@ -3,14 +3,14 @@
 #include "cache/exclusive.h"
 #include "squeezekv/alloc/head_split.h"
 #include "squeezekv/base/errors.h"
-#include "squeezekv/methods/registry.h"
+#include "squeezekv/methods/cache_parts.h"
 
 namespace squeezekv {
 
 ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads, int n_batch,
                        std::vector<LayerKind> layer_kinds)
     : config_(config), kinds_(std::move(layer_kinds)) {
-  config.validate();
+  const CacheParts parts = resolve_cache_parts(config);  // validates the config
   require(n_layers >= 1 && n_layers <= kMaxCacheLayers, "n_layers", n_layers,
           "must lie in [1, " + std::to_string(kMaxCacheLayers) + "]");
   require(n_kv_heads >= 1 && n_kv_heads <= kMaxCacheHeads, "n_kv_heads", n_kv_heads,
@@ -33,8 +33,8 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
   // only has no schedule at all).
   std::vector<int> budgets(size_t(n_layers), 0);
   if (n_evicting > 0) {
-    std::shared_ptr<const BudgetAllocator> allocator = make_allocator(config);
-    if (resolved_allocator_info(config).ranks_globally) allocator_ = allocator;
+    const std::shared_ptr<const BudgetAllocator>& allocator = parts.allocator;
+    if (parts.ranks_globally) allocator_ = allocator;
     std::vector<int> schedule;
     if (allocator->source() != MeasureSource::none) {
       coordinator_ = std::make_unique<BudgetCoordinator>(n_layers, allocator, evicting);
@@ -49,10 +49,10 @@ ModelCache::ModelCache(const KVCacheConfig& config, int n_layers, int n_kv_heads
   for (int i = 0; i < n_layers; ++i) {
     const LayerKind& kind = kinds_[size_t(i)];
     if (kind.is_sliding()) {
-      layers_.push_back(std::make_unique<LayerCache>(config, i, n_kv_heads, n_batch, kind, &busy_));
+      layers_.push_back(std::make_unique<LayerCache>(config, parts, i, n_kv_heads, n_batch, kind, &busy_));
     } else {
-      layers_.push_back(std::make_unique<LayerCache>(config, i, n_kv_heads, n_batch, budgets[size_t(i)],
-                                                     make_token_policy(config), coordinator_.get(), &busy_));
+      layers_.push_back(std::make_unique<LayerCache>(config, parts, i, n_kv_heads, n_batch, budgets[size_t(i)],
+                                                     coordinator_.get(), &busy_));
     }
   }
   // One schedule, conserved as the layers fill: a fixed one (uniform, pyramid) from now, a measured
@@ -195,11 +195,11 @@ double ModelCache::compression_ratio() const {
 
 std::unique_ptr<LayerCache> KVCacheFactory::create(const KVCacheConfig& config, int n_kv_heads, int n_batch,
                                                    LayerKind kind) {
-  config.validate();
+  const CacheParts parts = resolve_cache_parts(config);  // validates the config
   validate(kind, "kind.window");
-  if (kind.is_sliding()) return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, kind);
-  const int budget = keeps_every_row(config) ? kUnbounded : config.resolved_budget.value_or(config.budget);
-  return std::make_unique<LayerCache>(config, 0, n_kv_heads, n_batch, budget, make_token_policy(config), nullptr);
+  if (kind.is_sliding()) return std::make_unique<LayerCache>(config, parts, 0, n_kv_heads, n_batch, kind);
+  const int budget = parts.keeps_every_row ? kUnbounded : config.resolved_budget.value_or(config.budget);
+  return std::make_unique<LayerCache>(config, parts, 0, n_kv_heads, n_batch, budget, nullptr);
 }
 
 std::unique_ptr<ModelCache> KVCacheBuilder::for_model(int n_layers, const KVCacheConfig& config, int n_kv_heads,

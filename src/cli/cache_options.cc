@@ -85,7 +85,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, std::initializer_list<std
     std::string help(spec->help);
     if (spec->kind == ParamKind::text) help += ": " + id_list(name);
     help += owner_note(name);
-    const bool field = param_owners(name).front() == "cache";
+    const bool field = param_owners(name).front() == "cache" || storage_owning(name) != nullptr;
     auto* option = app.add_option(spec->cli_flag(), o.given[name], help)->group(field ? "Cache" : "Method parameters");
     auto def = o.command_defaults.find(name);
     const std::string default_text = def != o.command_defaults.end() ? def->second : std::string(spec->default_value);
@@ -96,14 +96,18 @@ void add_cache_options(CLI::App& app, CacheOptions& o, std::initializer_list<std
 }
 
 void require_effective(const CacheOptions& o, const KVCacheConfig& config) {
-  const bool kivi = kv_kivi(config.key_type()) || kv_kivi(config.value_type());
+  const StorageParams storage = storage_params(config);
   const std::string policy = resolved_policy(config), allocator = resolved_allocator(config);
   for (const auto& [name, option] : o.options) {
     if (option->count() == 0) continue;
     const std::string given = require_param(name).cli_flag() + " = " + o.given.at(name);
-    if ((name == "kivi_group" || name == "kivi_residual" || name == "kivi_fp16_sinks") && !kivi) {
-      throw InvalidArgument(given + ": has no effect with --kv-type " + to_string(config.key_type()) +
-                            " (KIVI storage only: --kv-type, --k-type or --v-type kivi2 or kivi4)");
+    if (const StorageInfo* owner = storage_owning(name); owner != nullptr && !storage_in_use(*owner, storage)) {
+      std::string formats;
+      for (const KVFormat& f : kKVFormats) {
+        if (owner->stores(f.type)) formats += (formats.empty() ? "" : " or ") + std::string(f.name);
+      }
+      throw InvalidArgument(given + ": has no effect with --kv-type " + to_string(config.key_type()) + " (" +
+                            std::string(owner->id) + " storage only: --kv-type, --k-type or --v-type " + formats + ")");
     }
     if (name == "max_distance" && (keeps_every_row(config) || config.positions != PositionRule::span)) {
       throw InvalidArgument(given + ": has no effect with " +
@@ -111,7 +115,8 @@ void require_effective(const CacheOptions& o, const KVCacheConfig& config) {
                                                      : "--positions " + to_string(config.positions) + " (span only)"));
     }
     const std::vector<std::string> owners = param_owners(name);
-    if (owners.empty() || owners.front() == "cache") continue;  // a field every cache reads
+    // A field every cache reads, or a storage's (checked above).
+    if (owners.empty() || owners.front() == "cache" || storage_owning(name) != nullptr) continue;
     if (std::find(owners.begin(), owners.end(), "policy " + policy) == owners.end() &&
         std::find(owners.begin(), owners.end(), "allocator " + allocator) == owners.end()) {
       throw InvalidArgument(given + ": has no effect with --method " + cache_label(config) + " (read by " +

@@ -79,11 +79,16 @@ void print_json() {
                        {"bits_per_value", kv_bits_per_value(f.type, 128)},
                        {"bits_per_value_head_dim_8", kv_bits_per_value(f.type, 8)}});
   }
-  const nlohmann::json doc = {{"methods", methods},
-                              {"policies", policies},
-                              {"allocators", allocators},
-                              {"parameters", params},
-                              {"kv_types", formats}};
+  nlohmann::json storage = nlohmann::json::array();
+  for (const StorageInfo* s : all_storage()) {
+    nlohmann::json stores = nlohmann::json::array();
+    for (const KVFormat& f : kKVFormats) {
+      if (s->stores(f.type)) stores.push_back(f.name);
+    }
+    storage.push_back({{"id", s->id}, {"summary", s->summary}, {"parameters", s->params}, {"kv_types", stores}});
+  }
+  const nlohmann::json doc = {{"methods", methods},   {"policies", policies}, {"allocators", allocators},
+                              {"parameters", params}, {"kv_types", formats},  {"storage", storage}};
   std::printf("%s\n", doc.dump(2).c_str());
 }
 
@@ -120,13 +125,20 @@ void print_text() {
           able.c_str());
     }
   }
-  std::printf("\nK/V storage formats (--kv-type, or --k-type / --v-type apart), bits per value:\n");
-  for (const KVFormat& f : kKVFormats) {
-    std::printf("  %-6s %5.2g bits (%4.2g at head_dim 8)  %s\n", std::string(f.name).c_str(),
-                kv_bits_per_value(f.type, 128), kv_bits_per_value(f.type, 8), std::string(f.summary).c_str());
+  std::printf("\nK/V storage (--kv-type, or --k-type / --v-type apart), bits per value:\n");
+  for (const StorageInfo* s : all_storage()) {
+    std::string own;
+    for (const std::string_view p : s->params) own += (own.empty() ? "" : ", ") + std::string(p);
+    std::printf("  %s: %s%s%s\n", std::string(s->id).c_str(), std::string(s->summary).c_str(),
+                own.empty() ? "" : "; parameters ", own.c_str());
+    for (const KVFormat& f : kKVFormats) {
+      if (!s->stores(f.type)) continue;
+      std::printf("    %-6s %5.2g bits (%4.2g at head_dim 8)  %s\n", std::string(f.name).c_str(),
+                  kv_bits_per_value(f.type, 128), kv_bits_per_value(f.type, 8), std::string(f.summary).c_str());
+    }
   }
   std::printf("  Block formats quantize each row of one head in blocks of 32 values (head_dim < 32: one block).\n");
-  std::printf("  KIVI keeps the newest --kivi-residual rows in fp16 besides (figures at --kivi-group 32).\n");
+  std::printf("  KIVI's figures are at --kivi-group 32, its fp16 residual not counted.\n");
   std::printf("\nParameters (flag, default, rule):\n");
   for (const ParamSpec* spec : all_params()) {
     if (spec->kind == ParamKind::text) continue;

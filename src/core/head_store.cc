@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "squeezekv/ops/kivi_rows.h"
@@ -65,11 +66,11 @@ void HeadStore::append(const float* keys, const float* values, int n, int64_t fi
     needed = n_slots_ + std::max(0, n - int(free_.size()));
   }
   if (needed > capacity_) {
-    // Growth by 1/8 (at least 16 rows) keeps appends amortised O(1) while resident memory stays
-    // within 1/8 + 16 rows of what is held; an evicting head stops at its cap (budget + 1). KIVI
-    // keys grow by 1/64 (at least a group): a copy per 1/64 still amortises, and its resident
-    // bytes stay within 1.6 % of the codes held.
-    int grown = capacity_ + (key_bits_ > 0 ? std::max(capacity_ / 64, kivi_.group) : std::max(capacity_ / 8, 16));
+    // The keys' storage says how far (core/storage_info.h: rows by 1/8, at least 16, which keeps
+    // appends amortised O(1) within 1/8 + 16 rows of what is held; KIVI by 1/64, at least a
+    // group); an evicting head stops at its cap (budget + 1).
+    const int64_t step = storage_of(key_type_).grown(capacity_, storage_params());
+    int grown = int(std::min<int64_t>(step, std::numeric_limits<int>::max()));
     if (growth_cap > 0) grown = std::min(grown, growth_cap);
     reallocate(std::max(needed, grown));
   }

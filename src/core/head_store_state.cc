@@ -97,9 +97,10 @@ void HeadStore::check_loaded(int64_t tokens_seen) const {
   const int G = kivi_.group;
   check_state(n_slots_ >= 0 && n_slots_ <= capacity_, "head", "slot count beyond the capacity");
   check_state(key_bits_ == 0 || capacity_ % G == 0, "head", "KIVI capacity is not whole groups");
-  const size_t key_bytes = key_bits_ > 0 ? cap / size_t(G) * key_group_bytes() : cap * key_row_bytes();
-  check_state(keys_.size() == key_bytes && values_.size() == cap * value_row_bytes(), "head",
-              "key or value bytes differ from the capacity's");
+  const StorageParams storage = storage_params();
+  check_state(keys_.size() == storage_of(key_type_).slot_bytes(key_type_, true, storage, capacity_) &&
+                  values_.size() == storage_of(value_type_).slot_bytes(value_type_, false, storage, capacity_),
+              "head", "key or value bytes differ from the capacity's");
   check_state(scores_.size() == cap && positions_.size() == cap && shifts_.size() == cap, "head",
               "per-slot arrays differ from the capacity");
   check_state(key_tail_of_.size() == (key_bits_ > 0 ? cap : 0) && value_tail_of_.size() == (value_bits_ > 0 ? cap : 0),

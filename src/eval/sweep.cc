@@ -5,7 +5,6 @@
 #include <set>
 
 #include "squeezekv/base/errors.h"
-#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/methods/registry.h"
 
 namespace squeezekv {
@@ -61,8 +60,8 @@ std::vector<KVCacheConfig> expand_sweep(const SweepSpec& spec) {
       if (whole_table && !kv_kivi(c.kv_type)) return;
     }
     // The whole table also leaves a KIVI method's own preset out where it would compress nothing
-    // (kivi_budget.h: the small default budgets); KIVI asked for by name is refused, by validate.
-    if (whole_table && preset && !kivi_budget_unfit(c).empty()) return;
+    // (storage_budget_unfit: the small default budgets); KIVI asked for by name is refused, by validate.
+    if (whole_table && preset && !storage_budget_unfit(c).empty()) return;
     c.validate();
     std::string key = sweep_variant(c);
     key += keeps_every_row(c) ? std::string(" b=-") : " b=" + std::to_string(c.budget);

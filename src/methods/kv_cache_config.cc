@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "squeezekv/base/errors.h"
-#include "squeezekv/methods/kivi_budget.h"
 #include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kivi_rows.h"
 
@@ -467,18 +466,8 @@ void KVCacheConfig::validate() const {
             "method " + std::string(m.id) + " stores KIVI codes: kivi2 or kivi4 (f16, the default, gives " +
                 std::string(m.kv_type) + ")");
   }
-  for (const KVType t : {key_type(), value_type()}) {
-    const char* name = t == key_type() ? "k_type" : "v_type";
-    const std::string why = kv_type_unfit(t, size_t(head_dim));
-    require(why.empty(), name, to_string(t), why + " (head_dim = " + std::to_string(head_dim) + ")");
-    if (kv_kivi(t)) {
-      const std::string unfit = kivi_unfit(kivi_bits(t), size_t(kivi_group), size_t(head_dim));
-      require(unfit.empty(), "kivi_group", kivi_group,
-              unfit + " (" + to_string(t) + ", head_dim = " + std::to_string(head_dim) + ")");
-      require(kivi_residual % kivi_group == 0, "kivi_residual", kivi_residual,
-              "must be a multiple of kivi_group = " + std::to_string(kivi_group));
-    }
-  }
+  // The storage of the keys and of the values checks its formats and parameters at this head_dim.
+  if (const std::string unfit = storage_unfit(storage_params(*this)); !unfit.empty()) throw InvalidArgument(unfit);
   if (!p.keeps_every_row) {
     require(budget > n_sink, "budget", budget,
             "must exceed n_sink = " + std::to_string(n_sink) + " (the floor is n_sink + 1)");
@@ -495,9 +484,9 @@ void KVCacheConfig::validate() const {
   }
   if (p.validate) p.validate(component_params(*this, p.params));
   if (a.validate) a.validate(component_params(*this, a.params));
-  // A KIVI cache that would compress nothing (kivi_budget.h) is refused here, so that every
-  // command, the server, C and Python refuse it alike.
-  if (const std::string unfit = kivi_budget_unfit(*this); !unfit.empty()) throw InvalidArgument(unfit);
+  // A storage that would compress nothing at this budget (KIVI's residual over half of it) is
+  // refused here, so that every command, the server, C and Python refuse it alike.
+  if (const std::string unfit = storage_budget_unfit(*this); !unfit.empty()) throw InvalidArgument(unfit);
 }
 
 namespace {
@@ -517,13 +506,7 @@ KVType storage_default(const KVCacheConfig& c) {
 KVType KVCacheConfig::key_type() const { return k_type ? *k_type : storage_default(*this); }
 KVType KVCacheConfig::value_type() const { return v_type ? *v_type : storage_default(*this); }
 
-size_t kv_token_bytes(const KVCacheConfig& config) {
-  const auto hd = size_t(config.head_dim), G = size_t(config.kivi_group);
-  const KVType k = config.key_type(), v = config.value_type();
-  const size_t key = kv_kivi(k) ? kivi_key_group_bytes(kivi_bits(k), G, hd) / G : kv_row_bytes(k, hd);
-  const size_t value = kv_kivi(v) ? kivi_value_row_bytes(kivi_bits(v), G, hd) : kv_row_bytes(v, hd);
-  return key + value;
-}
+size_t kv_token_bytes(const KVCacheConfig& config) { return token_bytes(storage_params(config)); }
 
 int KVCacheConfig::kivi_sinks() const {
   if (kivi_fp16_sinks == "on") return n_sink;

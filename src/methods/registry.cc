@@ -121,7 +121,9 @@ const ParamSpec& require_param(std::string_view name) {
 
 std::vector<std::string> param_owners(std::string_view name) {
   std::vector<std::string> out;
-  if (owns(cache_params(), name)) out.emplace_back("cache");
+  // A cache field a storage owns is that storage's (kivi_group: storage kivi).
+  if (const StorageInfo* s = storage_owning(name)) out.push_back("storage " + std::string(s->id));
+  else if (owns(cache_params(), name)) out.emplace_back("cache");
   for (const PolicyInfo* p : kPolicies) {
     if (owns(p->params, name)) out.push_back("policy " + std::string(p->id));
   }
@@ -171,10 +173,6 @@ std::string resolved_head_split(const KVCacheConfig& config) { return to_string(
 
 namespace {
 
-bool is_kivi_param(std::string_view name) {
-  return name == "kivi_group" || name == "kivi_residual" || name == "kivi_fp16_sinks";
-}
-
 bool component_reads(const PolicyInfo& p, const AllocatorInfo& a, std::string_view name) {
   // The engine applies the position rule to every cache that evicts; the full cache never shifts.
   if (name == "positions" || name == "max_distance") return !p.keeps_every_row;
@@ -197,10 +195,11 @@ int64_t span_distance(const KVCacheConfig& config, int64_t context_length) {
 bool reads_param(const KVCacheConfig& config, std::string_view name) {
   // Every cache stores rows in its formats, whichever policy and allocator it runs.
   if (name == "kv_type" || name == "k_type" || name == "v_type") return true;
-  // KIVI storage reads its own parameters, and n_sink when it keeps the sinks in fp16.
-  const bool kivi = kv_kivi(config.key_type()) || kv_kivi(config.value_type());
-  if (is_kivi_param(name)) return kivi;
-  if (name == "n_sink" && kivi && config.kivi_sinks() > 0) return true;
+  // A storage reads its own parameters when it holds keys or values, and n_sink when it keeps the
+  // sinks in fp16 (KIVI's kivi_fp16_sinks).
+  const StorageParams storage = storage_params(config);
+  if (const StorageInfo* owner = storage_owning(name)) return storage_in_use(*owner, storage);
+  if (name == "n_sink" && storage.fp16_below > 0) return true;
   const AllocatorInfo& a = resolved_allocator_info(config);
   if (a.uses && owns(a.params, name) && !a.uses(component_params(config, a.params), name)) return false;
   if (name == "max_distance" && config.positions != PositionRule::span) return false;
@@ -213,8 +212,11 @@ std::vector<const ParamSpec*> method_params(const MethodInfo& method) {
   const AllocatorInfo& a = find_allocator(method.allocator);
   std::vector<const ParamSpec*> out;
   for (const ParamSpec* spec : all_params()) {
+    // A method with a storage preset reads that storage's parameters (and n_sink, if it pins the sinks).
+    const StorageInfo* owner = storage_owning(spec->name);
     const bool storage =
-        !method.kv_type.empty() && (is_kivi_param(spec->name) || (method.fp16_sinks && spec->name == "n_sink"));
+        !method.kv_type.empty() && ((owner != nullptr && owner->stores(parse_kv_type(std::string(method.kv_type)))) ||
+                                    (method.fp16_sinks && spec->name == "n_sink"));
     const bool floor = spec->name == "head_floor" && parse_head_split(method.head_split) == HeadSplitRule::adakv;
     if (component_reads(p, a, spec->name) || storage || floor) out.push_back(spec);
   }
@@ -243,6 +245,16 @@ std::unique_ptr<TokenPolicy> make_token_policy(const KVCacheConfig& config) {
 std::unique_ptr<BudgetAllocator> make_allocator(const KVCacheConfig& config) {
   const AllocatorInfo& info = resolved_allocator_info(config);
   return info.make(component_params(config, info.params));
+}
+
+StorageParams storage_params(const KVCacheConfig& config) {
+  return {config.key_type(), config.value_type(),  config.head_dim,
+          config.kivi_group, config.kivi_residual, config.kivi_sinks()};
+}
+
+std::string storage_budget_unfit(const KVCacheConfig& config) {
+  if (keeps_every_row(config)) return "";
+  return storage_budget_unfit(storage_params(config), config.budget);
 }
 
 }  // namespace squeezekv

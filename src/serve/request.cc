@@ -108,7 +108,7 @@ KVCacheConfig parse_cache(const json& v, KVCacheConfig config) {
     }
   }
   try {
-    config.validate();  // KIVI that compresses nothing included (kivi_budget.h)
+    config.validate();  // a storage that compresses nothing included (storage_budget_unfit)
   } catch (const Error& e) {
     // Messages read "name = value: why" (errors.h): the field is the name.
     const std::string what = e.what();

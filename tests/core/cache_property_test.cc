@@ -113,7 +113,7 @@ void run_sequence(const MethodInfo& method, const std::string& score, uint64_t s
   if (reads_param(config, "kivi_group") && config.policy != "full" && method.policy != "full") {
     config.kivi_group = 8;  // groups and a residual that fit the budget, so codes form and rows are held
     config.kivi_residual = 8;
-    // A residual of at most half the budget (KIVI that compresses nothing is refused, kivi_budget.h).
+    // A residual of at most half the budget (KIVI that compresses nothing is refused: core/kivi_storage.cc).
     if (kv_kivi(config.key_type()) || kv_kivi(config.value_type())) config.budget = 2 * config.kivi_residual;
   }
   if (reads_param(config, "score")) config.set("score", score);

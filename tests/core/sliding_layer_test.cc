@@ -81,8 +81,9 @@ TEST(LayerKinds, BadInputNamesTheField) {
             std::string::npos);
   EXPECT_NE(error_of([&] { KVCacheFactory::create(c, kHeads, 1, LayerKind::sliding(0)); }).find("kind.window = 0"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { LayerCache(c, 0, kHeads, 1, LayerKind::global()); }).find("kind = global"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { LayerCache(c, resolve_cache_parts(c), 0, kHeads, 1, LayerKind::global()); }).find("kind = global"),
+      std::string::npos);
   EXPECT_NE(error_of([] { periodic_layer_kinds(6, 0, 3); }).find("window = 0"), std::string::npos);
   EXPECT_NE(error_of([] { periodic_layer_kinds(6, 8, 0); }).find("period = 0"), std::string::npos);
 }
@@ -112,7 +113,7 @@ TEST(SlidingLayer, HoldsExactlyItsWindowUnderEveryMethodAndFormat) {
       c.set("v_type", v);
       c.kivi_group = 8;
       c.kivi_residual = 8;
-      // A residual of at most half the budget (KIVI that compresses nothing is refused, kivi_budget.h).
+      // A residual of at most half the budget (KIVI that compresses nothing is refused: core/kivi_storage.cc).
       if (kv_kivi(c.key_type()) || kv_kivi(c.value_type())) c.budget = 16;
       if (reads_param(c, "window")) c.set("window", "4");
       ModelCache cache(c, int(kinds.size()), kHeads, 1, kinds);

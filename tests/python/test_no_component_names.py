@@ -33,3 +33,13 @@ def test_the_check_finds_what_it_looks_for():
     for s in samples:
         assert any(p.search(s) for p in PATTERNS), s
     assert not any(p.search('if (keeps_every_row(config)) return;') for p in PATTERNS)
+
+
+def test_the_cache_core_is_built_from_resolved_parts():
+    """src/cache/ builds layers from methods/cache_parts.h's resolved parts: it never includes the
+    registry, so it cannot look a method, policy or allocator up by name."""
+    found = []
+    for path in sorted((ROOT / "src" / "cache").rglob("*")) + sorted((ROOT / "include/squeezekv/cache").rglob("*")):
+        if path.suffix in (".cc", ".h") and '#include "squeezekv/methods/registry.h"' in path.read_text(encoding="utf-8"):
+            found.append(str(path.relative_to(ROOT)))
+    assert not found, "build the cache from resolve_cache_parts, not the registry:\n" + "\n".join(found)

@@ -24,6 +24,7 @@
 
 #include "squeezekv/core/layer_kind.h"
 #include "squeezekv/core/layer_rows.h"
+#include "squeezekv/methods/cache_parts.h"
 #include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/policy/token_policy.h"
 
@@ -63,18 +64,18 @@ struct FetchedRows {
 
 class LayerCache {
  public:
-  // `budget` is the layer's rows per head until a coordinator publishes the final schedule;
-  // with a coordinator the layer keeps every row until then.
-  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, int budget,
-             std::unique_ptr<TokenPolicy> policy, BudgetCoordinator* coordinator,
-             std::atomic<bool>* shared_busy = nullptr);
+  // An evicting layer of `parts` (methods/cache_parts.h: its policy, storage and head split, all
+  // resolved from `config`). `budget` is the layer's rows per head until a coordinator publishes
+  // the final schedule; with a coordinator the layer keeps every row until then.
+  LayerCache(const KVCacheConfig& config, const CacheParts& parts, int layer_index, int n_kv_heads, int n_batch,
+             int budget, BudgetCoordinator* coordinator, std::atomic<bool>* shared_busy = nullptr);
   // A sliding layer (core/layer_kind.h): after every update each head holds exactly the newest
   // min(tokens_seen, window) positions. No policy runs and no coordinator schedules it; its
   // budget is the window, final from the start. During an update it also holds the update's rows
   // and the window before them: the engine masks each query to its own window (a key at position
   // p is seen by a query at q when q - window < p <= q).
-  LayerCache(const KVCacheConfig& config, int layer_index, int n_kv_heads, int n_batch, LayerKind window_kind,
-             std::atomic<bool>* shared_busy = nullptr);
+  LayerCache(const KVCacheConfig& config, const CacheParts& parts, int layer_index, int n_kv_heads, int n_batch,
+             LayerKind window_kind, std::atomic<bool>* shared_busy = nullptr);
   LayerCache(const LayerCache&) = delete;
   LayerCache& operator=(const LayerCache&) = delete;
 
@@ -158,6 +159,10 @@ class LayerCache {
   void save_state(StateWriter& out) const;
 
  private:
+  // Every constructor ends here, with the policy already made (the parts', or the sliding window's).
+  LayerCache(const KVCacheConfig& config, const StorageParams& storage, HeadSplitRule split, int layer_index,
+             int n_kv_heads, int n_batch, int budget, std::unique_ptr<TokenPolicy> policy,
+             BudgetCoordinator* coordinator, std::atomic<bool>* shared_busy);
   void load_state(StateReader& in);  // into a layer that has seen nothing (ModelCache::load_state)
   friend class ModelCache;
   void clear();  // reset without the single-writer check (ModelCache::reset holds it)
@@ -202,7 +207,8 @@ class LayerCache {
   BudgetCoordinator* coordinator_;
   LayerRows rows_;
   UpdateRows update_;
-  bool kivi_storage_ = false;  // keys or values in KIVI formats (resolved once: key_type() looks the method up)
+  StorageParams storage_;         // the formats of keys and values (resolved: the parts')
+  bool grouped_storage_ = false;  // keys or values in a grouped format (KIVI): settling costs more
   double concentration_ = 0.0;
   bool in_update_ = false;
   bool first_update_done_ = false;

@@ -38,6 +38,7 @@
 
 #include "squeezekv/core/fp16_rows.h"
 #include "squeezekv/core/state_stream.h"
+#include "squeezekv/core/storage_info.h"
 #include "squeezekv/ops/kv_rows.h"
 #include "squeezekv/ops/model_ops.h"
 
@@ -60,6 +61,10 @@ class HeadStore {
   int head_dim() const { return head_dim_; }
   KVType key_type() const { return key_type_; }
   KVType value_type() const { return value_type_; }
+  // What the head's storage (core/storage_info.h) is built from: its formats and KIVI layout.
+  StorageParams storage_params() const {
+    return {key_type_, value_type_, head_dim_, kivi_.group, kivi_.residual, kivi_.fp16_below};
+  }
   int n_slots() const { return n_slots_; }  // slots [0, n_slots) hold every live row
   int n_live() const { return n_live_; }
   int capacity() const { return capacity_; }

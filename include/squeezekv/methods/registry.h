@@ -17,6 +17,7 @@
 
 #include "squeezekv/core/component_info.h"
 #include "squeezekv/core/param_spec.h"
+#include "squeezekv/core/storage_info.h"
 #include "squeezekv/methods/kv_cache_config.h"
 
 namespace squeezekv {
@@ -61,8 +62,17 @@ std::string resolved_head_split(const KVCacheConfig& config);
 // The resolved allocator's schedule waits for a measurement of the prompt (AllocatorInfo::measures).
 bool schedule_waits_for_measurement(const KVCacheConfig& config);
 
-// Whether the config's policy or allocator reads the parameter (fields or component parameters).
+// Whether the config's policy, allocator or storage reads the parameter (fields or component
+// parameters).
 bool reads_param(const KVCacheConfig& config, std::string_view name);
+
+// What the config's K/V storage is built from (core/storage_info.h): its key and value formats
+// (a method's storage preset included) and the storage parameters.
+StorageParams storage_params(const KVCacheConfig& config);
+// "" when the config's storage gains from its budget (or the cache keeps every row), else the
+// storage's message naming the parameter and value: KVCacheConfig::validate refuses such a
+// cache, so every command, the server, C and Python do.
+std::string storage_budget_unfit(const KVCacheConfig& config);
 
 // PositionRule::span's distance (docs/positions.md) for a cache on a model whose context length is
 // context_length: max_distance, or context_length - 1 when it is 0; 0 when the rule does not apply
