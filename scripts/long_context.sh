@@ -19,6 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build/long}
+# The binary (SQUEEZEKV): a copy set aside keeps a long run on one build while the tree is rebuilt.
+squeezekv=${SQUEEZEKV:-build/squeezekv}
 model=${MODEL:-$HOME/.cache/squeezekv/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 samples=${SAMPLES:-2}
 threads=${THREADS:-0}
@@ -37,7 +39,7 @@ depths=${DEPTHS:-0,0.25,0.5,0.75,1}
 # "8k" needles: the longest prompt whose full cache (the prompt and the task's 16 answer tokens)
 # fits SmolLM2's context of 8,192 tokens, which needle checks before it runs.
 len_8k=8176
-needle_cmd=(build/squeezekv needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0 --resume)
+needle_cmd=("$squeezekv" needle -m "$model" --task single -t "$threads" --samples "$samples" --seed 0 --resume)
 needle_at=("${needle_cmd[@]}" --depths "$depths")
 grid=(--budget-shares "$shares" --importances key-dispersion,hidden-cosine)
 needle=("${needle_at[@]}" "${grid[@]}")
@@ -53,7 +55,7 @@ methods_kvzip=full,kvzip,kvzip_plus,kvzip_stream,kvzip_uniform,squeeze_kvzip,exp
 kvzip_shares=0.1,0.25
 kvzip=("${needle_at[@]}" --budget-shares "$kvzip_shares" --methods "$methods_kvzip")
 qwen=${QWEN:-$HOME/.cache/squeezekv/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
-on_qwen=(build/squeezekv needle -m "$qwen" --task single -t "$threads" --samples "$samples" --seed 0 --resume
+on_qwen=("$squeezekv" needle -m "$qwen" --task single -t "$threads" --samples "$samples" --seed 0 --resume
   --depths "$depths" --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_plus,kvzip_uniform,kvzip_stream,squeeze)
 
 pieces=(kvzip-2k kvzip-4k kvzip-5pct kvzip-8k-a kvzip-8k-b kvzip-tasks kvzip-questions kvzip-qwen-4k kvzip-qwen-8k kvzip-books
@@ -64,7 +66,7 @@ pieces=(kvzip-2k kvzip-4k kvzip-5pct kvzip-8k-a kvzip-8k-b kvzip-tasks kvzip-que
 # Gemma 3 270M (GEMMA), for the combinations checked on a second model: its needle command, and
 # the shares of a piece (the first pieces at 10 and 40 %, the -shares pieces at the other three).
 gemma=${GEMMA:-$HOME/.cache/squeezekv/models/gemma-3-270m-q4_k_m.gguf}
-on_gemma=(build/squeezekv needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0
+on_gemma=("$squeezekv" needle -m "$gemma" --task single -t "$threads" --samples "$samples" --seed 0
   --depths "$depths" --lengths 4096 --resume)
 methods_gemma=full,h2o,snapkv,adakv,squeeze_snapkv,squeeze_adakv
 gemma_shares() { [[ $1 == *-shares ]] && echo 0.02,0.05,0.2 || echo 0.1,0.4; }
@@ -77,7 +79,7 @@ sweep_book() {
   shift 3
   [[ -s $out/$stem.json ]] && return 0
   scripts/fetch_books.py "$book" > /dev/null
-  build/squeezekv sweep -f "$books/$book.txt" -c "$ctx" --chunks 1 -t "$threads" "$@" \
+  "$squeezekv" sweep -f "$books/$book.txt" -c "$ctx" --chunks 1 -t "$threads" "$@" \
     --json "$out/$stem.json" > "$out/$stem.txt"
 }
 
@@ -145,7 +147,7 @@ run_piece() {
     kvzip-tasks)
       # multikey and multivalue at 4096, query-agnostic: the same methods at 10 and 25 %.
       for task in multikey multivalue; do
-        build/squeezekv needle -m "$model" --task "$task" -t "$threads" --samples "$samples" --seed 0 --resume \
+        "$squeezekv" needle -m "$model" --task "$task" -t "$threads" --samples "$samples" --seed 0 --resume \
           --depths "$depths" --lengths 4096 --budget-shares 0.1,0.25 --methods full,kvzip,kvzip_uniform,squeeze,h2o \
           --json "$out/kvzip_$task.jsonl"
       done
@@ -176,7 +178,7 @@ run_piece() {
         local stem
         stem=kvzip_cost_$(basename "$m" .gguf)
         [[ -s $out/$stem.json ]] && continue
-        build/squeezekv bench -m "$m" -p 2048,4096 -n 0 -r 3 -t "$threads" --method full,kvzip,kvzip_plus --budget 8192 \
+        "$squeezekv" bench -m "$m" -p 2048,4096 -n 0 -r 3 -t "$threads" --method full,kvzip,kvzip_plus --budget 8192 \
           --bandwidth-mib 0 -o json > "$out/$stem.json"
       done
       ;;
@@ -226,7 +228,7 @@ run_piece() {
       scripts/fetch_books.py austen-emma > /dev/null
       for method in squeeze h2o; do
         [[ -s $out/stream_emma_$method.json ]] && continue
-        build/squeezekv perplexity -m "$model" -f "$books/austen-emma.txt" -t "$threads" --stream \
+        "$squeezekv" perplexity -m "$model" -f "$books/austen-emma.txt" -t "$threads" --stream \
           --method "$method" --budget 819 --json --csv "$out/stream_emma_$method.csv" > "$out/stream_emma_$method.json"
       done
       ;;
@@ -276,5 +278,5 @@ for p in "${todo[@]}"; do
   record_time
   mv "$out/time.$p" "$out/done.$p"
 done
-scripts/long_context_report.py "$out" > "$out/tables.md"
+/usr/bin/python3 scripts/report.py long-context "$out" > "$out/tables.md"
 echo "long_context.sh: tables in $out/tables.md, plots in $out/plots" >&2

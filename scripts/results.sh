@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces docs/results.md's measurements: every method at equal memory on stories260K and
+# Reproduces docs/notes/stories260k.md's measurements: every method at equal memory on stories260K and
 # TinyStories validation text, n_ctx 512, budgets 16/32/64/128 (main sweep), and the ablation of
 # the recent window, decay and score source behind the defaults. Writes build/results/: the
 # sweeps' JSON and CSV, tables.md and the plots (PNG and SVG). Under 15 minutes on 2 cores (12 m 54 s measured while other builds ran).
@@ -28,8 +28,8 @@ build/squeezekv sweep "${common[@]}" --budgets 32,64 --methods h2o,squeeze \
 ablation=$!
 wait $main
 wait $ablation
-/usr/bin/python3 scripts/sweep_tables.py "$out/main.json" "$out/ablation.json" > "$out/tables.md"
-/usr/bin/python3 scripts/plot_sweep.py "$out/main.json" "$out/plots"
-/usr/bin/python3 scripts/plot_sweep.py "$out/main.json" "$out/plots/key-proxy" --filter key-proxy
-/usr/bin/python3 scripts/plot_sweep.py "$out/main.json" "$out/plots/attention" --filter attention
+/usr/bin/python3 scripts/report.py sweep-tables "$out/main.json" "$out/ablation.json" > "$out/tables.md"
+/usr/bin/python3 scripts/report.py sweep-plots "$out/main.json" "$out/plots"
+/usr/bin/python3 scripts/report.py sweep-plots "$out/main.json" "$out/plots/key-proxy" --filter key-proxy
+/usr/bin/python3 scripts/report.py sweep-plots "$out/main.json" "$out/plots/attention" --filter attention
 echo "results: $out/tables.md, $out/plots/"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces docs/results.md's stream figures: the whole of tinystories_val.txt (393k tokens) as
+# Reproduces docs/notes/streams.md's stream figures: the whole of tinystories_val.txt (393k tokens) as
 # one stream on stories260K, warm-up 512, segments of 16,384 scored tokens; every evicting method
 # at budgets 64, 128 and 256 with --positions span, cache and text, and the sliding window at 512
 # as the reference. stories260K's file claims a context of 2048 but the model was trained on 512
@@ -36,8 +36,8 @@ for budget in 64 128 256; do
 done
 jobs+=("512 span window")
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -L 1 bash -c 'run "$0" "$1" "$2"'
-/usr/bin/python3 scripts/stream_tables.py "$out"/*.json > "$out/tables.md"
+/usr/bin/python3 scripts/report.py stream-tables "$out"/*.json > "$out/tables.md"
 cmake --build build --target squeezekv_python >/dev/null
-/usr/bin/python3 scripts/stream_by_text.py "$out"/*.json > "$out/by_text.md"
-/usr/bin/python3 scripts/plot_stream.py "$out" "$out/plots"
+/usr/bin/python3 scripts/report.py stream-by-text "$out"/*.json > "$out/by_text.md"
+/usr/bin/python3 scripts/report.py stream-plots "$out" "$out/plots"
 echo "results: $out/tables.md, $out/by_text.md, $out/plots/"

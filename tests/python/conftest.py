@@ -6,8 +6,6 @@ import pathlib
 import numpy as np
 import pytest
 
-import squeezekv
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL_PATH = ROOT.parent / "shared" / "models" / "stories260K.gguf"
 TEXT_PATH = ROOT.parent / "shared" / "data" / "tinystories_val.txt"
@@ -15,6 +13,8 @@ TEXT_PATH = ROOT.parent / "shared" / "data" / "tinystories_val.txt"
 
 @pytest.fixture(scope="session")
 def model():
+    import squeezekv  # here, so that the tests of scripts/ run without the built module
+
     assert MODEL_PATH.is_file(), f"missing test model {MODEL_PATH}"
     return squeezekv.Model.load(MODEL_PATH)
 

@@ -1,4 +1,4 @@
-"""scripts/stream_by_text.py on a hand-made stream: segments are told apart by their text (plain
+"""scripts/report.py stream-by-text on a hand-made stream: segments are told apart by their text (plain
 ASCII or not, found by tokenizing the text the JSON names), and perplexities, ratios to the window
 and drifts are pooled per kind exactly."""
 import json
@@ -8,7 +8,7 @@ import sys
 
 from conftest import MODEL_PATH, ROOT
 
-SCRIPT = ROOT / "scripts" / "stream_by_text.py"
+SCRIPT = ROOT / "scripts" / "report.py"
 
 
 def segment(first, scored, nll):
@@ -40,8 +40,8 @@ def test_segments_are_split_by_their_text(tmp_path, model):
     ]}
     json_path = tmp_path / "stream.json"
     json_path.write_text(json.dumps(doc))
-    out = subprocess.run([sys.executable, str(SCRIPT), str(json_path)], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run([sys.executable, str(SCRIPT), "stream-by-text", str(json_path)], check=True,
+                         capture_output=True, text=True).stdout
     row = next(line for line in out.splitlines() if line.startswith("| 64 | h2o |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
 
