@@ -141,7 +141,7 @@ void register_matmul(const std::string& family, TensorType type, int64_t n_rows,
 // 270M: 18 layers of 2048 x 640; Qwen 1.5B: 28 of 8960 x 1536), one call a layer, each pass after
 // 256 MiB read elsewhere so that the weights come from memory as they do behind a step's output
 // projection. Small matrices from memory are where the nibble formats fall behind Q8_0's bytes
-// rate, and Qwen's calls behind one large matrix's (docs/results.md).
+// rate, and Qwen's calls behind one large matrix's (docs/notes/).
 void bm_layer_calls_from_memory(benchmark::State& state, TensorType type, int64_t n_rows, int64_t cols, int layers,
                                 int threads) {
   std::mt19937 rng(11);

@@ -311,7 +311,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--profile", b.profile,
                 "also time each pass by operation (projections, attention, cache, norms, logits): a table of ms "
                 "per token in md, op_ms_per_token in json");
-  // The engine feeds real attention back, so bench scores rows as generate does (docs/results.md).
+  // The engine feeds real attention back, so bench scores rows as generate does (docs/notes/).
   // Set before the options are added, so that --help shows these defaults.
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);

@@ -203,7 +203,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--chat", args->chat,
                 "send the prompt as one user message through the model's chat template "
                 "(tokenizer.chat_template: ChatML, Llama 3) and print only the reply, which ends with the turn");
-  // The engine feeds real attention back, so engine commands score with it (docs/results.md).
+  // The engine feeds real attention back, so engine commands score with it (docs/notes/).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);
   add_cache_file_options(*cmd, args->files);

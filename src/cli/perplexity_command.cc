@@ -156,7 +156,7 @@ void register_perplexity(CLI::App& app) {
   CLI::Option* csv =
       cmd->add_option("--csv", args->csv_path, "--stream: write the whole and per-segment figures to this CSV file");
   csv->needs(add_stream_options(*cmd, args->stream));  // the chunked protocol writes no CSV
-  // The engine feeds real attention back, so engine commands score with it (docs/results.md).
+  // The engine feeds real attention back, so engine commands score with it (docs/notes/).
   args->cache.command_defaults = {{"method", "full"}, {"score", "attention"}};
   add_cache_options(*cmd, args->cache);
   add_cache_file_options(*cmd, args->files, /*save_after=*/false);

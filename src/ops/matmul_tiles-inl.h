@@ -332,7 +332,7 @@ HWY_INLINE bool UseTiles(int64_t n_tok, int64_t min_tokens) { return HasVnni() &
 // Q8_0's); a one-token call then runs each 16 rows' units through one tile, as one piece without
 // the window. Q8_0's pieces of 4 blocks cost 10-20 % of the bandwidth probe on one 640- or
 // 2048-column matrix (the accumulators of a call of up to 16 tokens stored and reloaded every
-// piece; AMD EPYC, docs/results.md).
+// piece; AMD EPYC, docs/notes/).
 template <class Kind>
 constexpr bool kOneTokenTileAsksAhead = requires {
   Kind::kOneTokenAhead;

@@ -1,6 +1,6 @@
 // Software prefetch for kernels that stream through memory: the GGUF-row weight kernels (one-token
 // products with --no-repack or without AVX512-VNNI) and the K/V rows of a long decode step. The
-// hardware prefetcher alone leaves both waiting on loads (docs/results.md "Rows asked for ahead").
+// hardware prefetcher alone leaves both waiting on loads (docs/notes/stories260k.md "Rows asked for ahead").
 // The repacked weight tiles ask for whole pieces into L2 instead (PrefetchWindow, matmul_tiles-inl.h),
 // except the one-token tiles of Q8_0 and the nibble formats, which ask for each block's lines here
 // as they read a block.

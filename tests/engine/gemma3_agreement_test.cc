@@ -41,7 +41,7 @@ const Model& gemma3() {
 // Gemma's large activations make the 8-bit activation blocks turn 1e-3 differences of float order
 // (ggml's f16 table of GELU, the order of sums) into logit gaps of 0.1 to 0.4: greedy continuations
 // part within a few tokens and the perplexity below comes out 0.42 % above llama.cpp's 5.5716 (the
-// same amplification as SmolLM2's, docs/results.md). On the F32 weights the two agree.
+// same amplification as SmolLM2's, docs/notes/). On the F32 weights the two agree.
 const Model& gemma3_f32() {
   static const Model model = [] {
     const std::string path = (test::temp_dir() / "squeezekv_gemma3_f32.gguf").string();

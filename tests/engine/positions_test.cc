@@ -188,7 +188,7 @@ TEST(Positions, StreamPerplexityStaysNearTheSlidingWindow) {
 // Quantized keys under positions inside the cache go through the fused turn-back kernel
 // (query_probs_rotated) instead of the f32 scratch. An f32-stored config reads the same tokens with
 // exact keys; the q8_0 one must stay close to it (10-bit rows at head_dim 8: mean KL of a few
-// thousandths, docs/results.md), and its rows must really have been shifted.
+// thousandths, docs/notes/), and its rows must really have been shifted.
 TEST(Positions, QuantizedKeysTurnBackInTheFusedKernel) {
   for (const char* type : {"q8_0", "q4_0"}) {
     SCOPED_TRACE(type);
@@ -218,7 +218,7 @@ TEST(Positions, QuantizedKeysTurnBackInTheFusedKernel) {
     }
     kl /= steps;
     EXPECT_GT(kl, 0.0);  // the keys really are quantized
-    // q8_0 keys stay close; q4_0 keys at head_dim 8 are far worse (docs/results.md) but finite.
+    // q8_0 keys stay close; q4_0 keys at head_dim 8 are far worse (docs/notes/) but finite.
     if (std::string(type) == "q8_0") {
       EXPECT_LT(kl, 0.05);
       EXPECT_GT(agree, steps * 8 / 10);

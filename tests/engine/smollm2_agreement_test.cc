@@ -124,7 +124,7 @@ const GreedyCase kGreedy[] = {
 // step where the two best logits lie within 1e-3 of each other on either side (said when it
 // happens). On the Q4_1 file itself each quantised product equals llama.cpp's to float rounding,
 // but layer 11's massive activation makes the 8-bit activation blocks turn 1e-5 differences of
-// float order into 2 % ones, and the continuations part within a few tokens (docs/results.md,
+// float order into 2 % ones, and the continuations part within a few tokens (docs/notes/real-models.md,
 // "Real models"); the perplexity test below holds the file itself.
 TEST(SmolLM2Agreement, GreedyOnTheWeightsInF32EqualsLlamaCpp) {
   const std::string path = (test::temp_dir() / "squeezekv_smollm2_f32.gguf").string();

@@ -24,7 +24,7 @@ struct KVCacheConfig {
   int budget = 512;                      // average rows per layer and KV head (squeeze_budget)
   int n_sink = 4;                        // first positions never evicted; floor is n_sink + 1
   std::optional<int> resolved_budget{};  // explicit per-layer budget for a lone cache
-  // Defaults chosen from measurements (docs/results.md): without a recent window the cumulative
+  // Defaults chosen from measurements (docs/notes/): without a recent window the cumulative
   // score freezes on the prompt; a slow decay lets scores follow the text.
   double recent = 0.5;  // share of (budget - n_sink) kept as the newest rows
   double decay = 0.98;  // scores = decay * scores + a; in (0, 1], 1 = off
