@@ -51,16 +51,19 @@ void LayerCache::save_state(StateWriter& out) const {
   if (in_update_) throw InvalidArgument("save_state: an update is in progress (save between updates)");
   if (rows_.reconstruction) throw InvalidArgument("save_state: a context reconstruction is under way (save after it)");
   out.put(rows_.tokens_seen);
-  out.put(int32_t(budget_));
-  out.put(int32_t(budget_now_));
-  out.put(uint8_t(budget_final_));
-  out.put(uint8_t(follows_schedule_));
-  out.put(uint8_t(first_update_done_));
-  out.put(uint8_t(explicit_prompt_));
-  out.put(uint8_t(prompt_pending_));
+  // The phases as the flags the format has always held (docs/cache_file.md): budget final, follows
+  // the schedule (a measuring layer will), first update done, prompt open, prompt ending.
+  const BudgetPhase phase = budget_.phase;
+  out.put(int32_t(budget_.scheduled));
+  out.put(int32_t(budget_.now));
+  out.put(uint8_t(budget_.final()));
+  out.put(uint8_t(phase == BudgetPhase::scheduled || (phase == BudgetPhase::measuring && schedule_ != nullptr)));
+  out.put(uint8_t(stored_any_));
+  out.put(uint8_t(prompt_ == PromptPhase::open));
+  out.put(uint8_t(prompt_ == PromptPhase::ending));
   out.put(concentration_);
-  out.put_vector(head_budgets_);
-  out.put(uint8_t(heads_pinned_));
+  out.put_vector(budget_.per_head);
+  out.put(uint8_t(phase == BudgetPhase::pinned));
   out.put(uint64_t(rows_.heads.size()));
   for (const HeadStore& head : rows_.heads) head.save_state(out);
   policy_->save_state(out);
@@ -85,20 +88,25 @@ void LayerCache::load_state(StateReader& in) {
               "head budgets differ from the heads");
   check_state(!pinned || !head_budgets.empty(), "layer", "pinned heads without their counts");
   for (const int b : head_budgets) check_state(b >= 0 && b <= kMaxBudget, "layer", "a head budget out of range");
-  check_state(follows == follows_schedule_ || schedule_ != nullptr, "layer", "follows a schedule it does not have");
+  check_state(!follows || schedule_ != nullptr, "layer", "follows a schedule it does not have");
+  check_state(!(explicit_prompt && prompt_pending), "layer", "a prompt both open and ending");
+  check_state(final || (!pinned && coordinator_ != nullptr), "layer", "a budget measured without a coordinator");
   check_state(in.get<uint64_t>("layer: heads") == rows_.heads.size(), "layer", "head count differs");
   rows_.tokens_seen = tokens;
   for (HeadStore& head : rows_.heads) head.load_state(in, tokens);
-  budget_ = budget;
-  budget_now_ = budget_now;
-  budget_final_ = final;
-  follows_schedule_ = follows;
-  first_update_done_ = first_done;
-  explicit_prompt_ = explicit_prompt;
-  prompt_pending_ = prompt_pending;
+  budget_.scheduled = budget;
+  budget_.now = budget_now;
+  budget_.phase = pinned    ? BudgetPhase::pinned
+                  : !final  ? BudgetPhase::measuring
+                  : follows ? BudgetPhase::scheduled
+                            : BudgetPhase::own;
+  stored_any_ = first_done;
+  prompt_ = explicit_prompt  ? PromptPhase::open
+            : prompt_pending ? PromptPhase::ending
+            : first_done     ? PromptPhase::done
+                             : PromptPhase::unseen;
   concentration_ = concentration;
-  head_budgets_ = std::move(head_budgets);
-  heads_pinned_ = pinned;
+  budget_.per_head = std::move(head_budgets);
   policy_->load_state(in, rows_);
 }
 

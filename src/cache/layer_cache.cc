@@ -22,10 +22,7 @@ LayerCache::LayerCache(const KVCacheConfig& config, const StorageParams& storage
                        BudgetCoordinator* coordinator, std::atomic<bool>* shared_busy)
     : config_(config),
       layer_index_(layer_index),
-      initial_budget_(budget),
-      budget_(budget),
-      budget_now_(budget),
-      budget_final_(coordinator == nullptr),
+      budget_{coordinator == nullptr ? BudgetPhase::own : BudgetPhase::measuring, budget, budget, budget, {}},
       policy_(std::move(policy)),
       split_(split),
       coordinator_(coordinator),
@@ -121,14 +118,14 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   check_finite(keys, n, "keys");
   check_finite(values, n, "values");
   // A measuring allocator that reads keys measures the first update; nothing else is computed.
-  if (!first_update_done_ && coordinator_ && coordinator_->allocator().source() == MeasureSource::keys) {
+  if (!stored_any_ && coordinator_ && coordinator_->allocator().source() == MeasureSource::keys) {
     concentration_ = coordinator_->allocator().measure_keys(keys, n_heads(), n_tokens, dim);
   }
   // Until the budget is final the layer keeps everything, so it grows without a cap; after that
   // its slots stop at budget + 1 (room for one append before the eviction).
   // Under a head split, each head stops at its own share + 1 (a head may hold more than the
   // layer's budget), else at the conserved budget once this update is in.
-  const int growth = budget_final_ && policy_->bounded() ? budget_at(rows_.tokens_seen + n_tokens) : 0;
+  const int growth = budget_.final() && policy_->bounded() ? budget_at(rows_.tokens_seen + n_tokens) : 0;
   update_.keys = keys;
   update_.n_new = n_tokens;
   update_.first_pos = rows_.tokens_seen;
@@ -219,20 +216,19 @@ void LayerCache::pin_head_budgets(std::vector<int> counts) {
     require(c >= 1, "head budget", c, "must be at least 1");
     rows += c;
   }
-  head_budgets_ = std::move(counts);
-  heads_pinned_ = true;
+  const auto heads = int64_t(counts.size());
+  budget_.per_head = std::move(counts);
+  budget_.phase = BudgetPhase::pinned;
   // What the layer holds per head on average is its budget now (accounting).
-  budget_ = budget_now_ = int((rows + int64_t(head_budgets_.size()) - 1) / int64_t(head_budgets_.size()));
-  budget_final_ = true;
-  follows_schedule_ = false;
+  budget_.scheduled = budget_.now = int((rows + heads - 1) / heads);
 }
 
 void LayerCache::end_update(ThreadPool* pool) {
   if (!in_update_) throw InvalidArgument("end_update: no update in progress (call begin_update)");
   in_update_ = false;
-  if (!first_update_done_) {
-    first_update_done_ = true;
-    if (!explicit_prompt_) prompt_pending_ = true;
+  if (!stored_any_) {
+    stored_any_ = true;
+    if (prompt_ == PromptPhase::unseen) prompt_ = PromptPhase::ending;  // the first update was the prompt
     if (coordinator_ && coordinator_->allocator().source() == MeasureSource::keys) {
       coordinator_->report(layer_index_, concentration_);  // may publish every layer's budget
     }
@@ -287,14 +283,13 @@ FetchedRows LayerCache::fetch(int h) const {
 
 void LayerCache::begin_prompt() {
   Exclusive only(*busy_, "begin_prompt");
-  if (!first_update_done_) explicit_prompt_ = true;
+  if (!stored_any_ && prompt_ == PromptPhase::unseen) prompt_ = PromptPhase::open;
 }
 
 void LayerCache::end_prompt() {
   Exclusive only(*busy_, "end_prompt");
-  if (!explicit_prompt_) return;  // the first update already was the prompt
-  explicit_prompt_ = false;
-  prompt_pending_ = true;
+  if (prompt_ != PromptPhase::open) return;  // the first update already was the prompt
+  prompt_ = PromptPhase::ending;
   settle();
 }
 
@@ -302,10 +297,9 @@ void LayerCache::set_budget(int budget) { apply_budget(budget, false); }
 
 void LayerCache::apply_budget(int budget, bool scheduled) {
   require(budget >= 1, "budget", budget, "must be at least 1");
-  budget_ = budget_now_ = budget;
-  budget_final_ = true;
-  follows_schedule_ = scheduled;
-  head_budgets_.clear();  // shares of the old budget: the next split shares the new one
+  budget_.scheduled = budget_.now = budget;
+  budget_.phase = scheduled ? BudgetPhase::scheduled : BudgetPhase::own;
+  budget_.per_head.clear();  // shares of the old budget: the next split shares the new one
   if (!in_update_) settle();
 }
 
@@ -316,12 +310,15 @@ bool LayerCache::ages_rows() const {
 
 void LayerCache::follow_schedule(ConservedSchedule* schedule) {
   schedule_ = schedule;
-  follows_schedule_ = true;
+  // A measuring layer follows it once the coordinator publishes (apply_budget).
+  if (budget_.phase == BudgetPhase::own) budget_.phase = BudgetPhase::scheduled;
 }
 
 int LayerCache::budget_at(int64_t tokens) {
   // A layer that has seen nothing holds nothing: its budget is the schedule's.
-  if (!follows_schedule_ || schedule_ == nullptr || schedule_->empty() || tokens <= 0) return budget_;
+  if (budget_.phase != BudgetPhase::scheduled || schedule_ == nullptr || schedule_->empty() || tokens <= 0) {
+    return budget_.scheduled;
+  }
   // What this layer can hold: every row it has seen, or, when rows age out, its span and sinks.
   int64_t cap = tokens;
   if (ages_rows()) cap = std::min(cap, int64_t(config_.max_distance) + config_.n_sink);
@@ -329,14 +326,15 @@ int LayerCache::budget_at(int64_t tokens) {
 }
 
 void LayerCache::settle(ThreadPool* pool) {
-  if (!budget_final_) return;        // keep the whole prompt until the schedule is known
+  if (!budget_.final()) return;      // keep the whole prompt until the schedule is known
   if (rows_.reconstruction) return;  // the reconstruction's rows leave at its end; nothing else moves
-  const bool prompt_end = prompt_pending_;
-  prompt_pending_ = false;
+  const bool prompt_end = prompt_ == PromptPhase::ending;
+  // A prompt ended before anything was stored leaves the next update to be the prompt.
+  if (prompt_end) prompt_ = stored_any_ ? PromptPhase::done : PromptPhase::unseen;
   // Rows older than the span go first, so the policy fills its budget from rows within it.
   const bool age = ages_rows();
   const int64_t before = rows_.tokens_seen - config_.max_distance;
-  if (heads_pinned_) {  // each head to the count a ranking across layers gave it
+  if (budget_.phase == BudgetPhase::pinned) {  // each head to the count a ranking across layers gave it
     for (size_t h = 0; h < rows_.heads.size(); ++h) {
       if (age) evict_aged(rows_.heads[h], before);
       policy_->evict_head(rows_, int(h), head_budget(h));
@@ -347,8 +345,8 @@ void LayerCache::settle(ThreadPool* pool) {
     return;
   }
   const int now = budget_at(rows_.tokens_seen);
-  if (now != budget_now_) head_budgets_.clear();  // the last split shared another budget
-  budget_now_ = now;
+  if (now != budget_.now) budget_.per_head.clear();  // the last split shared another budget
+  budget_.now = now;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
   const bool worth_it = (policy_->bounded() || grouped_storage_ || prompt_end) && total_slots() >= kParallelHeadSlots;
@@ -363,8 +361,8 @@ void LayerCache::settle(ThreadPool* pool) {
     // Each head alone, the same steps in the same order as below (the heads share nothing).
     for_each_head(pool, worth_it, [&](size_t h) {
       if (age) evict_aged(rows_.heads[h], before);
-      policy_->evict_head(rows_, int(h), budget_now_);
-      settle_head(rows_.heads[h], prompt_end, budget_now_);
+      policy_->evict_head(rows_, int(h), budget_.now);
+      settle_head(rows_.heads[h], prompt_end, budget_.now);
     });
     return;
   }
@@ -372,11 +370,11 @@ void LayerCache::settle(ThreadPool* pool) {
     for (HeadStore& head : rows_.heads) evict_aged(head, before);
   }
   if (prompt_end) {
-    policy_->finish_prompt(rows_, budget_now_);
+    policy_->finish_prompt(rows_, budget_.now);
   } else {
-    policy_->evict(rows_, budget_now_);
+    policy_->evict(rows_, budget_.now);
   }
-  for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end, budget_); });
+  for_each_head(pool, worth_it, [&](size_t h) { settle_head(rows_.heads[h], prompt_end, budget_.scheduled); });
 }
 
 void LayerCache::settle_split(ThreadPool* pool, bool prompt_end, bool worth_it) {
@@ -384,8 +382,8 @@ void LayerCache::settle_split(ThreadPool* pool, bool prompt_end, bool worth_it) 
   // policy's own selection: the kept set is then exactly the layer's top rows by priority, and a
   // policy that evicts in blocks (chunked) cannot undershoot the count the split gave a head.
   const auto n_kv = size_t(rows_.n_kv_heads);
-  const int64_t layer_rows = int64_t(budget_now_) * rows_.n_kv_heads;
-  const int floor_rows = head_floor_rows(config_.head_floor, budget_now_);
+  const int64_t layer_rows = int64_t(budget_.now) * rows_.n_kv_heads;
+  const int floor_rows = head_floor_rows(config_.head_floor, budget_.now);
   priorities_.resize(rows_.heads.size());
   std::vector<HeadPriorities> views(n_kv);
   for (size_t first = 0; first < rows_.heads.size(); first += n_kv) {  // one sequence (batch item) at a time
@@ -394,7 +392,7 @@ void LayerCache::settle_split(ThreadPool* pool, bool prompt_end, bool worth_it) 
     if (live <= layer_rows) continue;  // the sequence holds no more than its heads' rows together
     bool scored = true;
     for (size_t h = first; h < first + n_kv && scored; ++h) {
-      scored = policy_->keep_priorities(rows_, int(h), budget_now_, prompt_end, priorities_[h]);
+      scored = policy_->keep_priorities(rows_, int(h), budget_.now, prompt_end, priorities_[h]);
     }
     if (!scored) {  // nothing to split by now (snapkv after its prompt): each head keeps its count
       for (size_t h = first; h < first + n_kv; ++h) policy_->evict_head(rows_, int(h), head_budget(h));
@@ -405,10 +403,10 @@ void LayerCache::settle_split(ThreadPool* pool, bool prompt_end, bool worth_it) 
       views[i] = {head.positions(), priorities_[first + i].data(), head.n_slots()};
     }
     const HeadSplit split = split_heads(views, layer_rows, floor_rows);
-    if (head_budgets_.empty()) head_budgets_.assign(rows_.heads.size(), budget_now_);
+    if (budget_.per_head.empty()) budget_.per_head.assign(rows_.heads.size(), budget_.now);
     for (size_t i = 0; i < n_kv; ++i) {
       for (const int s : split.evict[i]) rows_.heads[first + i].evict(s);
-      head_budgets_[first + i] = split.kept[i];
+      budget_.per_head[first + i] = split.kept[i];
     }
   }
   if (prompt_end) {
@@ -450,22 +448,22 @@ void LayerCache::clear() {
   for (HeadStore& h : rows_.heads) h.clear();
   rows_.tokens_seen = 0;
   policy_->reset();
-  in_update_ = first_update_done_ = explicit_prompt_ = prompt_pending_ = false;
-  head_budgets_.clear();
+  in_update_ = stored_any_ = false;
+  prompt_ = PromptPhase::unseen;
+  budget_.per_head.clear();
   rows_.reconstruction.reset();
-  if (heads_pinned_) {  // the budget pin_head_budgets replaced comes back
-    heads_pinned_ = false;
-    budget_ = budget_now_ = initial_budget_;
-    budget_final_ = coordinator_ == nullptr;
-    follows_schedule_ = schedule_ != nullptr;
+  if (budget_.phase == BudgetPhase::pinned) {  // the budget pin_head_budgets replaced comes back
+    budget_.scheduled = budget_.now = budget_.initial;
+    budget_.phase = coordinator_ ? BudgetPhase::measuring : schedule_ ? BudgetPhase::scheduled : BudgetPhase::own;
   }
   concentration_ = 0.0;
   if (coordinator_) {
     // One layer's reset keeps a published schedule (its next report is ignored, so clearing it
     // would leave the layer without a budget forever); ModelCache::reset clears the coordinator
     // first, so there every layer falls back and measures again.
-    budget_final_ = follows_schedule_ = coordinator_->is_final();
-    budget_ = budget_now_ = budget_final_ ? coordinator_->budgets()[size_t(layer_index_)] : initial_budget_;
+    const bool published = coordinator_->is_final();
+    budget_.phase = published ? BudgetPhase::scheduled : BudgetPhase::measuring;
+    budget_.scheduled = budget_.now = published ? coordinator_->budgets()[size_t(layer_index_)] : budget_.initial;
   }
 }
 

@@ -106,7 +106,7 @@ void ModelCache::rank_globally() {
   if (ranked.empty()) return;
   const LayerCache& first = *ranked.front();
   const int n_batch = first.rows().n_batch, n_kv = first.rows().n_kv_heads;
-  const int budget = first.initial_budget_;  // the uniform average every layer was built with
+  const int budget = first.budget_.initial;  // the uniform average every layer was built with
   std::vector<std::vector<int>> counts(ranked.size(), std::vector<int>(size_t(n_batch) * size_t(n_kv), budget));
   bool split_any = false;
   // One ranking per sequence (batch item) over every (layer, head) of it.

@@ -62,6 +62,34 @@ struct FetchedRows {
   std::vector<int64_t> positions;
 };
 
+// Where a layer's budget comes from. A layer of a model cache with a measuring allocator starts
+// measuring, one with a fixed schedule starts scheduled; a lone or sliding layer has its own.
+enum class BudgetPhase : uint8_t {
+  measuring,  // a coordinator measures the prompt: every row is kept until it publishes
+  scheduled,  // the model cache's schedule, conserved as the layers fill (budget_at)
+  own,        // kept as given: set_budget's, a lone layer's, a sliding layer's window
+  pinned,     // each head its own count, from one ranking across layers (pin_head_budgets)
+};
+
+// Where a layer stands in its prompt: policies that choose once at its end (snapkv, kvzip) do so
+// when a settle finds it ending.
+enum class PromptPhase : uint8_t {
+  unseen,  // no begin_prompt: the next update is the prompt
+  open,    // begin_prompt() called before any update, end_prompt() not yet
+  ending,  // ended; the next settle applies the policy's finish_prompt
+  done,
+};
+
+// A layer's budget: its phase says which value governs.
+struct LayerBudget {
+  BudgetPhase phase = BudgetPhase::own;
+  int initial = 1;            // the fallback until a coordinator publishes, and after a pinned layer's reset
+  int scheduled = 1;          // what the allocator scheduled, set_budget set, or the pinned heads' average
+  int now = 1;                // conserved: what settle trims to
+  std::vector<int> per_head;  // from the last head split or the pin (empty: none yet)
+  bool final() const { return phase != BudgetPhase::measuring; }
+};
+
 class LayerCache {
  public:
   // An evicting layer of `parts` (methods/cache_parts.h: its policy, storage and head split, all
@@ -132,10 +160,12 @@ class LayerCache {
   bool sliding() const { return kind_.is_sliding(); }
   // The rows per head this layer trims to now: its scheduled budget conserved to what the layers
   // can hold (alloc/conserve_budgets.h), the schedule itself once the layers have seen enough.
-  int layer_budget() const { return budget_now_; }
+  int layer_budget() const { return budget_.now; }
   // What the allocator scheduled (or set_budget set) for this layer.
-  int scheduled_budget() const { return budget_; }
-  bool budget_final() const { return budget_final_; }
+  int scheduled_budget() const { return budget_.scheduled; }
+  bool budget_final() const { return budget_.final(); }
+  BudgetPhase budget_phase() const { return budget_.phase; }
+  PromptPhase prompt_phase() const { return prompt_; }
   // The key measurement of a measuring allocator that reads keys (the squeeze allocator's key
   // concentration); 0 when the layer's allocator measures nothing from keys.
   double concentration() const { return concentration_; }
@@ -181,7 +211,7 @@ class LayerCache {
   // rows beyond each count were evicted by the caller; later evictions keep every head to its own.
   void pin_head_budgets(std::vector<int> counts);
   // Head h's rows: its share from the last split, else the layer's (conserved) budget.
-  int head_budget(size_t h) const { return head_budgets_.empty() ? budget_now_ : head_budgets_[h]; }
+  int head_budget(size_t h) const { return budget_.per_head.empty() ? budget_.now : budget_.per_head[h]; }
   // PositionRule::span: every non-sink row of `head` at a position below `before` goes.
   void evict_aged(HeadStore& head, int64_t before) const;
   // fn(h) for every head: on the pool when one is given and the work is worth a hand-off, else
@@ -193,17 +223,11 @@ class LayerCache {
   KVCacheConfig config_;
   int layer_index_;
   LayerKind kind_{};
-  int initial_budget_;  // the fallback budget until a coordinator publishes
-  int budget_;          // scheduled
-  int budget_now_;      // conserved: what settle trims to
-  bool budget_final_;
-  bool follows_schedule_ = false;          // the budget is the schedule's (conserved), not set_budget's
+  LayerBudget budget_;
   ConservedSchedule* schedule_ = nullptr;  // the model cache's (fixed, or the coordinator's once final)
   std::unique_ptr<TokenPolicy> policy_;
   HeadSplitRule split_ = HeadSplitRule::uniform;
-  std::vector<int> head_budgets_;               // per head, from the last split (empty: none yet)
   std::vector<std::vector<float>> priorities_;  // per head: the split's scratch
-  bool heads_pinned_ = false;                   // head_budgets_ set across layers (pin_head_budgets)
   BudgetCoordinator* coordinator_;
   LayerRows rows_;
   UpdateRows update_;
@@ -211,9 +235,8 @@ class LayerCache {
   bool grouped_storage_ = false;  // keys or values in a grouped format (KIVI): settling costs more
   double concentration_ = 0.0;
   bool in_update_ = false;
-  bool first_update_done_ = false;
-  bool explicit_prompt_ = false;  // begin_prompt() called and end_prompt() not yet
-  bool prompt_pending_ = false;   // the prompt ended; finish_prompt not yet applied
+  bool stored_any_ = false;  // an update has stored rows since the last reset (the first measures keys)
+  PromptPhase prompt_ = PromptPhase::unseen;
   std::atomic<bool> own_busy_{false};
   std::atomic<bool>* busy_;  // set while a call runs: own_busy_ or the model cache's flag
 };
