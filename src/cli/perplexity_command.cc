@@ -11,8 +11,8 @@
 #include "cli/model_options.h"
 #include "cli/output_file.h"
 #include "cli/perplexity_json.h"
-#include "cli/progress.h"
 #include "cli/stream_report.h"
+#include "cli/text_scoring.h"
 #include "squeezekv/engine/cache_file.h"
 #include "squeezekv/eval/continuation_perplexity.h"
 #include "squeezekv/eval/perplexity.h"
@@ -38,16 +38,9 @@ nlohmann::json to_json(const PerplexityResult& r) {
 
 void run_stream(PerplexityArgs& a, Engine& engine, const std::vector<int32_t>& tokens, const KVCacheConfig& config,
                 OutputFile& csv_out) {
-  StreamOptions options = a.stream.options;
-  options.n_batch = a.model.n_batch;
-  const std::vector<KVCacheConfig> configs = {config};
-  std::vector<StreamResult> results;
-  {
-    Progress progress("perplexity --stream: scored tokens");
-    results = evaluate_stream_perplexity(engine, tokens, configs, options, [&](int64_t done, int64_t total) {
-      progress(int(done / 1024), int(total / 1024));
-    });
-  }
+  const StreamOptions& options = a.stream.options;
+  const std::vector<StreamResult> results =
+      score_stream(engine, tokens, {config}, a.stream, a.model.n_batch, "perplexity");
   if (csv_out.is_open()) write_stream_csv(csv_out, results);
   if (a.json) {
     nlohmann::json out = stream_json(results.front());
@@ -113,12 +106,7 @@ void run(PerplexityArgs& a) {
   if (files) return run_continuation(a, engine, tokens, config);
   if (a.stream.stream) return run_stream(a, engine, tokens, config, csv_out);
   const PerplexityOptions options = a.text.perplexity_options(a.model);
-  const std::vector<KVCacheConfig> configs = {config};
-  std::vector<PerplexityResult> results;
-  {
-    Progress progress("perplexity: chunk passes");
-    results = evaluate_perplexity(engine, tokens, configs, options, std::ref(progress));
-  }
+  const std::vector<PerplexityResult> results = score_chunks(engine, tokens, {config}, options, "perplexity");
   const PerplexityResult& r = results.front();
   if (a.json) {
     nlohmann::json out = to_json(r);

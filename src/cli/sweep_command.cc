@@ -12,8 +12,8 @@
 #include "cli/model_options.h"
 #include "cli/output_file.h"
 #include "cli/perplexity_json.h"
-#include "cli/progress.h"
 #include "cli/stream_report.h"
+#include "cli/text_scoring.h"
 #include "cli/sweep_axes.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/eval/sweep.h"
@@ -87,17 +87,10 @@ void run_stream(SweepArgs& a, Engine& engine, const std::vector<int32_t>& tokens
     if (!keeps_every_row(c)) configs.push_back(c);
   }
   require(!configs.empty(), "--methods", "full", "a stream sweep needs an evicting method");
-  StreamOptions options = a.stream.options;
-  options.n_batch = a.model.n_batch;
+  const StreamOptions& options = a.stream.options;
   std::fprintf(stderr, "sweep --stream: %zu configurations, warm-up %d, segment %d\n", configs.size(), options.warmup,
                options.segment);
-  std::vector<StreamResult> results;
-  {
-    Progress progress("sweep --stream: scored tokens (K)");
-    results = evaluate_stream_perplexity(engine, tokens, configs, options, [&](int64_t done, int64_t total) {
-      progress(int(done / 1024), int(total / 1024));
-    });
-  }
+  const std::vector<StreamResult> results = score_stream(engine, tokens, configs, a.stream, a.model.n_batch, "sweep");
   if (json_out.is_open()) {
     nlohmann::json rows = nlohmann::json::array();
     for (const StreamResult& r : results) rows.push_back(stream_json(r));
@@ -129,11 +122,7 @@ void run(SweepArgs& a) {
   const PerplexityOptions options = a.text.perplexity_options(a.model);
   std::fprintf(stderr, "sweep: %zu configurations, n_ctx %d, %s chunks\n", configs.size(), options.n_ctx,
                a.text.chunks > 0 ? std::to_string(a.text.chunks).c_str() : "all");
-  std::vector<PerplexityResult> results;
-  {
-    Progress progress("sweep: chunk passes");
-    results = evaluate_perplexity(engine, tokens, configs, options, std::ref(progress));
-  }
+  const std::vector<PerplexityResult> results = score_chunks(engine, tokens, configs, options, "sweep");
   nlohmann::json rows = nlohmann::json::array();
   for (const PerplexityResult& r : results) rows.push_back(row(r));
   if (json_out.is_open()) {

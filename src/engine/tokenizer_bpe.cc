@@ -6,9 +6,10 @@
 
 #include <initializer_list>
 #include <memory>
-#include <queue>
+#include <optional>
 #include <vector>
 
+#include "engine/symbol_merge.h"
 #include "engine/tokenizer_util.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/base/quote.h"
@@ -196,27 +197,6 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
   });
 }
 
-namespace {
-
-struct BpeSymbol {
-  int32_t id;  // token id, -1 when the character is not in the vocabulary
-  int32_t prev;
-  int32_t next;
-  uint32_t start;
-  uint32_t len;  // 0 once merged into the left neighbour
-};
-
-struct BpePair {
-  int32_t rank;
-  int32_t left;
-  int32_t left_id;
-  int32_t right_id;
-  // Priority: lowest rank first, then the leftmost pair.
-  bool operator<(const BpePair& o) const { return rank > o.rank || (rank == o.rank && left > o.left); }
-};
-
-}  // namespace
-
 void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
@@ -225,47 +205,23 @@ void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const
       return;
     }
   }
-  std::vector<BpeSymbol> symbols;
-  for (size_t i = 0; i < word.size();) {
-    size_t len = std::min(tokenizer_util::utf8_len(static_cast<unsigned char>(word[i])), word.size() - i);
-    auto it = ids_.find(word.substr(i, len));
-    auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back(BpeSymbol{it == ids_.end() ? -1 : it->second, index - 1, index + 1, static_cast<uint32_t>(i),
-                                static_cast<uint32_t>(len)});
-    i += len;
-  }
-  symbols.back().next = -1;
-
-  std::priority_queue<BpePair> queue;
-  auto try_pair = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    int32_t a = symbols[static_cast<size_t>(left)].id;
-    int32_t b = symbols[static_cast<size_t>(right)].id;
-    if (a < 0 || b < 0) return;
-    auto it = merges_.find(static_cast<uint64_t>(a) << 32 | static_cast<uint32_t>(b));
-    if (it != merges_.end()) queue.push(BpePair{it->second.first, left, a, b});
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) {
-    try_pair(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
-  }
-  while (!queue.empty()) {
-    BpePair top = queue.top();
-    queue.pop();
-    BpeSymbol& l = symbols[static_cast<size_t>(top.left)];
-    if (l.len == 0 || l.next < 0 || l.id != top.left_id) continue;
-    BpeSymbol& r = symbols[static_cast<size_t>(l.next)];
-    if (r.len == 0 || r.id != top.right_id) continue;  // stale: a neighbour changed
-    l.id = merges_.at(static_cast<uint64_t>(l.id) << 32 | static_cast<uint32_t>(r.id)).second;
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = top.left;
-    try_pair(l.prev, top.left);
-    try_pair(top.left, l.next);
-  }
+  std::vector<tokenizer_util::MergeSymbol> symbols = tokenizer_util::utf8_symbols(word, [this](std::string_view c) {
+    const auto it = ids_.find(c);
+    return it == ids_.end() ? int32_t(-1) : it->second;
+  });
+  // A pair of known tokens merges by its rule, the lowest rank first.
+  tokenizer_util::merge_symbols(
+      symbols,
+      [this](const tokenizer_util::MergeSymbol& l,
+             const tokenizer_util::MergeSymbol& r) -> std::optional<tokenizer_util::PairMerge> {
+        if (l.id < 0 || r.id < 0) return std::nullopt;
+        const auto it = merges_.find(static_cast<uint64_t>(l.id) << 32 | static_cast<uint32_t>(r.id));
+        if (it == merges_.end()) return std::nullopt;
+        return tokenizer_util::PairMerge{-double(it->second.first), it->second.second};
+      });
 
   for (int32_t i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) {
-    const BpeSymbol& s = symbols[static_cast<size_t>(i)];
+    const tokenizer_util::MergeSymbol& s = symbols[static_cast<size_t>(i)];
     if (s.id >= 0) {
       out.push_back(s.id);
     } else if (unk_) {
