@@ -6,8 +6,20 @@ include(CMakePackageConfigHelpers)
 
 set(SQUEEZEKV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/squeezekv)
 
-# Only include/ is public; headers under src/ stay internal.
-install(DIRECTORY include/squeezekv DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+# The public headers: the C API and the C++ entry points (the cache, the configuration and the
+# registry, the model, engine, tokenizer, generation, saved caches, perplexity), with every header
+# they include (cmake/public_headers.cmake). The rest of include/ (kernels, the policies', the
+# allocators' and the engine's insides) and all of src/ stay the library's own.
+# tests/package/headers_alone.sh checks that each installed header compiles alone from the install.
+set(squeezekv_entry_headers c/squeezekv.h c/squeezekv.hpp cache/model_cache.h cache/layer_cache.h
+    methods/kv_cache_config.h methods/registry.h engine/engine.h engine/model.h engine/generate.h
+    engine/tokenizer.h engine/cache_file.h eval/perplexity.h)
+include(cmake/public_headers.cmake)
+squeezekv_public_headers(squeezekv_installed_headers ${CMAKE_CURRENT_SOURCE_DIR}/include ${squeezekv_entry_headers})
+foreach(header ${squeezekv_installed_headers})
+  get_filename_component(folder ${header} DIRECTORY)
+  install(FILES include/squeezekv/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/squeezekv/${folder})
+endforeach()
 
 set_target_properties(squeezekv PROPERTIES EXPORT_NAME squeezekv_static)
 set(squeezekv_install_targets squeezekv)

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "capi/capi_internal.h"
+#include "capi/capi_status.h"
 #include "squeezekv/alloc/concentration.h"
 #include "squeezekv/alloc/pyramid_budgets.h"
 #include "squeezekv/alloc/squeeze_budgets.h"

@@ -6,7 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "capi/capi_internal.h"
+#include "capi/capi_cache.h"
+#include "capi/capi_status.h"
 #include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kv_rows.h"
 

@@ -1,7 +1,9 @@
 // Saved caches through the C API (engine/cache_file.h): save, load, the tokens a cache has seen.
 #include <algorithm>
 
-#include "capi/capi_internal.h"
+#include "capi/capi_cache.h"
+#include "capi/capi_engine.h"
+#include "capi/capi_status.h"
 #include "squeezekv/engine/cache_file.h"
 
 using squeezekv::capi::guarded;

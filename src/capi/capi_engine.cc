@@ -4,7 +4,9 @@
 #include <thread>
 #include <vector>
 
-#include "capi/capi_internal.h"
+#include "capi/capi_cache.h"
+#include "capi/capi_engine.h"
+#include "capi/capi_status.h"
 #include "squeezekv/engine/cache_file.h"
 #include "squeezekv/engine/generate.h"
 #include "squeezekv/eval/perplexity.h"

@@ -1,7 +1,10 @@
 // Status strings, the per-thread last error and the log callback of the C API.
 #include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
 
-#include "capi/capi_internal.h"
+#include "capi/capi_status.h"
 
 namespace squeezekv::capi {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
@@ -283,9 +283,7 @@ void run(BenchArgs& a) {
   if (a.output == "json") print_json(facts, bandwidth, rows, peak_rss);
 }
 
-}  // namespace
-
-void register_bench(CLI::App& app) {
+void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   auto* cmd = app.add_subcommand("bench", "prompt and generation speed, like llama-bench, with any cache");
   BenchOptions& b = args->bench;
@@ -324,4 +322,7 @@ void register_bench(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kBenchCommand{"bench", 70, add_bench_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "squeezekv/alloc/budget_allocator.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/methods/registry.h"
@@ -92,9 +92,7 @@ void run(const BudgetsArgs& a) {
   std::printf("\n");
 }
 
-}  // namespace
-
-void register_budgets(CLI::App& app) {
+void add_budgets_command(CLI::App& app) {
   auto args = std::make_shared<BudgetsArgs>();
   auto* cmd = app.add_subcommand("budgets", "print the per-layer budget schedule of an allocator");
   std::string ids;
@@ -120,4 +118,7 @@ void register_budgets(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kBudgetsCommand{"budgets", 10, add_budgets_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "squeezekv/engine/cache_file.h"
 #include "squeezekv/methods/registry.h"
 
@@ -88,9 +88,7 @@ void run_info(const CacheInfoArgs& a) {
               double(slot_bytes) / 1024.0);
 }
 
-}  // namespace
-
-void register_cache(CLI::App& app) {
+void add_cache_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache", "saved caches (--save-cache): cache info FILE");
   cmd->require_subcommand(1);
   auto args = std::make_shared<CacheInfoArgs>();
@@ -100,4 +98,7 @@ void register_cache(CLI::App& app) {
   info->callback([args] { run_info(*args); });
 }
 
+const CommandRegistration kCacheCommand{"cache", 120, add_cache_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

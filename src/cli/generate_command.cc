@@ -10,7 +10,7 @@
 
 #include "cli/cache_file_options.h"
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "squeezekv/alloc/budget_allocator.h"
@@ -169,9 +169,7 @@ void run(GenerateArgs& a) {
   }
 }
 
-}  // namespace
-
-void register_generate(CLI::App& app) {
+void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "generate text with any eviction method");
   add_model_options(*cmd, args->model);
@@ -210,4 +208,7 @@ void register_generate(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kGenerateCommand{"generate", 50, add_generate_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

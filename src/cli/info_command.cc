@@ -4,7 +4,7 @@
 #include <string>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/model_options.h"
 
 namespace squeezekv::cli {
@@ -128,9 +128,7 @@ void run(const InfoArgs& a) {
   }
 }
 
-}  // namespace
-
-void register_info(CLI::App& app) {
+void add_info_command(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
   auto* cmd = app.add_subcommand("info", "show a GGUF model's metadata, shape, tensors and memory needs");
   cmd->add_option("-m,--model", args->model.model_path, "GGUF model file")->required();
@@ -139,4 +137,7 @@ void register_info(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kInfoCommand{"info", 40, add_info_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

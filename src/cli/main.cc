@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/option_checks.h"
 #include "squeezekv/base/errors.h"
 
@@ -15,18 +15,7 @@ int main(int argc, char** argv) {
   CLI::App app{"squeezekv: KV-cache eviction (SqueezeAttention and its siblings) for LLM inference"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "squeezekv 0.1.0");
-  squeezekv::cli::register_budgets(app);
-  squeezekv::cli::register_methods(app);
-  squeezekv::cli::register_synth(app);
-  squeezekv::cli::register_info(app);
-  squeezekv::cli::register_generate(app);
-  squeezekv::cli::register_perplexity(app);
-  squeezekv::cli::register_bench(app);
-  squeezekv::cli::register_sweep(app);
-  squeezekv::cli::register_needle(app);
-  squeezekv::cli::register_random_model(app);
-  squeezekv::cli::register_serve(app);
-  squeezekv::cli::register_cache(app);
+  squeezekv::cli::add_registered_commands(app);  // each *_command.cc registers itself
   squeezekv::cli::check_unsigned_options(app);
   // CLI11 reports an unknown first word as a missing subcommand; name it instead.
   if (argc > 1 && argv[1][0] != '-') {

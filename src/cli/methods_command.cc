@@ -4,7 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "squeezekv/methods/kv_cache_config.h"
 #include "squeezekv/methods/registry.h"
 #include "squeezekv/ops/kv_format.h"
@@ -151,13 +151,14 @@ void print_text() {
   std::printf("\nAny policy combines with any allocator: --policy P --allocator A.\n");
 }
 
-}  // namespace
-
-void register_methods(CLI::App& app) {
+void add_methods_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("methods", "list every eviction method, policy, allocator and parameter");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "print JSON: methods, policies, allocators, parameters");
   cmd->callback([json] { *json ? print_json() : print_text(); });
 }
 
+const CommandRegistration kMethodsCommand{"methods", 20, add_methods_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

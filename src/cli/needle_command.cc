@@ -17,7 +17,7 @@
 
 #include "cli/cache_file_options.h"
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/model_options.h"
 #include "cli/output_file.h"
 #include "cli/progress.h"
@@ -440,9 +440,7 @@ void run(NeedleArgs& a) {
   print_table(rows);
 }
 
-}  // namespace
-
-void register_needle(CLI::App& app) {
+void add_needle_command(CLI::App& app) {
   auto args = std::make_shared<NeedleArgs>();
   auto* cmd = app.add_subcommand("needle",
                                  "needle in a haystack (RULER-style retrieval): accuracy of every method "
@@ -510,4 +508,7 @@ void register_needle(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kNeedleCommand{"needle", 90, add_needle_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

@@ -6,7 +6,7 @@
 
 #include "cli/cache_file_options.h"
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "cli/output_file.h"
@@ -133,9 +133,7 @@ void run(PerplexityArgs& a) {
   }
 }
 
-}  // namespace
-
-void register_perplexity(CLI::App& app) {
+void add_perplexity_command(CLI::App& app) {
   auto args = std::make_shared<PerplexityArgs>();
   auto* cmd = app.add_subcommand("perplexity", "perplexity on a text file (llama-perplexity's protocol)");
   add_model_options(*cmd, args->model);
@@ -151,4 +149,7 @@ void register_perplexity(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kPerplexityCommand{"perplexity", 60, add_perplexity_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/random_model.h"
 #include "squeezekv/ops/tensor_type.h"
@@ -73,9 +73,7 @@ void run(const RandomModelArgs& a) {
               static_cast<long long>(spec.vocab), a.type.c_str(), spec.tied_embeddings ? "tied" : "separate");
 }
 
-}  // namespace
-
-void register_random_model(CLI::App& app) {
+void add_random_model_command(CLI::App& app) {
   auto a = std::make_shared<RandomModelArgs>();
   auto* cmd = app.add_subcommand("random-model", "write a random-weight GGUF model of any shape and weight type");
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
@@ -102,4 +100,7 @@ void register_random_model(CLI::App& app) {
   cmd->callback([a] { run(*a); });
 }
 
+const CommandRegistration kRandomModelCommand{"random-model", 100, add_random_model_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/model_options.h"
 #include "cli/option_checks.h"
 #include "serve/http_server.h"
@@ -97,9 +97,7 @@ void run(ServeArgs& a) {
   waiter.join();
 }
 
-}  // namespace
-
-void register_serve(CLI::App& app) {
+void add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve", "an OpenAI-compatible HTTP server with bounded K/V memory");
   args->model.n_batch = 64;  // prompt chunks interleave with other sessions' decoding (before the help captures it)
@@ -147,4 +145,7 @@ void register_serve(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kServeCommand{"serve", 110, add_serve_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

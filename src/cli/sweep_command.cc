@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/layer_kinds_note.h"
 #include "cli/model_options.h"
 #include "cli/output_file.h"
@@ -147,9 +147,7 @@ void run(SweepArgs& a) {
   }
 }
 
-}  // namespace
-
-void register_sweep(CLI::App& app) {
+void add_sweep_command(CLI::App& app) {
   auto args = std::make_shared<SweepArgs>();
   auto* cmd =
       app.add_subcommand("sweep", "compare methods at equal memory: perplexity, KL and top-1 against the full cache");
@@ -167,4 +165,7 @@ void register_sweep(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kSweepCommand{"sweep", 80, add_sweep_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "cli/cache_options.h"
-#include "cli/commands.h"
+#include "cli/command_registry.h"
 #include "cli/output_file.h"
 #include "cli/progress.h"
 #include "squeezekv/base/errors.h"
@@ -78,9 +78,7 @@ void run(SynthArgs& a) {
   std::printf("\n%zu configurations in %.2f s (%d threads)\n", results.size(), total_s, a.synth.threads);
 }
 
-}  // namespace
-
-void register_synth(CLI::App& app) {
+void add_synth_command(CLI::App& app) {
   auto args = std::make_shared<SynthArgs>();
   auto* cmd = app.add_subcommand("synth", "sweep a mock model whose deeper layers are more concentrated");
   SynthOptions& s = args->synth;
@@ -102,4 +100,7 @@ void register_synth(CLI::App& app) {
   cmd->callback([args] { run(*args); });
 }
 
+const CommandRegistration kSynthCommand{"synth", 30, add_synth_command};
+
+}  // namespace
 }  // namespace squeezekv::cli

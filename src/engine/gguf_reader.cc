@@ -14,7 +14,7 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/base/quote.h"
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 
 namespace squeezekv {
 

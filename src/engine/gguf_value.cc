@@ -1,4 +1,4 @@
-// GgufValue: typed, range-checked access to one GGUF metadata value.
+// GgufValue (engine/gguf_value.h): typed, range-checked access to one GGUF metadata value.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "squeezekv/base/errors.h"
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_value.h"
 
 namespace squeezekv {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 #include "squeezekv/engine/model.h"
 
 namespace squeezekv {

@@ -16,7 +16,7 @@
 #include "squeezekv/base/fnv1a.h"
 #include "squeezekv/engine/cache_file.h"
 #include "squeezekv/engine/engine.h"
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/tokenizer.h"
 #include "fuzz_util.h"

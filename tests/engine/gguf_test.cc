@@ -1,7 +1,7 @@
 // GGUF reader and writer: the real stories260K header, a writer round trip of every value type,
 // random models, one handcrafted broken file per fault, and a bounded mutation fuzz.
 // Suite names start with "gguf" so that `ctest -R gguf` selects them.
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -14,7 +14,7 @@
 
 #include "squeezekv/base/errors.h"
 #include "squeezekv/engine/engine.h"
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/model.h"
 #include "squeezekv/engine/random_model.h"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "squeezekv/base/errors.h"
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 #include "squeezekv/engine/gguf_writer.h"
 #include "squeezekv/engine/random_model.h"
 #include "test_util.h"

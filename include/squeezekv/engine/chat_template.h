@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 #include "squeezekv/engine/tokenizer.h"
 
 namespace squeezekv {

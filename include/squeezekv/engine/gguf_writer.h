@@ -11,7 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_value.h"
 #include "squeezekv/ops/tensor_type.h"
 
 namespace squeezekv {

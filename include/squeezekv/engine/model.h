@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "squeezekv/engine/architecture.h"
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 #include "squeezekv/engine/tokenizer.h"
 #include "squeezekv/ops/matmul.h"
 #include "squeezekv/ops/model_ops.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "squeezekv/engine/fragment_memo.h"
-#include "squeezekv/engine/gguf.h"
+#include "squeezekv/engine/gguf_reader.h"
 
 namespace squeezekv {
 

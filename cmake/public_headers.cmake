@@ -1,0 +1,32 @@
+# squeezekv_public_headers(OUT INCLUDE_DIR entry...): the entry headers (paths under
+# INCLUDE_DIR/squeezekv/) and every header they include, directly or not, sorted. Computed at
+# configure time from the `#include "squeezekv/..."` lines, so that the installed set follows the
+# headers' includes instead of a list kept by hand; each header read re-runs the configuration when
+# it changes. A public header that includes a private one (a quoted path not under squeezekv/)
+# fails the configuration, since an install could not hold it.
+function(squeezekv_public_headers out include_dir)
+  set(pending ${ARGN})
+  set(found "")
+  while(pending)
+    list(POP_FRONT pending header)
+    if(header IN_LIST found)
+      continue()
+    endif()
+    set(path ${include_dir}/squeezekv/${header})
+    if(NOT EXISTS ${path})
+      message(FATAL_ERROR "public headers: squeezekv/${header} does not exist")
+    endif()
+    list(APPEND found ${header})
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+    file(STRINGS ${path} lines REGEX "^#include \"")
+    foreach(line ${lines})
+      if(line MATCHES "^#include \"squeezekv/([^\"]+)\"")
+        list(APPEND pending ${CMAKE_MATCH_1})
+      else()
+        message(FATAL_ERROR "public headers: squeezekv/${header} includes a private header: ${line}")
+      endif()
+    endforeach()
+  endwhile()
+  list(SORT found)
+  set(${out} ${found} PARENT_SCOPE)
+endfunction()
