@@ -15,7 +15,7 @@
 # (JSON, CSV, tables.md, plots). Set MODEL to another GGUF file to measure another model, GEMMA
 # the Gemma 3 file of combos-gemma3, SAMPLES to change the samples per needle cell (2 by default),
 # DEPTHS the needle depths (0,0.25,0.5,0.75,1 by default; the 8k pieces keep their halves),
-# THREADS (every core by default).
+# THREADS (every core by default), SQUEEZEKV the binary (build/squeezekv by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build/long}
