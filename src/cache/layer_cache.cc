@@ -36,7 +36,6 @@ LayerCache::LayerCache(const KVCacheConfig& config, const StorageParams& storage
   if (const std::string unfit = storage_unfit(storage); !unfit.empty()) throw InvalidArgument(unfit);
   rows_.n_batch = n_batch;
   rows_.n_kv_heads = n_kv_heads;
-  grouped_storage_ = kv_kivi(storage.key) || kv_kivi(storage.value);
   const KiviLayout kivi{storage.kivi_group, storage.kivi_residual, storage.fp16_below};
   rows_.heads.assign(size_t(n_batch) * size_t(n_kv_heads),
                      HeadStore(storage.head_dim, storage.key, storage.value, kivi));
@@ -132,7 +131,7 @@ void LayerCache::begin_update(const float* keys, const float* values, int n_toke
   const size_t per_head = size_t(n_tokens) * size_t(dim);
   // Storing goes with the values stored (a prompt chunk), except that KIVI's storage also regroups
   // held rows, work that goes with the slots.
-  const bool worth_it = int64_t(n) >= kParallelHeadValues || (grouped_storage_ && total_slots() >= kParallelHeadSlots);
+  const bool worth_it = int64_t(n) >= kParallelHeadValues || (grouped_storage() && total_slots() >= kParallelHeadSlots);
   for_each_head(pool, worth_it, [&](size_t h) {
     update_.slots[h].clear();
     rows_.heads[h].append(keys + h * per_head, values + h * per_head, n_tokens, rows_.tokens_seen,
@@ -349,7 +348,7 @@ void LayerCache::settle(ThreadPool* pool) {
   budget_.now = now;
   // Eviction scans every slot of a head, so it pays for the pool from kParallelHeadSlots on; an
   // unbounded policy's step leaves nothing to do but KIVI's regrouping.
-  const bool worth_it = (policy_->bounded() || grouped_storage_ || prompt_end) && total_slots() >= kParallelHeadSlots;
+  const bool worth_it = (policy_->bounded() || grouped_storage() || prompt_end) && total_slots() >= kParallelHeadSlots;
   if (split_ != HeadSplitRule::uniform && (policy_->bounded() || prompt_end)) {
     if (age) {
       for (HeadStore& head : rows_.heads) evict_aged(head, before);
@@ -489,7 +488,7 @@ size_t LayerCache::kept_bytes() const {
 size_t LayerCache::full_bytes() const {
   // A sliding layer's unevicted cache is its window (what llama.cpp holds for it too).
   const int64_t rows = sliding() ? std::min<int64_t>(rows_.tokens_seen, kind_.window) : rows_.tokens_seen;
-  return rows_.heads.size() * size_t(rows) * kv_token_bytes(config_);
+  return rows_.heads.size() * size_t(rows) * token_bytes(storage_);  // the resolved formats
 }
 
 double LayerCache::compression_ratio() const {

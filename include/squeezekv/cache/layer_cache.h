@@ -219,6 +219,8 @@ class LayerCache {
   template <class Fn>
   void for_each_head(ThreadPool* pool, bool worth_it, const Fn& fn);
   int64_t total_slots() const;  // over every head
+  // Keys or values in a grouped format (KIVI): storing and settling cost more (regrouping).
+  bool grouped_storage() const { return kv_kivi(storage_.key) || kv_kivi(storage_.value); }
 
   KVCacheConfig config_;
   int layer_index_;
@@ -231,8 +233,7 @@ class LayerCache {
   BudgetCoordinator* coordinator_;
   LayerRows rows_;
   UpdateRows update_;
-  StorageParams storage_;         // the formats of keys and values (resolved: the parts')
-  bool grouped_storage_ = false;  // keys or values in a grouped format (KIVI): settling costs more
+  StorageParams storage_;  // the formats of keys and values (resolved: the parts')
   double concentration_ = 0.0;
   bool in_update_ = false;
   bool stored_any_ = false;  // an update has stored rows since the last reset (the first measures keys)
